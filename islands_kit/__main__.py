@@ -1,0 +1,5 @@
+import sys
+
+from islands_kit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+"""The wire between islands: the ``Transport`` interface every sync strategy talks to, and ``LocalTransport``.
+
+Strategies never move bytes themselves (the torchft habit: the algorithm calls ``manager.allreduce``). They hand the
+transport *payloads* — already encoded by a codec, so the bytes on the wire are exactly ``payload.nbytes`` — and get
+back a ``Handle`` whose result they collect later. That makes overlap (Streaming DiLoCo's tau, the butterfly's merge
+delay) an honest asynchronous operation on every transport.
+
+One code path for one process holding every island (the simulator, ``LocalTransport``) and for one process per island
+(``TorchDistTransport``): every call takes dicts keyed by the *local* islands' ids and returns dicts keyed the same way.
+
+Simulated clock. Each island has a clock (seconds). ``compute(island, seconds)`` advances it; a payload posted by island
+``i`` leaves at ``clock[i]`` and its arrival time at each receiver comes from the link model. ``Handle.wait(island)``
+advances the receiver's clock to the arrival if it is not there yet and records the wait as idle time — the only way an
+island ever idles. Utilisation = busy / (busy + idle).
+
+Ledger. Every byte a strategy sends is counted per channel and per directed link (src -> dst), from the payload tensors
+actually handed over. An all-reduce among n islands is an all-gather of the encoded payloads: each island sends its
+payload to each of the n - 1 others (for two sites: each direction carries one payload), then every island decodes and
+averages the same list in the same order, so all replicas get bit-identical results on every transport.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from islands_kit.comm.codecs import Payload, get_codec
+
+if TYPE_CHECKING:
+    from islands_kit.comm.link import LinkModel, Transfer
+
+
+@dataclass
+class LedgerEntry:
+    bytes: int = 0
+    messages: int = 0
+
+
+@dataclass
+class Ledger:
+    """Exact byte counts per channel and per directed link, plus the transfer timeline for peak-rate figures."""
+
+    channels: dict[str, LedgerEntry] = field(default_factory=dict)
+    links: dict[tuple[int, int], int] = field(default_factory=dict)
+    timeline: list[tuple[float, float, int, int, int, str]] = field(default_factory=list)  # (start, end, bytes, src, dst, channel)
+
+    def record(self, channel: str, src: int, dst: int, nbytes: int, start: float, end: float) -> None:
+        e = self.channels.setdefault(channel, LedgerEntry())
+        e.bytes += nbytes
+        e.messages += 1
+        self.links[(src, dst)] = self.links.get((src, dst), 0) + nbytes
+        self.timeline.append((start, end, nbytes, src, dst, channel))
+
+    def bytes(self, channel: str | None = None) -> int:
+        if channel is None:
+            return sum(e.bytes for e in self.channels.values())
+        return self.channels.get(channel, LedgerEntry()).bytes
+
+    def peak_link_bytes_per_s(self, window_s: float = 1.0) -> float:
+        """Highest average rate on any one directed link over a sliding window of ``window_s`` simulated seconds.
+
+        Each transfer's bytes are spread uniformly over [start, end]; windows start at transfer starts."""
+        best = 0.0
+        by_link: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
+        for s, e, b, src, dst, _ in self.timeline:
+            by_link.setdefault((src, dst), []).append((s, e, b))
+        for items in by_link.values():
+            items.sort()
+            starts = [s for s, _, _ in items]
+            for w0 in starts:
+                w1 = w0 + window_s
+                tot = 0.0
+                for s, e, b in items:
+                    if s >= w1:
+                        break
+                    if e <= w0:
+                        continue
+                    dur = max(e - s, 1e-12)
+                    tot += b * (min(e, w1) - max(s, w0)) / dur
+                best = max(best, tot / window_s)
+        return best
+
+    def durations(self, channel: str | None = None) -> list[float]:
+        return [e - s for s, e, _, _, _, c in self.timeline if channel is None or c == channel]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "channels": {k: {"bytes": v.bytes, "messages": v.messages} for k, v in sorted(self.channels.items())},
+            "links": {f"{s}->{d}": b for (s, d), b in sorted(self.links.items())},
+        }
+
+
+class SimClock:
+    """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals."""
+
+    def __init__(self, islands: list[int]) -> None:
+        self.now = {i: 0.0 for i in islands}
+        self.busy = {i: 0.0 for i in islands}
+        self.idle = {i: 0.0 for i in islands}
+        self.waits: list[tuple[int, float, float]] = []  # (island, at, seconds)
+
+    def compute(self, island: int, seconds: float) -> None:
+        self.now[island] += seconds
+        self.busy[island] += seconds
+
+    def wait_until(self, island: int, t: float) -> None:
+        if t > self.now[island]:
+            self.waits.append((island, self.now[island], t - self.now[island]))
+            self.idle[island] += t - self.now[island]
+            self.now[island] = t
+
+    def utilization(self) -> float:
+        busy = sum(self.busy.values())
+        total = busy + sum(self.idle.values())
+        return busy / total if total > 0 else 1.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle), "waits": list(self.waits)}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.now = {int(k): float(v) for k, v in d["now"].items()}
+        self.busy = {int(k): float(v) for k, v in d["busy"].items()}
+        self.idle = {int(k): float(v) for k, v in d["idle"].items()}
+        self.waits = [tuple(w) for w in d["waits"]]
+
+
+class Handle:
+    """An operation in flight: ``wait(island)`` returns that island's result once the payloads it needs have arrived
+    (advancing its simulated clock to the arrival if needed)."""
+
+    def __init__(self, results: dict[int, Any], arrival: dict[int, float], clock: SimClock,
+                 finish: Callable[[], None] | None = None) -> None:
+        self._results = results
+        self.arrival = arrival
+        self._clock = clock
+        self._finish = finish
+
+    def wait(self, island: int) -> Any:
+        if self._finish is not None:  # a real transport completes its collective on first wait
+            self._finish()
+            self._finish = None
+        self._clock.wait_until(island, self.arrival[island])
+        return self._results[island]
+
+    def wait_result(self, island: int) -> Any:
+        """The result without touching the clock (used to checkpoint an operation still in flight)."""
+        if self._finish is not None:
+            self._finish()
+            self._finish = None
+        return self._results[island]
+
+
+def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+    """sum_i w_i x_i / sum_i w_i, accumulated in float32 in the given (island-id) order: the order is part of the
+    contract so that every transport produces bit-identical results."""
+    total = float(sum(weights))
+    out = torch.zeros_like(decoded[0], dtype=torch.float32)
+    for x, w in zip(decoded, weights):
+        out.add_(x.float(), alpha=w / total)
+    return out
+
+
+class Transport(abc.ABC):
+    """What a sync strategy may do with the wire. Dicts are keyed by the ids of the islands this process holds."""
+
+    n_islands: int
+    local_islands: list[int]
+    ledger: Ledger
+    clock: SimClock
+
+    @abc.abstractmethod
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        """Weighted mean over *all* islands of the decoded payloads; every local island gets the same tensor."""
+
+    @abc.abstractmethod
+    def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
+        """Pairwise send/recv: island i sends ``payloads[i]`` to ``partner[i]`` and receives its partner's payload
+        (decoded). Partners must be symmetric (partner[partner[i]] == i)."""
+
+    def all_reduce_tensor(self, channel: str, tensors: dict[int, torch.Tensor], weights: dict[int, float]) -> Handle:
+        """Convenience: fp32 all-reduce of plain tensors (routing statistics, DDP gradients)."""
+        codec = get_codec("fp32")
+        return self.all_reduce(channel, {i: codec.encode(t.detach().reshape(-1)) for i, t in tensors.items()}, weights)
+
+    def compute(self, island: int, seconds: float) -> None:
+        self.clock.compute(island, seconds)
+
+    def barrier(self) -> None:
+        """Make sure every island has reached this point (no-op in process)."""
+
+
+class LocalTransport(Transport):
+    """All islands in one process; transfers timed by a seeded ``LinkModel`` (the simulated WAN)."""
+
+    def __init__(self, n_islands: int, link: "LinkModel | None" = None) -> None:
+        self.n_islands = n_islands
+        self.local_islands = list(range(n_islands))
+        self.ledger = Ledger()
+        self.clock = SimClock(self.local_islands)
+        self.link = link
+        self.transfers: list[tuple[str, "Transfer"]] = []
+
+    def _send(self, channel: str, src: int, dst: int, nbytes: int) -> float:
+        """Account one message src -> dst posted at src's clock; return its arrival time."""
+        start = self.clock.now[src]
+        if self.link is None:
+            end = start
+        else:
+            tr = self.link.transfer(nbytes, start, src, dst)
+            self.transfers.append((channel, tr))
+            end = tr.end_s
+        self.ledger.record(channel, src, dst, nbytes, start, end)
+        return end
+
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        ids = sorted(payloads)
+        if ids != self.local_islands:
+            raise ValueError(f"all_reduce on {channel!r}: LocalTransport needs a payload from every island {self.local_islands}, got {ids}")
+        arrival = {i: self.clock.now[i] for i in ids}
+        for src in ids:
+            for dst in ids:
+                if src != dst:
+                    arrival[dst] = max(arrival[dst], self._send(channel, src, dst, payloads[src].nbytes))
+        decoded = [get_codec(payloads[i].codec, payloads[i].block_size).decode(payloads[i]) for i in ids]
+        mean = weighted_mean(decoded, [weights[i] for i in ids])
+        return Handle({i: mean for i in ids}, arrival, self.clock)
+
+    def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
+        for i, j in partner.items():
+            if partner.get(j) != i:
+                raise ValueError(f"exchange on {channel!r}: partners must be symmetric, got {i}->{j} but {j}->{partner.get(j)}")
+        arrival: dict[int, float] = {}
+        results: dict[int, torch.Tensor] = {}
+        for src in sorted(payloads):
+            dst = partner[src]
+            arrival[dst] = self._send(channel, src, dst, payloads[src].nbytes)
+            p = payloads[src]
+            results[dst] = get_codec(p.codec, p.block_size).decode(p)
+        return Handle(results, arrival, self.clock)
+
+    def transfer_stats(self, channel: str | None = None) -> dict[str, float]:
+        from islands_kit.comm.link import transfer_time_stats
+
+        durs = [t.duration_s for c, t in self.transfers if channel is None or c == channel]
+        return transfer_time_stats(durs) if durs else {}

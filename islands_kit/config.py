@@ -1,0 +1,346 @@
+"""Typed experiment configuration: dataclasses, eager validation, named presets, dotted overrides.
+
+Every field is validated in ``__post_init__`` (or ``ExperimentConfig.validate``) so a bad value fails before any
+work starts, with a message that names the field and the rule it broke (``ConfigError``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value broke a rule; the message names the field and the rule."""
+
+
+def _check(cond: bool, field_name: str, rule: str, value: Any) -> None:
+    if not cond:
+        raise ConfigError(f"{field_name}: {rule} (got {value!r})")
+
+
+@dataclass
+class ModelConfig:
+    """Byte-level decoder-only MoE transformer (vocabulary 256)."""
+
+    vocab_size: int = 256
+    seq_len: int = 128
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_experts: int = 16  # 1 = dense control (a plain MLP)
+    top_k: int = 2
+    d_expert: int = 256  # hidden width of one expert
+    n_shared_experts: int = 0  # always-on experts added to the routed output
+    aux_loss_coef: float = 0.01  # Switch-style load-balancing loss
+    z_loss_coef: float = 1e-3  # router z-loss (ST-MoE)
+    bias_balancing: bool = True  # aux-loss-free balancing bias, used for expert *selection* only
+    bias_update_rate: float = 1e-3
+    rope_theta: float = 10000.0
+    init_std: float = 0.02
+    dispatch: str = "grouped"  # grouped | loop (the plain per-expert reference)
+    mxfp8: bool = False  # MXFP8 quantise-dequantise emulation on the expert matmuls
+    kernels: str = "auto"  # auto | torch | triton
+
+    def __post_init__(self) -> None:
+        p = "model."
+        _check(self.vocab_size == 256, p + "vocab_size", "must be 256 for a byte-level model", self.vocab_size)
+        for name in ("seq_len", "d_model", "n_layers", "n_heads", "n_experts", "top_k", "d_expert"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, p + name, "must be an integer >= 1", v)
+        _check(self.d_model % self.n_heads == 0, p + "d_model", f"must be divisible by model.n_heads={self.n_heads}", self.d_model)
+        _check((self.d_model // self.n_heads) % 2 == 0, p + "d_model", "d_model/n_heads must be even for RoPE", self.d_model)
+        _check(self.top_k <= self.n_experts, p + "top_k", f"must be <= model.n_experts={self.n_experts}", self.top_k)
+        _check(self.n_shared_experts >= 0, p + "n_shared_experts", "must be >= 0", self.n_shared_experts)
+        for name in ("aux_loss_coef", "z_loss_coef", "bias_update_rate"):
+            _check(getattr(self, name) >= 0, p + name, "must be >= 0", getattr(self, name))
+        _check(self.dispatch in ("grouped", "loop"), p + "dispatch", "must be one of grouped|loop", self.dispatch)
+        _check(self.kernels in ("auto", "torch", "triton"), p + "kernels", "must be one of auto|torch|triton", self.kernels)
+
+
+@dataclass
+class OptimConfig:
+    """Inner optimizer (per island) and its schedule: linear warm-up then cosine decay to min_lr_ratio * lr."""
+
+    name: str = "adamw"  # adamw | shampoo | sgd (plain SGD: the reference for equivalence tests)
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping
+    # Shampoo (Distributed Shampoo variant; see islands_kit/optim/shampoo.py)
+    precondition_frequency: int = 10
+    start_preconditioning_step: int = 50
+    max_preconditioner_dim: int = 1024
+    shampoo_epsilon: float = 1e-12
+    shampoo_beta2: float = 1.0  # 1.0 = plain sums of G G^T (original Shampoo)
+    grafting: str = "adam"  # adam | adagrad | rmsprop | sgd
+
+    def __post_init__(self) -> None:
+        p = "optim."
+        _check(self.name in ("adamw", "shampoo", "sgd"), p + "name", "must be one of adamw|shampoo|sgd", self.name)
+        _check(self.lr > 0, p + "lr", "must be > 0", self.lr)
+        _check(0 <= self.min_lr_ratio <= 1, p + "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
+        _check(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0", self.warmup_steps)
+        _check(self.weight_decay >= 0, p + "weight_decay", "must be >= 0", self.weight_decay)
+        _check(0 <= self.beta1 < 1, p + "beta1", "must be in [0, 1)", self.beta1)
+        _check(0 <= self.beta2 < 1, p + "beta2", "must be in [0, 1)", self.beta2)
+        _check(self.eps > 0, p + "eps", "must be > 0", self.eps)
+        _check(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 disables)", self.grad_clip)
+        _check(self.precondition_frequency >= 1, p + "precondition_frequency", "must be >= 1", self.precondition_frequency)
+        _check(self.start_preconditioning_step >= 0, p + "start_preconditioning_step", "must be >= 0", self.start_preconditioning_step)
+        _check(self.max_preconditioner_dim >= 1, p + "max_preconditioner_dim", "must be >= 1", self.max_preconditioner_dim)
+        _check(self.shampoo_epsilon > 0, p + "shampoo_epsilon", "must be > 0", self.shampoo_epsilon)
+        _check(0 < self.shampoo_beta2 <= 1, p + "shampoo_beta2", "must be in (0, 1]", self.shampoo_beta2)
+        _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
+
+
+CODECS = ("fp32", "bf16", "int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2")
+
+
+@dataclass
+class SyncConfig:
+    """How islands synchronise. Symbols follow Streaming DiLoCo (Douillard et al. 2025) and butterfly mixing
+    (Zhao & Canny 2013): H inner steps per window, P = n_fragments, tau = overlap delay, alpha = merge weight."""
+
+    strategy: str = "ddp"  # ddp | diloco | butterfly
+    H: int = 50
+    n_fragments: int = 1  # P; 1 = plain (non-streaming) DiLoCo
+    tau: int = 0  # inner steps between sending a fragment and applying its outer result
+    alpha: float = 0.0  # merge: theta_local <- alpha * theta_local + (1 - alpha) * theta_global_new
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    nesterov: bool = True
+    codec: str = "fp32"
+    codec_block_size: int = 128
+    stochastic_rounding: bool = True
+    error_feedback: bool = True
+    routing_sync: bool = True  # all-reduce expert loads every step on their own channel
+    # butterfly
+    exchanges_per_window: int = 6  # how many times each fragment is exchanged per H-step window
+    delay: int = 2  # a partner's fragment sent at step t is merged at step t + delay
+
+    def __post_init__(self) -> None:
+        p = "sync."
+        _check(self.strategy in ("ddp", "diloco", "butterfly"), p + "strategy", "must be one of ddp|diloco|butterfly", self.strategy)
+        _check(self.H >= 1, p + "H", "must be >= 1", self.H)
+        _check(self.n_fragments >= 1, p + "n_fragments", "must be >= 1", self.n_fragments)
+        _check(self.H >= self.n_fragments, p + "H", f"must be >= sync.n_fragments={self.n_fragments} so every fragment gets its own offset", self.H)
+        _check(0 <= self.tau < self.H, p + "tau", f"must satisfy 0 <= tau < sync.H={self.H}", self.tau)
+        _check(0.0 <= self.alpha <= 1.0, p + "alpha", "must be in [0, 1]", self.alpha)
+        _check(self.outer_lr > 0, p + "outer_lr", "must be > 0", self.outer_lr)
+        _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
+        _check(self.codec in CODECS, p + "codec", "must be one of " + "|".join(CODECS), self.codec)
+        _check(self.codec_block_size >= 1, p + "codec_block_size", "must be >= 1", self.codec_block_size)
+        _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
+        _check(self.delay >= 0, p + "delay", "must be >= 0", self.delay)
+
+
+@dataclass
+class LinkConfig:
+    """Wide-area link between islands; see islands_kit/comm/link.py for the model and presets."""
+
+    preset: str = "transpacific-25g"
+    bandwidth_bps: float = 25e9  # bits per second
+    rtt_s: float = 0.145  # base round-trip time
+    jitter_sigma: float = 0.25  # log-normal body of the per-transfer extra latency (relative to rtt)
+    tail_prob: float = 0.01  # probability that a chunk/transfer hits the heavy (Pareto) tail
+    tail_alpha: float = 1.5  # Pareto shape of the tail
+    tail_scale_s: float = 0.2  # Pareto scale (seconds)
+    loss_prob: float = 0.0  # per-chunk loss probability
+    corrupt_prob: float = 0.0  # per-chunk corruption probability (detected by checksum)
+    n_connections: int = 8
+    warm: bool = True  # keep connections warm (no slow start)
+    idle_timeout_s: float = 1.0  # an idle connection falls back to cold after this long
+    init_cwnd_bytes: int = 14600  # TCP initial window (10 MSS)
+    pacing_bps: float = 0.0  # 0 = no pacing cap
+    chunk_bytes: int = 4 << 20
+    method: str = "chunked"  # chunked | naive
+    contact_period_s: float = 0.0  # >0: intermittent contact (LEO); link up for contact_fraction of each period
+    contact_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        p = "link."
+        _check(self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps), p + "bandwidth_bps", "must be a finite number > 0", self.bandwidth_bps)
+        _check(self.rtt_s >= 0, p + "rtt_s", "must be >= 0", self.rtt_s)
+        _check(self.jitter_sigma >= 0, p + "jitter_sigma", "must be >= 0", self.jitter_sigma)
+        _check(0 <= self.tail_prob <= 1, p + "tail_prob", "must be in [0, 1]", self.tail_prob)
+        _check(self.tail_alpha > 0, p + "tail_alpha", "must be > 0", self.tail_alpha)
+        _check(self.tail_scale_s >= 0, p + "tail_scale_s", "must be >= 0", self.tail_scale_s)
+        _check(0 <= self.loss_prob < 1, p + "loss_prob", "must be in [0, 1)", self.loss_prob)
+        _check(0 <= self.corrupt_prob < 1, p + "corrupt_prob", "must be in [0, 1)", self.corrupt_prob)
+        _check(self.loss_prob + self.corrupt_prob < 1, p + "loss_prob", "loss_prob + corrupt_prob must be < 1", self.loss_prob + self.corrupt_prob)
+        _check(self.n_connections >= 1, p + "n_connections", "must be >= 1", self.n_connections)
+        _check(self.idle_timeout_s >= 0, p + "idle_timeout_s", "must be >= 0", self.idle_timeout_s)
+        _check(self.init_cwnd_bytes >= 1, p + "init_cwnd_bytes", "must be >= 1", self.init_cwnd_bytes)
+        _check(self.pacing_bps >= 0, p + "pacing_bps", "must be >= 0 (0 = no cap)", self.pacing_bps)
+        _check(self.chunk_bytes >= 1, p + "chunk_bytes", "must be >= 1", self.chunk_bytes)
+        _check(self.method in ("chunked", "naive"), p + "method", "must be one of chunked|naive", self.method)
+        _check(self.contact_period_s >= 0, p + "contact_period_s", "must be >= 0", self.contact_period_s)
+        _check(0 < self.contact_fraction <= 1, p + "contact_fraction", "must be in (0, 1]", self.contact_fraction)
+
+
+@dataclass
+class IslandConfig:
+    """One island: its batch, how it splits the batch (dp_ranks x micro-batches) and its hardware profile."""
+
+    name: str = "island"
+    batch_size: int = 32  # sequences per inner step
+    micro_batch_size: int = 32  # sequences per forward/backward on one rank
+    dp_ranks: int = 1  # data-parallel ranks inside the island
+    hardware: str = "h100"  # profile name from islands_kit.islands.HARDWARE
+    n_accelerators: int = 1  # accelerators per island used by the simulated clock
+
+    def validate(self, where: str) -> None:
+        _check(isinstance(self.batch_size, int) and self.batch_size >= 1, where + ".batch_size", "must be an integer >= 1", self.batch_size)
+        _check(self.micro_batch_size >= 1, where + ".micro_batch_size", "must be >= 1", self.micro_batch_size)
+        _check(self.dp_ranks >= 1, where + ".dp_ranks", "must be >= 1", self.dp_ranks)
+        _check(self.batch_size % (self.dp_ranks * self.micro_batch_size) == 0, where + ".batch_size",
+               f"must split into dp_ranks x micro_batch_size = {self.dp_ranks}x{self.micro_batch_size} (gradient accumulation needs a whole number of micro-batches)", self.batch_size)
+        _check(self.n_accelerators >= 1, where + ".n_accelerators", "must be >= 1", self.n_accelerators)
+
+
+@dataclass
+class DataConfig:
+    corpus: str = "shakespeare"  # shakespeare | enwiki | hub:<name>[:config] | path to .txt/.parquet files
+    val_fraction: float = 0.05  # the last val_fraction of the bytes are validation
+    eval_bytes: int = 65536  # validation bytes scored at each evaluation (a fixed, evenly spaced sample); 0 = all
+
+    def __post_init__(self) -> None:
+        _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
+        _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
+
+
+@dataclass
+class ExperimentConfig:
+    experiment: str = "baseline"  # baseline | two_site | eight_cell
+    preset: str = "smoke"
+    seed: int = 0
+    steps: int = 100  # inner steps per island (all islands step together)
+    eval_every: int = 50
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+    islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])
+    wandb_mode: str = "offline"  # offline | online | disabled
+    wandb_project: str = "islands_kit"
+    wandb_group: str = ""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        _check(self.experiment in EXPERIMENTS, "experiment", "must be one of " + "|".join(EXPERIMENTS), self.experiment)
+        _check(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
+        _check(isinstance(self.steps, int) and self.steps >= 1, "steps", "must be an integer >= 1", self.steps)
+        _check(isinstance(self.eval_every, int) and self.eval_every >= 1, "eval_every", "must be an integer >= 1", self.eval_every)
+        _check(len(self.islands) >= 1, "islands", "must list at least one island", self.islands)
+        for i, isl in enumerate(self.islands):
+            isl.validate(f"islands[{i}]")
+        _check(self.wandb_mode in ("offline", "online", "disabled"), "wandb_mode", "must be one of offline|online|disabled", self.wandb_mode)
+        n = len(self.islands)
+        if self.sync.strategy == "butterfly":
+            _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
+        if self.experiment == "baseline":
+            _check(self.sync.strategy == "ddp", "sync.strategy", "the baseline experiment is synchronous: must be ddp", self.sync.strategy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
+        return _build(cls, d, "")
+
+
+EXPERIMENTS = ("baseline", "two_site", "eight_cell")
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    """Coerce ``value`` to the annotated type ``tp`` (bool/int/float/str, lists of dataclasses) or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        _check(isinstance(value, dict), path, f"must be a mapping of {tp.__name__} fields", value)
+        return _build(tp, value, path + ".")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        _check(isinstance(value, (list, tuple)), path, "must be a list", value)
+        return [_coerce(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        _check(isinstance(value, bool), path, "must be a boolean (true/false)", value)
+        return value
+    if tp is int:
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be an integer (got {value!r})") from None
+        _check(isinstance(value, int) and not isinstance(value, bool), path, "must be an integer", value)
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be a number (got {value!r})") from None
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), path, "must be a number", value)
+        value = float(value)
+        _check(not math.isnan(value), path, "must not be NaN", value)
+        return value
+    if tp is str:
+        _check(isinstance(value, str), path, "must be a string", value)
+        return value
+    return value
+
+
+def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls) if f.init}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (valid keys: {', '.join(sorted(names))})")
+    kwargs = {k: _coerce(hints[k], v, prefix + k) for k, v in d.items()}
+    return cls(**kwargs)
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:
+    """Apply dotted-path overrides such as ``{"sync.H": "100"}`` and re-validate; unknown keys and bad types raise."""
+    d = cfg.to_dict()
+    for key, value in overrides.items():
+        node: Any = d
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node, list):
+                _check(part.isdigit() and int(part) < len(node), ".".join(parts[: i + 1]), "must index an existing list item", part)
+                node = node[int(part)]
+            else:
+                _check(isinstance(node, dict) and part in node, ".".join(parts[: i + 1]), "unknown key", part)
+                node = node[part]
+        last = parts[-1]
+        if isinstance(node, list):
+            _check(last.isdigit() and int(last) < len(node), key, "must index an existing list item", last)
+            node[int(last)] = value
+        else:
+            _check(isinstance(node, dict) and last in node, key, "unknown key", last)
+            node[last] = value
+    return ExperimentConfig.from_dict(d)
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """Parse CLI ``--set key=value`` items."""
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: must have the form key=value (e.g. sync.H=100)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out

@@ -1,0 +1,261 @@
+"""``run_experiment(config) -> Result``: the one training loop for baseline, two_site and eight_cell.
+
+Per inner step, for every island this process holds:
+  forward/backward on its own batch (micro-batched) → simulated compute time on its hardware profile →
+  routing statistics synced on their own channel → [ddp: gradients all-reduced] → inner optimizer step →
+  sync strategy (DiLoCo fragments / butterfly exchanges) → evaluation every ``eval_every`` steps.
+Evaluation scores the strategy's evaluation parameters (the global model for DiLoCo) on fixed held-out bytes.
+At the end every transfer in flight completes, the final model is scored on *all* validation bytes, and
+``result.json`` + ``history.jsonl`` are written.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import islands_kit
+from islands_kit.comm.link import LinkModel
+from islands_kit.comm.transport import LocalTransport, Transport
+from islands_kit.config import ExperimentConfig
+from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.islands import Island, step_seconds
+from islands_kit.metrics import compressor_bpb, evaluate_bpb
+from islands_kit.model import MoETransformer
+from islands_kit.sync.base import SyncStrategy, strided_fragments
+from islands_kit.sync.butterfly import Butterfly
+from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
+from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.routing import RoutingSync, js_divergence
+from islands_kit.tracking import Tracker, write_json_atomic
+
+
+class Result(dict):
+    """result.json as a dict with attribute access (``result.final_val_bpb``)."""
+
+    def __getattr__(self, k: str) -> Any:
+        try:
+            return self[k]
+        except KeyError:
+            raise AttributeError(k) from None
+
+
+def git_sha() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except Exception:
+        return None
+
+
+def build_strategy(cfg: ExperimentConfig, models: dict[int, MoETransformer], transport: Transport) -> SyncStrategy:
+    s = cfg.sync
+    m0 = next(iter(models.values()))
+    if s.strategy == "ddp":
+        return DDP(models, transport)
+    frags = strided_fragments(m0.block_param_names(), m0.extra_param_names(), s.n_fragments)
+    if s.strategy == "diloco":
+        return DiLoCo(models, transport, frags, s, cfg.seed)
+    return Butterfly(models, transport, frags, s, cfg.seed)
+
+
+class Experiment:
+    """Everything one run holds; ``run()`` trains to the end. Split from ``run_experiment`` so that checkpointing,
+    fault injection and torch.distributed can drive the same loop."""
+
+    def __init__(self, cfg: ExperimentConfig, out_dir: str | Path | None = None, transport: Transport | None = None) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.out_dir = Path(out_dir) if out_dir else None
+        torch.manual_seed(cfg.seed)
+        # -- data ------------------------------------------------------------------------------------------------
+        self.corpus = load_corpus(cfg.data.corpus)
+        self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
+        T = cfg.model.seq_len
+        self.eval_x, self.eval_y = eval_windows(self.val, T, cfg.data.eval_bytes)
+        self.final_x, self.final_y = eval_windows(self.val, T, 0)
+        self.val_bytes = int(self.final_y.numel())
+        # -- transport -------------------------------------------------------------------------------------------
+        n = len(cfg.islands)
+        self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
+        # -- islands: identical initial weights, separate data streams -------------------------------------------
+        torch.manual_seed(cfg.seed)
+        base = MoETransformer(cfg.model)
+        self.params_total = base.num_params()
+        self.params_active = base.num_active_params()
+        self.islands: dict[int, Island] = {}
+        for i in self.transport.local_islands:
+            icfg = cfg.islands[i]
+            stream = BatchStream(self.train, icfg.batch_size, T, seed=cfg.seed, stream_id=i)
+            self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps,
+                                     step_seconds(icfg, cfg.model, self.params_active),
+                                     process_group=getattr(self.transport, "island_group", None))
+        self.eval_model = copy.deepcopy(base)
+        self.models = {i: isl.model for i, isl in self.islands.items()}
+        self.strategy = build_strategy(cfg, self.models, self.transport)
+        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1)
+        self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        self.val_curve: list[list[float]] = []
+        self.wall_start = time.time()
+        self.probe_x = self.eval_x[: min(8, len(self.eval_x))]
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _load_eval_model(self) -> MoETransformer:
+        first = self.islands[min(self.islands)].model
+        self.eval_model.load_state_dict(first.state_dict())  # buffers (expert bias) come from the first local island
+        self.eval_model.load_state_dict(self.strategy.eval_state(), strict=False)
+        self.eval_model.eval()
+        return self.eval_model
+
+    def evaluate(self, final: bool = False) -> float:
+        m = self._load_eval_model()
+        x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
+        return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
+
+    @torch.no_grad()
+    def routing_drift(self) -> float | None:
+        """Mean Jensen-Shannon divergence (bits) between island 0's routing distribution and each other local
+        island's on a fixed probe batch, averaged over layers (only where this process holds several islands)."""
+        ids = sorted(self.islands)
+        if len(ids) < 2 or self.cfg.model.n_experts == 1:
+            return None
+        dists = []
+        for i in ids:
+            m = self.islands[i].model
+            m.eval()
+            m(self.probe_x)
+            loads = m.routing_stats().loads
+            dists.append(loads / loads.sum(-1, keepdim=True))
+        return float(torch.stack([js_divergence(dists[0], d).mean() for d in dists[1:]]).mean())
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        self.step += 1
+        t = self.step
+        tokens = {}
+        losses = {}
+        for i, isl in self.islands.items():
+            losses[i] = isl.forward_backward()
+            self.transport.compute(i, isl.compute_s)
+            tokens[i] = isl.tokens_per_step
+        if self.routing is not None and self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
+            loads = {i: isl.last_loads for i, isl in self.islands.items()}
+            synced = self.routing.sync(loads, tokens)
+            for i, isl in self.islands.items():
+                isl.model.update_expert_bias(synced[i])
+        self.strategy.reduce_gradients(t, tokens)
+        for isl in self.islands.values():
+            isl.optimizer_step()
+        self.strategy.after_inner_step(t, tokens)
+        return losses
+
+    def run(self, tracker: Tracker | None = None) -> Result:
+        cfg = self.cfg
+        bar = None
+        if cfg.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.experiment}", leave=False)
+        while self.step < cfg.steps:
+            losses = self.train_step()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{sum(losses.values()) / len(losses):.3f}")
+            if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                self._record_eval(losses, final=False, tracker=tracker)
+        if bar is not None:
+            bar.close()
+        self.strategy.finalize(self.step)
+        losses = {i: isl.last_loss for i, isl in self.islands.items()}
+        self._record_eval(losses, final=True, tracker=tracker)
+        return self.result()
+
+    def _record_eval(self, losses: dict[int, float], final: bool, tracker: Tracker | None) -> None:
+        bpb = self.evaluate(final=final)
+        tokens = self.step * self.tokens_per_step
+        stats = self.islands[min(self.islands)].last_stats
+        rec: dict[str, Any] = {
+            "step": self.step, "tokens": tokens, "val_bpb": bpb, "final": final,
+            "train_loss": sum(losses.values()) / len(losses),
+            "sim_time_s": max(self.transport.clock.now.values()),
+            "cross_site_bytes": self.transport.ledger.bytes(),
+        }
+        if stats is not None and self.cfg.model.n_experts > 1:
+            rec["balance_loss"] = [round(float(v), 6) for v in stats.balance_loss]
+            rec["max_over_mean_load"] = [round(float(v), 4) for v in stats.max_over_mean]
+        drift = self.routing_drift()
+        if drift is not None:
+            rec["routing_js_bits"] = drift
+        self.history.append(rec)
+        self.val_curve.append([tokens, bpb])
+        if tracker is not None:
+            tracker.log(rec, step=self.step)
+
+    def result(self) -> Result:
+        cfg = self.cfg
+        led = self.transport.ledger
+        clock = self.transport.clock
+        n = len(cfg.islands)
+        fragments_stats = {}
+        if isinstance(self.transport, LocalTransport):
+            fragments_stats = self.transport.transfer_stats("fragments")
+        res = Result(
+            experiment=cfg.experiment, preset=cfg.preset, seed=cfg.seed, corpus=self.corpus.name,
+            corpus_sha256=self.corpus.sha256, tokens=self.step * self.tokens_per_step, steps=self.step,
+            params_total=self.params_total, params_active=self.params_active,
+            final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
+            compressor_bpb=compressor_bpb(bytes(self.val.numpy().tobytes())),
+            cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
+            gradient_bytes=led.bytes("gradients"),
+            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
+            routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
+            ledger=led.to_dict(), transfer_time_s=fragments_stats,
+            sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
+            island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
+            wall_time_s=time.time() - self.wall_start,
+            versions={"python": platform.python_version(), "torch": torch.__version__,
+                      "islands_kit": islands_kit.__version__},
+            git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
+            link=cfg.link.preset,
+        )
+        return res
+
+
+def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
+                   transport: Transport | None = None) -> Result:
+    """Train one experiment end to end; with ``out_dir`` write result.json and history.jsonl there."""
+    os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
+    exp = Experiment(cfg, out_dir, transport)
+    is_writer = min(exp.islands) == 0
+    tracker = Tracker(cfg, out_dir) if (out_dir and is_writer) else None
+    try:
+        res = exp.run(tracker)
+        if out_dir and is_writer:
+            write_outputs(Path(out_dir), res, exp.history)
+        if tracker is not None:
+            tracker.summary(res)
+    finally:
+        if tracker is not None:
+            tracker.close()
+    return res
+
+
+def write_outputs(out: Path, res: Result, history: list[dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "result.json", dict(res))
+    tmp = out / "history.jsonl.tmp"
+    with open(tmp, "w") as f:
+        for rec in history:
+            f.write(json.dumps(rec) + "\n")
+    os.replace(tmp, out / "history.jsonl")

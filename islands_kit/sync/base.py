@@ -1,0 +1,93 @@
+"""Shared pieces of the sync strategies: fragments of a model, flattening, and the strategy interface.
+
+A strategy sees the replicas of the islands this process holds (``models``: island id -> module) and a ``Transport``.
+It knows no experiment loop: the loop calls ``reduce_gradients`` after backward, ``after_inner_step`` after every inner
+optimizer step and ``finalize`` at the end.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import torch
+from torch import nn
+
+from islands_kit.comm.transport import Transport
+
+
+def strided_fragments(block_names: list[list[str]], extra: dict[str, list[str]], n_fragments: int) -> list[list[str]]:
+    """Streaming DiLoCo's strided assignment: block l goes to fragment l mod P, so every fragment spans the depth of
+    the network (the paper found strided better than sequential). The token embedding joins fragment 0 and the final
+    norm + output head join fragment P - 1, so the two ends of the network sync at different times too."""
+    P = n_fragments
+    if P > len(block_names):
+        raise ValueError(f"sync.n_fragments: must be <= the number of transformer blocks ({len(block_names)}) (got {P})")
+    frags: list[list[str]] = [[] for _ in range(P)]
+    for l, names in enumerate(block_names):
+        frags[l % P].extend(names)
+    for key, names in extra.items():
+        frags[0 if key == "embedding" else P - 1].extend(names)
+    return frags
+
+
+class FragmentView:
+    """The parameters of one fragment of one replica, flattened to a single fp32 vector and written back."""
+
+    def __init__(self, model: nn.Module, names: list[str]) -> None:
+        params = dict(model.named_parameters())
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise KeyError(f"fragment names not in model: {missing[:3]}")
+        self.params = [params[n] for n in names]
+        self.numel = sum(p.numel() for p in self.params)
+
+    @torch.no_grad()
+    def flat(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1).float() for p in self.params])
+
+    @torch.no_grad()
+    def assign(self, flat: torch.Tensor) -> None:
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            p.copy_(flat[off:off + n].view_as(p))
+            off += n
+
+    def flat_grad(self) -> torch.Tensor:
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in self.params])
+
+    def assign_grad(self, flat: torch.Tensor) -> None:
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[off:off + n].view_as(p).clone()
+            off += n
+
+
+class SyncStrategy(abc.ABC):
+    name: str = "base"
+
+    def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
+        self.models = models
+        self.transport = transport
+        self.ids = sorted(models)
+
+    def reduce_gradients(self, step: int, tokens: dict[int, int]) -> None:
+        """Called after backward, before the inner step. Only synchronous data-parallel training uses it."""
+
+    @abc.abstractmethod
+    def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
+        """Called after inner step ``step`` (1-based) with the tokens each local island processed in it."""
+
+    def finalize(self, step: int) -> None:
+        """Complete everything in flight at the end of training."""
+
+    @abc.abstractmethod
+    def eval_state(self) -> dict[str, torch.Tensor]:
+        """Parameters to evaluate (a state_dict subset applied over a replica): the global model where there is one."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,176 @@
+"""Butterfly mixing of model fragments between 2^k cells, without any all-reduce (Zhao & Canny, 2013).
+
+Schedule. With n = 2^k cells there are R = k rounds; in round r cell i pairs with cell i XOR 2^r. Each fragment p is
+exchanged E = ``exchanges_per_window`` times per H-step window, at window positions
+
+    s_{p,j} = (round(j · H / E) + o_p) mod H,  j = 0..E−1,   o_p = round(p · H / (E · P))
+
+(spread evenly, staggered across fragments so their traffic does not coincide); an exchange happens after inner step t
+when (t − 1) mod H = s_{p,j}. The c-th exchange of fragment p (c = 0, 1, …, counted over the whole run) uses round
+r = c mod R, so with H=50, E=6 and 8 cells every fragment goes through two complete butterflies per window.
+
+Merge rule (exact). At an exchange after step t, cell i sends its fragment θ_i[p](t) (through the codec, with
+stochastic rounding and per-(cell, fragment) error feedback when enabled) to its partner j and receives θ_j[p](t).
+After step t + d (d = ``delay``) cell i sets
+
+    θ_i[p] ← ½ · (θ_i[p](t + d) + θ̂_j[p](t))
+
+i.e. the equal-weight mean of its own fragment *at that moment* and the partner's fragment *as sent*. With d = 0 this
+is the classic butterfly: after R rounds of instantaneous merges the mixing matrix is exactly uniform (1/n), every
+cell's update has reached every cell (``mixing_matrix``; tested). With d > 0 the local steps taken during the delay
+(t, t + d] count with weight ½ instead of 1 and the partner contributes its state d steps stale; the cell average is
+then no longer exactly preserved — the price of overlapping communication with compute.
+
+Evaluation uses cell 0's replica (what one cell would deploy; with a well-mixed schedule every cell is close to it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from islands_kit.comm.codecs import ErrorFeedback, get_codec
+from islands_kit.comm.transport import Handle, Transport
+from islands_kit.config import SyncConfig
+from islands_kit.sync.base import FragmentView, SyncStrategy
+
+
+def check_power_of_two(n: int) -> int:
+    """Number of rounds R = log2(n); a cell count that is not a power of two >= 2 is an error."""
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"islands: butterfly mixing needs a power-of-two number of cells >= 2 (got {n})")
+    return n.bit_length() - 1
+
+
+def partner(cell: int, round_: int) -> int:
+    return cell ^ (1 << round_)
+
+
+def window_positions(H: int, E: int, P: int, p: int) -> list[int]:
+    """Positions s_{p,j} in [0, H) of fragment p's E exchanges inside each window."""
+    o = round(p * H / (E * P))
+    return sorted({(round(j * H / E) + o) % H for j in range(E)})
+
+
+@dataclass(frozen=True)
+class Exchange:
+    step: int  # exchange after this inner step (1-based)
+    fragment: int
+    round: int
+    pairs: tuple[tuple[int, int], ...]  # (i, partner) for every cell i
+
+
+def butterfly_schedule(n_cells: int, H: int, E: int, P: int, steps: int) -> list[Exchange]:
+    """Every exchange of a run, in step order then fragment order."""
+    R = check_power_of_two(n_cells)
+    pos = [set(window_positions(H, E, P, p)) for p in range(P)]
+    counter = [0] * P
+    out: list[Exchange] = []
+    for t in range(1, steps + 1):
+        for p in range(P):
+            if (t - 1) % H in pos[p]:
+                r = counter[p] % R
+                counter[p] += 1
+                out.append(Exchange(t, p, r, tuple((i, partner(i, r)) for i in range(n_cells))))
+    return out
+
+
+def mixing_matrix(n_cells: int, rounds: list[int]) -> torch.Tensor:
+    """W such that x_after = W @ x_before for instantaneous (delay 0) equal-weight merges in the given rounds.
+
+    Each round's matrix averages every cell with its partner; the product over rounds 0..R−1 is the uniform matrix."""
+    check_power_of_two(n_cells)
+    W = torch.eye(n_cells, dtype=torch.float64)
+    for r in rounds:
+        M = torch.zeros(n_cells, n_cells, dtype=torch.float64)
+        for i in range(n_cells):
+            M[i, i] = 0.5
+            M[i, partner(i, r)] = 0.5
+        W = M @ W
+    return W
+
+
+@dataclass
+class _Pending:
+    apply_at: int
+    fragment: int
+    handle: Handle
+
+
+class Butterfly(SyncStrategy):
+    name = "butterfly"
+
+    def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
+                 cfg: SyncConfig, seed: int) -> None:
+        super().__init__(models, transport)
+        self.cfg = cfg
+        self.n = transport.n_islands
+        self.R = check_power_of_two(self.n)
+        self.P = len(fragments)
+        self.pos = [set(window_positions(cfg.H, cfg.exchanges_per_window, self.P, p)) for p in range(self.P)]
+        self.counter = [0] * self.P
+        self.views = {i: [FragmentView(m, names) for names in fragments] for i, m in models.items()}
+        self.codec = get_codec(cfg.codec, cfg.codec_block_size)
+        self.ef = ErrorFeedback(enabled=cfg.error_feedback)
+        self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 29) for i in self.ids}
+        self.pending: list[_Pending] = []
+        self.n_exchanges = 0
+
+    def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
+        self._apply_due(step)
+        for p in range(self.P):
+            if (step - 1) % self.cfg.H in self.pos[p]:
+                r = self.counter[p] % self.R
+                self.counter[p] += 1
+                self._exchange(step, p, r)
+        self._apply_due(step)
+
+    def finalize(self, step: int) -> None:
+        for pend in sorted(self.pending, key=lambda x: (x.apply_at, x.fragment)):
+            self._merge(pend)
+        self.pending = []
+
+    def _exchange(self, step: int, p: int, r: int) -> None:
+        payloads = {}
+        for i in self.ids:
+            payloads[i], _ = self.ef.compress((i, p), self.views[i][p].flat(), self.codec,
+                                              stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
+        handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
+        self.pending.append(_Pending(step + self.cfg.delay, p, handle))
+        self.n_exchanges += 1
+
+    def _apply_due(self, step: int) -> None:
+        due = [x for x in self.pending if x.apply_at <= step]
+        self.pending = [x for x in self.pending if x.apply_at > step]
+        for pend in due:
+            self._merge(pend)
+
+    @torch.no_grad()
+    def _merge(self, pend: _Pending) -> None:
+        for i in self.ids:
+            theirs = pend.handle.wait(i)
+            v = self.views[i][pend.fragment]
+            v.assign(0.5 * (v.flat() + theirs))
+
+    def eval_state(self) -> dict[str, torch.Tensor]:
+        return dict(self.models[self.ids[0]].state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "counter": list(self.counter),
+            "ef": self.ef.state_dict(),
+            "gens": {i: g.get_state() for i, g in self.gens.items()},
+            "pending": [(x.apply_at, x.fragment, {i: x.handle.wait_result(i) for i in self.ids}, dict(x.handle.arrival))
+                        for x in self.pending],
+            "n_exchanges": self.n_exchanges,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.counter = list(d["counter"])
+        self.ef.load_state_dict(d["ef"])
+        for i, s in d["gens"].items():
+            self.gens[int(i)].set_state(s)
+        self.pending = [_Pending(a, p, Handle(dict(res), dict(arr), self.transport.clock)) for a, p, res, arr in d["pending"]]
+        self.n_exchanges = d["n_exchanges"]

@@ -1,0 +1,195 @@
+"""DiLoCo and Streaming DiLoCo: local inner steps, fragment-wise outer steps on a global copy.
+
+DiLoCo (Douillard et al., 2023): every island trains its replica for H inner steps; the outer gradient
+Δ_i = θ_global − θ_i is averaged across islands (weighted by tokens processed) and applied to θ_global by an outer
+optimizer (SGD with Nesterov momentum, lr 0.7, momentum 0.9); replicas restart from θ_global.
+
+Streaming DiLoCo (Douillard et al., 2025) — symbols as in the paper:
+  * P = ``n_fragments``: the blocks are split into P fragments with *strided* assignment (block l → fragment l mod P;
+    token embedding with fragment 0, final norm + head with fragment P−1, see ``sync.base.strided_fragments``).
+  * Fragment p syncs after inner steps t ≡ offset_p (mod H), offsets spread evenly across the window:
+    offset_p = round((p + 1) · H / P) mod H, so with P=1 the single fragment syncs at t = H, 2H, … (plain DiLoCo).
+  * τ = ``tau``: the outer result of a sync posted after step t lands after step t + τ (the transfer overlaps τ inner
+    steps of compute); then the replica merges: θ_i ← α · θ_i + (1 − α) · θ_global (α = ``alpha``).
+  * Outer gradients cross the wire through a codec (e.g. 4-bit) with stochastic rounding and per-fragment error
+    feedback: the quantisation residual of fragment p on island i is added to that fragment's next outer gradient.
+  * Evaluation uses the global (outer) parameters. ``finalize`` completes every transfer in flight and then syncs
+    every fragment once more, so the final model contains every island's last steps (those bytes are counted).
+
+Islands absent from a sync (preempted) simply do not contribute; the token-weighted average uses those present.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from islands_kit.comm.codecs import ErrorFeedback, get_codec
+from islands_kit.comm.transport import Handle, Transport
+from islands_kit.config import SyncConfig
+from islands_kit.sync.base import FragmentView, SyncStrategy
+
+
+def fragment_offsets(H: int, P: int) -> list[int]:
+    """Step offsets inside the H-step window at which each fragment syncs (t ≡ offset_p mod H)."""
+    return [round((p + 1) * H / P) % H for p in range(P)]
+
+
+def streaming_schedule(H: int, P: int, steps: int) -> list[tuple[int, int]]:
+    """(step, fragment) pairs at which fragments sync during ``steps`` inner steps (1-based steps)."""
+    offs = fragment_offsets(H, P)
+    return [(t, p) for t in range(1, steps + 1) for p in range(P) if t % H == offs[p]]
+
+
+@dataclass
+class _Pending:
+    apply_at: int
+    fragment: int
+    handle: Handle
+
+
+class DiLoCo(SyncStrategy):
+    """Streaming DiLoCo; with ``n_fragments=1`` and ``tau=0`` it is plain DiLoCo."""
+
+    name = "diloco"
+
+    def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
+                 cfg: SyncConfig, seed: int) -> None:
+        super().__init__(models, transport)
+        if len(fragments) != cfg.n_fragments:
+            raise ValueError(f"sync.n_fragments: got {cfg.n_fragments} but {len(fragments)} fragment name lists")
+        self.cfg = cfg
+        self.P = cfg.n_fragments
+        self.offsets = fragment_offsets(cfg.H, self.P)
+        self.views = {i: [FragmentView(m, names) for names in fragments] for i, m in models.items()}
+        first = self.views[self.ids[0]]
+        # the global (outer) parameters, one flat fp32 vector per fragment, identical on every process
+        self.global_params = [nn.Parameter(v.flat().clone()) for v in first]
+        self.outer_opts = [self._outer_opt(g) for g in self.global_params]
+        self.codec = get_codec(cfg.codec, cfg.codec_block_size)
+        self.ef = ErrorFeedback(enabled=cfg.error_feedback)
+        self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
+        self.tokens_since = {i: [0] * self.P for i in self.ids}
+        self.pending: list[_Pending] = []
+        self.present: dict[int, bool] = {i: True for i in self.ids}
+        self.names = fragments
+        self.n_syncs = 0
+
+    def _outer_opt(self, g: nn.Parameter) -> torch.optim.Optimizer:
+        c = self.cfg
+        return torch.optim.SGD([g], lr=c.outer_lr, momentum=c.outer_momentum,
+                               nesterov=c.nesterov and c.outer_momentum > 0)
+
+    # -- the schedule ---------------------------------------------------------------------------------------------
+    def fragments_due(self, step: int) -> list[int]:
+        return [p for p in range(self.P) if step % self.cfg.H == self.offsets[p]]
+
+    def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
+        for i in self.ids:
+            for p in range(self.P):
+                self.tokens_since[i][p] += tokens.get(i, 0)
+        self._apply_due(step)
+        for p in self.fragments_due(step):
+            self._send(step, p)
+        self._apply_due(step)  # tau = 0: the outer result lands in the same step
+
+    def finalize(self, step: int) -> None:
+        for pend in sorted(self.pending, key=lambda x: (x.apply_at, x.fragment)):
+            self._apply(pend)
+        self.pending = []
+        for p in range(self.P):  # one last full sync so the final global model holds every island's last steps
+            if any(self.tokens_since[i][p] for i in self.ids):
+                self._send(step, p, apply_at=step)
+        self._apply_due(step)
+
+    # -- one fragment sync ----------------------------------------------------------------------------------------
+    def outer_gradient(self, island: int, p: int) -> torch.Tensor:
+        """Δ_i = θ_global − θ_i for fragment p (the direction the outer optimizer descends)."""
+        return self.global_params[p].detach() - self.views[island][p].flat()
+
+    def _send(self, step: int, p: int, apply_at: int | None = None) -> None:
+        payloads, weights = {}, {}
+        for i in self.ids:
+            if not self.present[i]:
+                continue
+            delta = self.outer_gradient(i, p)
+            payloads[i], _ = self.ef.compress((i, p), delta, self.codec, stochastic=self.cfg.stochastic_rounding,
+                                              generator=self.gens[i])
+            weights[i] = float(self.tokens_since[i][p])
+            self.tokens_since[i][p] = 0
+        handle = self.transport.all_reduce("fragments", payloads, weights)
+        self.pending.append(_Pending(step + self.cfg.tau if apply_at is None else apply_at, p, handle))
+        self.n_syncs += 1
+
+    def _apply_due(self, step: int) -> None:
+        due = [x for x in self.pending if x.apply_at <= step]
+        self.pending = [x for x in self.pending if x.apply_at > step]
+        for pend in due:
+            self._apply(pend)
+
+    @torch.no_grad()
+    def _apply(self, pend: _Pending) -> None:
+        p = pend.fragment
+        mean_delta = None
+        for i in self.ids:
+            if self.present[i]:
+                mean_delta = pend.handle.wait(i)  # identical on every island; waiting advances each island's clock
+        assert mean_delta is not None
+        g = self.global_params[p]
+        g.grad = mean_delta.clone().view_as(g)
+        self.outer_opts[p].step()
+        g.grad = None
+        a = self.cfg.alpha
+        for i in self.ids:
+            if not self.present[i]:
+                continue
+            v = self.views[i][p]
+            v.assign(a * v.flat() + (1.0 - a) * g.detach() if a > 0 else g.detach())
+
+    # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
+    def eval_state(self) -> dict[str, torch.Tensor]:
+        state: dict[str, torch.Tensor] = {}
+        for p, names in enumerate(self.names):
+            flat = self.global_params[p].detach()
+            off = 0
+            for n, prm in zip(names, self.views[self.ids[0]][p].params):
+                state[n] = flat[off:off + prm.numel()].view_as(prm).clone()
+                off += prm.numel()
+        return state
+
+    @torch.no_grad()
+    def rejoin(self, island: int) -> None:
+        """A returning (preempted) island takes the current global state before it trains again."""
+        for p in range(self.P):
+            self.views[island][p].assign(self.global_params[p].detach())
+            self.tokens_since[island][p] = 0
+        self.present[island] = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "global_params": [g.detach().clone() for g in self.global_params],
+            "outer_opts": [o.state_dict() for o in self.outer_opts],
+            "ef": self.ef.state_dict(),
+            "gens": {i: g.get_state() for i, g in self.gens.items()},
+            "tokens_since": {i: list(v) for i, v in self.tokens_since.items()},
+            "pending": [(x.apply_at, x.fragment, {i: x.handle.wait_result(i) for i in self.ids}, dict(x.handle.arrival))
+                        for x in self.pending],
+            "present": dict(self.present),
+            "n_syncs": self.n_syncs,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for g, v in zip(self.global_params, d["global_params"]):
+                g.copy_(v)
+        for o, s in zip(self.outer_opts, d["outer_opts"]):
+            o.load_state_dict(s)
+        self.ef.load_state_dict(d["ef"])
+        for i, s in d["gens"].items():
+            self.gens[int(i)].set_state(s)
+        self.tokens_since = {int(i): list(v) for i, v in d["tokens_since"].items()}
+        self.pending = [_Pending(a, p, Handle(dict(res), dict(arr), self.transport.clock)) for a, p, res, arr in d["pending"]]
+        self.present = {int(i): bool(v) for i, v in d["present"].items()}
+        self.n_syncs = d["n_syncs"]

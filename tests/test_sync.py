@@ -1,0 +1,238 @@
+"""Sync strategies against plain references: DiLoCo H=1 == synchronous training, streaming P=1 == a hand-written
+DiLoCo, butterfly schedule pinned and its mixing matrix uniform after log2(n) rounds."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from islands_kit.comm.transport import LocalTransport
+from islands_kit.config import SyncConfig
+from islands_kit.sync.base import strided_fragments
+from islands_kit.sync.butterfly import Butterfly, butterfly_schedule, check_power_of_two, mixing_matrix, window_positions
+from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
+from islands_kit.sync.diloco import DiLoCo, fragment_offsets, streaming_schedule
+
+
+class TinyNet(nn.Module):
+    """Three 'blocks' so fragments have something to split."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(6, 6) for _ in range(3)])
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = torch.tanh(b(x))
+        return self.head(x)
+
+    def block_param_names(self) -> list[list[str]]:
+        return [[f"blocks.{i}.weight", f"blocks.{i}.bias"] for i in range(3)]
+
+    def extra_param_names(self) -> dict[str, list[str]]:
+        return {"head": ["head.weight", "head.bias"]}
+
+
+def make_replicas(n: int, seed: int = 0) -> dict[int, TinyNet]:
+    torch.manual_seed(seed)
+    base = TinyNet()
+    return {i: copy.deepcopy(base) for i in range(n)}
+
+
+def batches(n: int, steps: int, seed: int = 1) -> list[dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+    g = torch.Generator().manual_seed(seed)
+    return [{i: (torch.randn(4, 6, generator=g), torch.randn(4, 2, generator=g)) for i in range(n)} for _ in range(steps)]
+
+
+def train(models, strategy, data, lr=0.1, tokens=None):
+    opts = {i: torch.optim.SGD(m.parameters(), lr=lr) for i, m in models.items()}
+    tokens = tokens or {i: 4 for i in models}
+    for t, batch in enumerate(data, start=1):
+        for i, m in models.items():
+            x, y = batch[i]
+            ((m(x) - y) ** 2).mean().backward()
+        strategy.reduce_gradients(t, tokens)
+        for i in models:
+            opts[i].step()
+            opts[i].zero_grad()
+        strategy.after_inner_step(t, tokens)
+    strategy.finalize(len(data))
+
+
+def flat(m: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+def test_diloco_h1_equals_synchronous_training():
+    """H=1, one fragment, tau=0, fp32, outer SGD lr 1 without momentum == data-parallel SGD on the summed batch."""
+    data = batches(2, 6)
+    ref = make_replicas(2)
+    train(ref, DDP(ref, LocalTransport(2)), data)
+    models = make_replicas(2)
+    cfg = SyncConfig(strategy="diloco", H=1, n_fragments=1, tau=0, alpha=0.0, outer_lr=1.0, outer_momentum=0.0,
+                     codec="fp32", error_feedback=False)
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 1)
+    strat = DiLoCo(models, LocalTransport(2), frags, cfg, seed=0)
+    train(models, strat, data)
+    g = torch.cat([strat.global_params[0].detach()])
+    # the global copy is in fragment order; compare through eval_state
+    ev = strat.eval_state()
+    for name, p in ref[0].named_parameters():
+        assert torch.allclose(ev[name], p.detach(), atol=1e-6), name
+    assert torch.allclose(flat(models[0]), flat(ref[0]), atol=1e-6)
+    assert torch.allclose(flat(models[1]), flat(ref[1]), atol=1e-6)
+    assert g.numel() == flat(ref[0]).numel()
+
+
+def test_ddp_replicas_equal_single_model_on_summed_batch():
+    data = batches(2, 5)
+    models = make_replicas(2)
+    train(models, DDP(models, LocalTransport(2)), data)
+    torch.manual_seed(0)
+    single = TinyNet()
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    for batch in data:
+        x = torch.cat([batch[0][0], batch[1][0]])
+        y = torch.cat([batch[0][1], batch[1][1]])
+        ((single(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    assert torch.allclose(flat(models[0]), flat(single), atol=1e-6)
+    assert torch.equal(flat(models[0]), flat(models[1]))
+
+
+def reference_diloco(models, data, H, lr_outer, momentum, lr_inner=0.1):
+    """Plain DiLoCo written out by hand: H local SGD steps, mean outer gradient, Nesterov SGD on the global copy."""
+    glob = flat(models[0]).clone()
+    buf = torch.zeros_like(glob)
+    opts = {i: torch.optim.SGD(m.parameters(), lr=lr_inner) for i, m in models.items()}
+    for t, batch in enumerate(data, start=1):
+        for i, m in models.items():
+            x, y = batch[i]
+            ((m(x) - y) ** 2).mean().backward()
+            opts[i].step()
+            opts[i].zero_grad()
+        if t % H == 0:
+            delta = torch.stack([glob - flat(m) for m in models.values()]).mean(0)
+            buf = momentum * buf + delta  # torch.optim.SGD's momentum buffer (dampening 0)
+            glob = glob - lr_outer * (delta + momentum * buf)  # Nesterov
+            for m in models.values():
+                torch.nn.utils.vector_to_parameters(glob.clone(), m.parameters())
+    return glob
+
+
+def test_streaming_one_fragment_tau0_equals_plain_diloco():
+    data = batches(2, 12)
+    ref_models = make_replicas(2)
+    glob_ref = reference_diloco(ref_models, data, H=4, lr_outer=0.7, momentum=0.9)
+    models = make_replicas(2)
+    # a single fragment in model.parameters() order so the flat vectors line up with the reference
+    names = [[n for n, _ in models[0].named_parameters()]]
+    cfg = SyncConfig(strategy="diloco", H=4, n_fragments=1, tau=0, alpha=0.0, codec="fp32", error_feedback=False)
+    strat = DiLoCo(models, LocalTransport(2), names, cfg, seed=0)
+    opts = {i: torch.optim.SGD(m.parameters(), lr=0.1) for i, m in models.items()}
+    for t, batch in enumerate(data, start=1):
+        for i, m in models.items():
+            x, y = batch[i]
+            ((m(x) - y) ** 2).mean().backward()
+            opts[i].step()
+            opts[i].zero_grad()
+        strat.after_inner_step(t, {0: 4, 1: 4})
+    assert torch.allclose(strat.global_params[0].detach(), glob_ref, atol=1e-5)
+    assert torch.allclose(flat(models[0]), glob_ref, atol=1e-5)
+
+
+def test_streaming_schedule_offsets_and_peak_bytes():
+    assert fragment_offsets(50, 1) == [0]
+    assert fragment_offsets(50, 2) == [25, 0]
+    sched = streaming_schedule(H=8, P=2, steps=16)
+    assert sched == [(4, 0), (8, 1), (12, 0), (16, 1)]
+    # each fragment carries ~1/P of the bytes of a full (non-streaming) sync
+    models = make_replicas(2)
+    n_total = sum(p.numel() for p in models[0].parameters())
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 3)
+    cfg = SyncConfig(strategy="diloco", H=6, n_fragments=3, tau=1, codec="fp32")
+    tr = LocalTransport(2)
+    strat = DiLoCo(models, tr, frags, cfg, seed=0)
+    strat.after_inner_step(2, {0: 4, 1: 4})  # fragment 0 (offset 2)
+    sizes = [sum(dict(models[0].named_parameters())[n].numel() for n in f) for f in frags]
+    assert tr.ledger.bytes("fragments") == 2 * 4 * sizes[0]  # two directions, fp32
+    assert max(sizes) < n_total
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_mixing_matrix_uniform_after_log2_rounds(n):
+    R = check_power_of_two(n)
+    W = mixing_matrix(n, list(range(R)))
+    assert torch.allclose(W, torch.full((n, n), 1.0 / n, dtype=torch.float64), atol=1e-15)
+    if R > 1:  # one round short: not every update has reached every cell
+        assert (mixing_matrix(n, list(range(R - 1))) == 0).any()
+    # rows sum to one: a merge never creates or loses mass
+    assert torch.allclose(W.sum(1), torch.ones(n, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 6, 12])
+def test_butterfly_rejects_non_power_of_two(n):
+    with pytest.raises(ValueError, match="power-of-two"):
+        check_power_of_two(n)
+
+
+def test_butterfly_schedule_pinned_small_cases():
+    # 2 cells, H=4, 2 exchanges per window, one fragment: window positions {0, 2} -> steps 1, 3, 5, 7
+    s = butterfly_schedule(2, H=4, E=2, P=1, steps=8)
+    assert [(e.step, e.fragment, e.round) for e in s] == [(1, 0, 0), (3, 0, 0), (5, 0, 0), (7, 0, 0)]
+    assert s[0].pairs == ((0, 1), (1, 0))
+    # 4 cells, H=8, 2 exchanges per window, 2 fragments: rounds alternate 0, 1 per fragment
+    s = butterfly_schedule(4, H=8, E=2, P=2, steps=8)
+    assert [(e.step, e.fragment, e.round) for e in s] == [(1, 0, 0), (3, 1, 0), (5, 0, 1), (7, 1, 1)]
+    assert s[2].pairs == ((0, 2), (1, 3), (2, 0), (3, 1))
+    # 8 cells, the seed's schedule: H=50, 6 exchanges per fragment per window, rounds 0,1,2,0,1,2
+    assert window_positions(50, 6, 1, 0) == [0, 8, 17, 25, 33, 42]
+    s = butterfly_schedule(8, H=50, E=6, P=2, steps=100)
+    for p in range(2):
+        mine = [e for e in s if e.fragment == p]
+        assert len(mine) == 12
+        assert [e.round for e in mine] == [0, 1, 2] * 4
+        assert all(j == i ^ (1 << e.round) for e in mine for i, j in e.pairs)
+    assert [e.step for e in s if e.fragment == 1][:3] == [5, 13, 22]
+
+
+def test_butterfly_instant_merges_reach_the_average():
+    """Delay 0, no training in between: after R exchanges of one fragment every cell holds the mean."""
+    n = 8
+    models = make_replicas(n)
+    for i, m in models.items():  # give every cell different weights
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(float(i))
+    mean = torch.stack([flat(m) for m in models.values()]).mean(0)
+    names = [[nm for nm, _ in models[0].named_parameters()]]
+    cfg = SyncConfig(strategy="butterfly", H=3, n_fragments=1, exchanges_per_window=3, delay=0, codec="fp32",
+                     error_feedback=False)
+    tr = LocalTransport(n)
+    strat = Butterfly(models, tr, names, cfg, seed=0)
+    for t in (1, 2, 3):
+        strat.after_inner_step(t, {i: 1 for i in range(n)})
+    for m in models.values():
+        assert torch.allclose(flat(m), mean, atol=1e-5)
+    # every exchange is a pairwise send: n messages per exchange, 4 bytes per value
+    assert tr.ledger.channels["fragments"].messages == 3 * n
+    assert tr.ledger.bytes("fragments") == 3 * n * 4 * mean.numel()
+    assert all(src ^ dst in (1, 2, 4) for (src, dst) in tr.ledger.links)
+
+
+def test_ddp_equivalent_bytes_formula():
+    assert ddp_equivalent_bytes(1000, 1, 10) == 0
+    assert ddp_equivalent_bytes(1000, 2, 10) == 8 * 1000 * 10
+    assert ddp_equivalent_bytes(1000, 8, 1) == 8 * 7 * 1000
+
+
+def test_ddp_ledger_matches_formula_for_two_islands():
+    models = make_replicas(2)
+    tr = LocalTransport(2)
+    train(models, DDP(models, tr), batches(2, 3))
+    n_params = sum(p.numel() for p in models[0].parameters())
+    assert tr.ledger.bytes("gradients") == ddp_equivalent_bytes(n_params, 2, 3)
