@@ -93,6 +93,7 @@ class Island:
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_lambda(s, optim_cfg, total_steps))
         self.stream = stream
+        self.process_group = process_group  # this island's ranks under torch.distributed (None in one process)
         self.compute_s = compute_s
         self.n_chunks = cfg.batch_size // cfg.micro_batch_size  # dp_ranks x micro-batches per rank
         self.tokens_per_step = cfg.batch_size * stream.seq_len
@@ -102,22 +103,46 @@ class Island:
         self.last_stats = None
 
     def forward_backward(self) -> float:
-        """One island batch: every rank's micro-batches, gradients accumulated as the mean over the batch."""
+        """One island batch: every rank's micro-batches, gradients accumulated as the mean over the batch.
+
+        In one process the island's ranks run one after another. Under torch.distributed with several processes per
+        island (``process_group`` of size R), rank r runs only its contiguous share of the micro-batches and the
+        gradients, loss and routing loads are then summed over the island's group — the same mean, summed in a
+        different order (equal within float tolerance, not bitwise)."""
         self.model.train()
-        x, y = self.stream.next()  # (B, T)
-        loss_sum = 0.0
+        x, y = self.stream.next()  # (B, T): every rank draws the whole island batch so the streams stay in step
+        xs, ys = x.chunk(self.n_chunks), y.chunk(self.n_chunks)  # n_chunks x (micro_batch_size, T)
+        size, rank = self._group_size_rank()
+        lo, hi = rank * self.n_chunks // size, (rank + 1) * self.n_chunks // size
+        loss_sum = torch.zeros((), dtype=torch.float64)
         loads = None
-        for xc, yc in zip(x.chunk(self.n_chunks), y.chunk(self.n_chunks)):  # (micro_batch_size, T) each
+        for xc, yc in zip(xs[lo:hi], ys[lo:hi]):
             out = self.model(xc, yc)
             ((out.loss + out.aux_loss) / self.n_chunks).backward()
-            loss_sum += float(out.loss.detach())
+            loss_sum += out.loss.detach().double()
             stats = self.model.routing_stats()
             loads = stats.loads.clone() if loads is None else loads + stats.loads
             self.last_stats = stats
-        self.last_loss = loss_sum / self.n_chunks
+        if size > 1:
+            import torch.distributed as dist
+
+            for p in self.model.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad, group=self.process_group)
+            dist.all_reduce(loss_sum, group=self.process_group)
+            dist.all_reduce(loads, group=self.process_group)
+        self.last_loss = float(loss_sum) / self.n_chunks
         self.last_loads = loads
         self.tokens_seen += self.tokens_per_step
         return self.last_loss
+
+    def _group_size_rank(self) -> tuple[int, int]:
+        if self.process_group is None:
+            return 1, 0
+        import torch.distributed as dist
+
+        return dist.get_world_size(self.process_group), dist.get_rank(self.process_group)
 
     def optimizer_step(self) -> None:
         if self.optim_cfg.grad_clip > 0:

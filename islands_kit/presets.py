@@ -27,20 +27,19 @@ _RUN = {
     "demo": dict(steps=600, eval_every=100, data=dict(eval_bytes=32768), optim=dict(warmup_steps=60, lr=2e-3)),
     "gpu": dict(steps=5000, eval_every=250, data=dict(eval_bytes=262144), optim=dict(warmup_steps=200, lr=1e-3)),
 }
-_SCALE = {"smoke": 8, "demo": 1, "gpu": 1}  # smoke divides the batches
 
 
-def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
-    k = _SCALE[preset]
+def _islands(experiment: str) -> list[dict[str, Any]]:
+    """The same global batch of 40 sequences in every experiment (3:2 = 24 + 16 for two sites, 8 x 5 for cells).
+
+    Site A: 3 units of the faster profile, 2 data-parallel ranks of 12 sequences; site B: 4 units of the slower
+    profile, one rank accumulating 2 micro-batches of 8. Per-step compute is then equal (3:2 throughput for 3:2
+    batches), as a well-planned two-site run would arrange."""
     if experiment in ("baseline", "two_site"):
-        a = dict(name="site-a", batch_size=24 // k if k == 1 else 3, micro_batch_size=12 if k == 1 else 3, dp_ranks=2 if k == 1 else 1,
-                 hardware="cpu-2core", n_accelerators=3)
-        b = dict(name="site-b", batch_size=16 if k == 1 else 2, micro_batch_size=8 if k == 1 else 1, dp_ranks=1,
-                 hardware="cpu-1core", n_accelerators=4)
-        return [a, b]
-    bs = 5 if k == 1 else 1
-    return [dict(name=f"cell-{i}", batch_size=bs, micro_batch_size=bs, dp_ranks=1, hardware="cpu-2core",
-                 n_accelerators=1) for i in range(8)]
+        return [dict(name="site-a", batch_size=24, micro_batch_size=12, dp_ranks=2, hardware="cpu-2core", n_accelerators=3),
+                dict(name="site-b", batch_size=16, micro_batch_size=8, dp_ranks=1, hardware="cpu-1core", n_accelerators=4)]
+    return [dict(name=f"cell-{i}", batch_size=5, micro_batch_size=5, dp_ranks=1, hardware="cpu-2core", n_accelerators=1)
+            for i in range(8)]
 
 
 _SYNC = {
@@ -58,7 +57,7 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
     d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(_MODEL[preset]),
-                         "islands": _islands(experiment, preset), "sync": dict(_SYNC[experiment])}
+                         "islands": _islands(experiment), "sync": dict(_SYNC[experiment])}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
     if preset == "smoke":

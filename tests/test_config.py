@@ -1,0 +1,100 @@
+"""Configs: presets build, overrides coerce types, and every bad value fails eagerly naming the field and the rule."""
+from __future__ import annotations
+
+import pytest
+
+from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.presets import PRESETS, get_preset
+
+
+@pytest.mark.parametrize("experiment", ["baseline", "two_site", "eight_cell"])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_build_and_round_trip(experiment, preset):
+    cfg = get_preset(experiment, preset)
+    assert cfg.experiment == experiment and cfg.preset == preset
+    assert ExperimentConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_presets_have_equal_global_batch_across_experiments():
+    for preset in PRESETS:
+        sizes = {e: sum(i.batch_size for i in get_preset(e, preset).islands) for e in ("baseline", "two_site", "eight_cell")}
+        assert len(set(sizes.values())) == 1, (preset, sizes)
+        steps = {get_preset(e, preset).steps for e in ("baseline", "two_site", "eight_cell")}
+        assert len(steps) == 1
+
+
+def test_overrides_coerce_types():
+    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.H=6", "sync.alpha=0.25", "sync.routing_sync=false",
+                                                                      "islands.1.batch_size=8", "optim.lr=1e-3"]))
+    assert cfg.sync.H == 6 and cfg.sync.alpha == 0.25 and cfg.sync.routing_sync is False
+    assert cfg.islands[1].batch_size == 8 and cfg.optim.lr == 1e-3
+
+
+BAD = [
+    # (overrides, field named in the error, a word of the rule)
+    ({"model.top_k": "9"}, "model.top_k", "n_experts"),
+    ({"model.d_model": "33"}, "model.d_model", "divisible"),
+    ({"model.n_heads": "0"}, "model.n_heads", ">= 1"),
+    ({"model.vocab_size": "512"}, "model.vocab_size", "256"),
+    ({"model.dispatch": "fast"}, "model.dispatch", "grouped|loop"),
+    ({"model.kernels": "cuda"}, "model.kernels", "auto|torch|triton"),
+    ({"model.aux_loss_coef": "-1"}, "model.aux_loss_coef", ">= 0"),
+    ({"optim.lr": "0"}, "optim.lr", "> 0"),
+    ({"optim.lr": "-1e-3"}, "optim.lr", "> 0"),
+    ({"optim.lr": "fast"}, "optim.lr", "number"),
+    ({"optim.name": "lion"}, "optim.name", "adamw"),
+    ({"optim.grafting": "lamb"}, "optim.grafting", "adam"),
+    ({"optim.precondition_frequency": "0"}, "optim.precondition_frequency", ">= 1"),
+    ({"optim.shampoo_epsilon": "0"}, "optim.shampoo_epsilon", "> 0"),
+    ({"optim.max_preconditioner_dim": "0"}, "optim.max_preconditioner_dim", ">= 1"),
+    ({"optim.beta1": "1.0"}, "optim.beta1", "[0, 1)"),
+    ({"sync.H": "1", "sync.n_fragments": "2"}, "sync.H", "n_fragments"),
+    ({"sync.tau": "50"}, "sync.tau", "tau < sync.H"),
+    ({"sync.alpha": "1.5"}, "sync.alpha", "[0, 1]"),
+    ({"sync.codec": "int3"}, "sync.codec", "one of"),
+    ({"sync.outer_lr": "0"}, "sync.outer_lr", "> 0"),
+    ({"sync.strategy": "gossip"}, "sync.strategy", "ddp|diloco|butterfly"),
+    ({"islands.0.batch_size": "0"}, "islands[0].batch_size", ">= 1"),
+    ({"islands.0.batch_size": "25"}, "islands[0].batch_size", "split into"),
+    ({"islands.0.batch_size": "2.5"}, "islands[0].batch_size", "integer"),
+    ({"link.bandwidth_bps": "0"}, "link.bandwidth_bps", "> 0"),
+    ({"link.bandwidth_bps": "-5"}, "link.bandwidth_bps", "> 0"),
+    ({"link.loss_prob": "1.0"}, "link.loss_prob", "[0, 1)"),
+    ({"link.chunk_bytes": "0"}, "link.chunk_bytes", ">= 1"),
+    ({"link.method": "udp"}, "link.method", "chunked|naive"),
+    ({"data.val_fraction": "0.01"}, "data.val_fraction", "0.05"),
+    ({"seed": "-1"}, "seed", ">= 0"),
+    ({"steps": "0"}, "steps", ">= 1"),
+    ({"wandb_mode": "cloud"}, "wandb_mode", "offline"),
+    ({"sync.nonsense": "1"}, "sync.nonsense", "unknown key"),
+    ({"islands.5.batch_size": "4"}, "islands.5", "existing list item"),
+    ({"model.bias_balancing": "maybe"}, "model.bias_balancing", "boolean"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,rule", BAD, ids=[next(iter(b[0])) for b in BAD])
+def test_bad_values_name_field_and_rule(overrides, field, rule):
+    base = get_preset("two_site", "smoke")
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(base, overrides)
+    msg = str(e.value)
+    assert field in msg and rule in msg, msg
+
+
+def test_butterfly_needs_power_of_two_cells():
+    d = get_preset("eight_cell", "smoke").to_dict()
+    d["islands"] = d["islands"][:6]
+    with pytest.raises(ConfigError, match="islands: butterfly mixing needs a power-of-two"):
+        ExperimentConfig.from_dict(d)
+
+
+def test_unknown_preset_and_experiment():
+    with pytest.raises(ConfigError, match="preset: unknown preset"):
+        get_preset("two_site", "huge")
+    with pytest.raises(ConfigError, match="experiment: must be one of"):
+        get_preset("three_site", "smoke")
+
+
+def test_parse_set_requires_key_value():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_set(["sync.H"])
