@@ -1,0 +1,293 @@
+"""Seed-scale projection: compute utilisation of two-site Streaming DiLoCo vs synchronous data parallelism over a
+wide-area link, *without training* — an event-driven schedule of compute steps and payloads on the ``LinkModel``.
+
+The schedule (``simulate_schedule``)
+------------------------------------
+Each island ``i`` runs ``n_steps`` inner steps of ``step_time_s[i]`` seconds back to back. A ``Send`` is posted when
+island ``src`` finishes (0-based) step ``step``; the link model times it; island ``dst`` may not *start* step
+``deadline_step`` before it has arrived, and waits (idle) if it has not. That wait is the only idle there is: islands
+never wait for each other's compute except through payload deadlines (so the faster island of two also idles at
+deadlines when the slower one's payloads come late — which counts against utilisation). Payloads whose deadline lies
+beyond the run are still sent (their bytes count) but waited for by nobody.
+
+    compute_utilization = sum_i busy_i / (n_islands · sim_wall_clock_s),   busy_i = n_steps · step_time_s[i]
+
+Step convention. ``Send.step = s`` means "after 0-based step s", i.e. after inner step t = s + 1 in the 1-based
+counting of ``sync.diloco`` (fragment p syncs after t ≡ offset_p mod H). A sync whose outer result is applied τ
+steps later (Streaming DiLoCo's overlap τ) must arrive before step t + τ + 1 starts: ``deadline_step = s + 1 + τ``.
+τ = 0 is blocking: the next step waits for the payload. Synchronous data parallelism is blocking every step.
+
+All-reduce = all-gather of encoded payloads, as ``comm.transport.LocalTransport`` does it: each island sends its
+payload to each of the n − 1 others, so between two sites each direction carries one payload (a 2-site ring
+all-reduce moves the same bytes per direction: 2(n−1)/n · S = S). The reduction itself costs nothing here.
+
+Seed-scale assumptions (``seed_scale_projection``; every number is an argument)
+-------------------------------------------------------------------------------
+* Model: 32e9 total parameters, 256 routed experts, top-8, 48 layers. Active parameters ≈ 3e9: with ~2e9 outside
+  the routed experts and 8/256 of the ~30e9 routed-expert parameters, ~9–10% active — the ratio of Qwen3-30B-A3B
+  (30.5B total / 3.3B active, 128 experts top-8); DeepSeek-V3 is sparser (671B / 37B ≈ 5.5%).
+* Compute: 6 · N_active FLOPs per token (forward + backward, attention FLOPs ignored), each GPU at MFU 0.4 of its dense
+  bf16 peak (H100 989e12 FLOP/s, A100 312e12). Intra-site communication is inside the MFU.
+* Sites: 160 GPUs each; global batch 4e6 tokens per inner step split 3:2 between them. With equal GPUs the split
+  makes the sites' step times differ (0.683 s vs 0.455 s on H100s), so the faster site idles at every deadline even
+  on an infinitely fast link; ``batch_share="balanced"`` splits the batch in proportion to site throughput instead.
+  The projection reports the infinite-link utilisation (the compute-balance ceiling) beside the real one, and their
+  ratio, ``link_efficiency``, which isolates what the link costs.
+* Streaming DiLoCo: H = 50, P = 16 fragments (≈ 3 layers each for 48 layers), τ = 1; a fragment's outer gradient
+  crosses the link at 4 bits per parameter plus a 16-bit scale per block of 128: params/P · (4 + 16/128) / 8 bytes.
+* Routing statistics: n_layers · n_experts fp32 loads every step, their own channel, applied ``routing_tau`` steps
+  late (default 1: the balancing bias uses the loads of the step before; ``routing_tau=0`` — what a blocking
+  all-reduce does — makes every step wait one one-way latency).
+* DDP: the full fp32 gradient (params · 4 bytes) each direction every step, blocking, no overlap with the backward.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from islands_kit.comm.link import LinkModel, effective_rate_bps, link_config, transfer_time_stats
+from islands_kit.comm.transport import Ledger
+from islands_kit.config import LinkConfig
+from islands_kit.sync.diloco import fragment_offsets
+
+H100_BF16_FLOPS = 989e12
+A100_BF16_FLOPS = 312e12
+
+
+@dataclass(frozen=True)
+class Send:
+    """A payload posted after ``src`` finishes 0-based ``step``, needed by ``dst`` before it starts ``deadline_step``."""
+
+    step: int
+    nbytes: int
+    deadline_step: int
+    src: int
+    dst: int
+    channel: str = "fragment"
+
+
+@dataclass
+class ScheduleResult:
+    sim_wall_clock_s: float
+    busy_s: list[float]
+    idle_s: list[float]
+    compute_utilization: float
+    transfer_p50_s: float
+    transfer_p99_s: float
+    peak_link_bytes_per_s: float  # highest rate on one directed link over a 1 s window (the run ledger's definition)
+    payload_bytes: int
+    bytes_on_wire: int  # including resends
+    n_transfers: int
+    channels: dict[str, dict[str, float]] = field(default_factory=dict)  # transfers, bytes, p50_s, p99_s, idle_s
+
+
+def all_gather_pairs(n_islands: int) -> list[tuple[int, int]]:
+    """(src, dst) pairs of an all-reduce done as an all-gather: every island to every other."""
+    return [(s, d) for s in range(n_islands) for d in range(n_islands) if s != d]
+
+
+def streaming_sends(n_steps: int, H: int, n_fragments: int, tau: int, fragment_bytes: int, n_islands: int,
+                    channel: str = "fragment") -> list[Send]:
+    """Streaming DiLoCo's payloads: fragment p (P = ``n_fragments``) syncs after inner steps t ≡ offset_p (mod H)
+    (``sync.diloco.fragment_offsets``); its result is applied τ = ``tau`` steps later."""
+    _positive(H=H, n_fragments=n_fragments, n_islands=n_islands)
+    if not (0 <= tau < H):
+        raise ValueError(f"tau: must satisfy 0 <= tau < H={H} (got {tau})")
+    offs = fragment_offsets(H, n_fragments)
+    out = []
+    for s in range(n_steps):
+        for p, off in enumerate(offs):
+            if (s + 1) % H == off:
+                out += [Send(s, fragment_bytes, s + 1 + tau, a, b, channel) for a, b in all_gather_pairs(n_islands)]
+    return out
+
+
+def ddp_sends(n_steps: int, grad_bytes: int, n_islands: int, channel: str = "ddp") -> list[Send]:
+    """Synchronous data parallelism: the whole gradient every step, needed before the next step."""
+    _positive(n_islands=n_islands)
+    return [Send(s, grad_bytes, s + 1, a, b, channel) for s in range(n_steps) for a, b in all_gather_pairs(n_islands)]
+
+
+def routing_sends(n_steps: int, nbytes: int, n_islands: int, tau: int = 1, channel: str = "routing") -> list[Send]:
+    """MoE routing statistics every step, applied ``tau`` steps late."""
+    _positive(n_islands=n_islands)
+    return [Send(s, nbytes, s + 1 + tau, a, b, channel) for s in range(n_steps) for a, b in all_gather_pairs(n_islands)]
+
+
+def _positive(**kw: int) -> None:
+    for k, v in kw.items():
+        if not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{k}: must be an integer >= 1 (got {v!r})")
+
+
+def simulate_schedule(step_time_s: Sequence[float], n_steps: int, sends: Sequence[Send], link: LinkModel) -> ScheduleResult:
+    """Run the islands' steps and the payloads on ``link`` in time order (see the module docstring)."""
+    n = len(step_time_s)
+    if n < 1 or any(not (c > 0 and math.isfinite(c)) for c in step_time_s):
+        raise ValueError(f"step_time_s: need one finite step time > 0 per island (got {list(step_time_s)})")
+    _positive(n_steps=n_steps)
+    posts: dict[tuple[int, int], list[int]] = {}
+    needs: dict[tuple[int, int], list[int]] = {}
+    for j, m in enumerate(sends):
+        if not (0 <= m.src < n and 0 <= m.dst < n and m.src != m.dst):
+            raise ValueError(f"sends[{j}]: src and dst must be two different islands in [0, {n}) (got {m.src} -> {m.dst})")
+        if not (0 <= m.step < n_steps):
+            raise ValueError(f"sends[{j}].step: must be in [0, n_steps={n_steps}) (got {m.step})")
+        if m.deadline_step <= m.step:
+            raise ValueError(f"sends[{j}].deadline_step: must be > step (it is posted after step {m.step} ends; "
+                             f"got {m.deadline_step})")
+        posts.setdefault((m.src, m.step), []).append(j)
+        if m.deadline_step < n_steps:
+            needs.setdefault((m.dst, m.deadline_step), []).append(j)
+    arrival: list[float | None] = [None] * len(sends)
+    durations: dict[str, list[float]] = {}
+    ledger = Ledger()
+    wire_bytes = 0
+    free_at = [0.0] * n
+    next_step = [0] * n
+    running = [False] * n
+    idle_by_channel: dict[str, float] = {}
+    events: list[tuple[float, int, int]] = []  # (finish time, island, step)
+
+    def try_start(i: int) -> None:
+        k = next_step[i]
+        if running[i] or k >= n_steps:
+            return
+        need = needs.get((i, k), [])
+        if any(arrival[j] is None for j in need):
+            return  # a payload it needs has not even been posted yet; retried when it is
+        t = free_at[i]
+        if need:
+            last = max(need, key=lambda j: arrival[j])
+            if arrival[last] > t:
+                ch = sends[last].channel
+                idle_by_channel[ch] = idle_by_channel.get(ch, 0.0) + arrival[last] - t
+                t = arrival[last]
+        running[i] = True
+        heapq.heappush(events, (t + step_time_s[i], i, k))
+
+    for i in range(n):
+        try_start(i)
+    while events:
+        t, i, k = heapq.heappop(events)
+        free_at[i], next_step[i], running[i] = t, k + 1, False
+        waiting = set()
+        for j in posts.get((i, k), []):
+            m = sends[j]
+            tr = link.transfer(m.nbytes, t, m.src, m.dst)
+            arrival[j] = tr.end_s
+            durations.setdefault(m.channel, []).append(tr.duration_s)
+            ledger.record(m.channel, m.src, m.dst, m.nbytes, tr.start_s, tr.end_s)
+            wire_bytes += tr.bytes_on_wire
+            waiting.add(m.dst)
+        try_start(i)
+        for d in sorted(waiting):
+            try_start(d)
+    if any(s < n_steps for s in next_step):
+        raise RuntimeError(f"simulate_schedule: deadlock, islands stopped at steps {next_step}")
+    wall = max(free_at)
+    busy = [n_steps * c for c in step_time_s]
+    all_d = [d for v in durations.values() for d in v]
+    st = transfer_time_stats(all_d) if all_d else {"p50": 0.0, "p99": 0.0}
+    channels = {}
+    for ch, v in sorted(durations.items()):
+        s = transfer_time_stats(v)
+        channels[ch] = {"transfers": len(v), "bytes": ledger.bytes(ch), "p50_s": s["p50"], "p99_s": s["p99"],
+                        "max_s": s["max"], "idle_s": idle_by_channel.get(ch, 0.0)}
+    return ScheduleResult(
+        sim_wall_clock_s=wall, busy_s=busy, idle_s=[max(wall - b, 0.0) for b in busy],
+        compute_utilization=sum(busy) / (n * wall), transfer_p50_s=st["p50"], transfer_p99_s=st["p99"],
+        peak_link_bytes_per_s=ledger.peak_link_bytes_per_s(), payload_bytes=ledger.bytes(), bytes_on_wire=wire_bytes,
+        n_transfers=len(all_d), channels=channels)
+
+
+def codec_bytes(n_params: float, bits: int, block_size: int = 128, scale_bits: int = 16) -> int:
+    """Bytes of ``n_params`` values at ``bits`` each plus one ``scale_bits`` scale per block of ``block_size``."""
+    n = int(n_params)
+    return math.ceil(n * bits / 8) + math.ceil(n / block_size) * scale_bits // 8
+
+
+def ideal_link() -> LinkConfig:
+    """A link with (practically) infinite bandwidth and no latency, jitter, tail or loss: the compute-only ceiling."""
+    return link_config("intra-dc", bandwidth_bps=1e18, rtt_s=0.0, jitter_sigma=0.0, tail_prob=0.0, loss_prob=0.0,
+                       corrupt_prob=0.0)
+
+
+def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H: int = 50, n_fragments: int = 16, *,
+                          params_total: float = 32e9, params_active: float = 3e9, n_layers: int = 48,
+                          n_experts: int = 256, top_k: int = 8, gpus: Sequence[int] = (160, 160),
+                          peak_flops: Sequence[float] = (H100_BF16_FLOPS, H100_BF16_FLOPS), mfu: float = 0.4,
+                          global_batch_tokens: float = 4e6, batch_share: Sequence[float] | str = (0.6, 0.4),
+                          codec_bits: int = 4, codec_block_size: int = 128, scale_bits: int = 16,
+                          routing_tau: int = 1, n_windows: int = 4, ddp_steps: int = 6, seed: int = 0,
+                          link_overrides: dict[str, Any] | None = None,
+                          schedules: Sequence[str] = ("streaming", "ddp")) -> dict[str, Any]:
+    """Utilisation of two-site Streaming DiLoCo (H, P = ``n_fragments``, τ = ``tau``) vs DDP on the same link.
+
+    Symbols as in Streaming DiLoCo (Douillard et al., 2025). Returns step times, payload sizes, and for each schedule
+    the utilisation, the infinite-link ceiling, link_efficiency = utilisation / ceiling, transfer times and peak rate.
+    ``schedules`` picks which of "streaming" and "ddp" to simulate (DDP's 128 GB payloads are the slow part).
+    """
+    unknown = sorted(set(schedules) - {"streaming", "ddp"})
+    if unknown or not schedules:
+        raise ValueError(f"schedules: must be a non-empty subset of streaming|ddp (got {list(schedules)})")
+    n = len(gpus)
+    if len(peak_flops) != n:
+        raise ValueError(f"peak_flops: need one per site ({n}), got {len(peak_flops)}")
+    throughput = [g * p * mfu for g, p in zip(gpus, peak_flops)]  # achieved FLOP/s per site
+    if batch_share == "balanced":
+        share = [t / sum(throughput) for t in throughput]
+    elif isinstance(batch_share, str):
+        raise ValueError(f"batch_share: must be a list of fractions or 'balanced' (got {batch_share!r})")
+    else:
+        share = [float(x) / sum(batch_share) for x in batch_share]
+        if len(share) != n:
+            raise ValueError(f"batch_share: need one per site ({n}), got {len(share)}")
+    tokens = [global_batch_tokens * s for s in share]
+    step_time = [6.0 * params_active * tok / thr for tok, thr in zip(tokens, throughput)]
+    frag = codec_bytes(params_total / n_fragments, codec_bits, codec_block_size, scale_bits)
+    routing = n_layers * n_experts * 4
+    grad = int(params_total) * 4
+    cfg = link_config(link_preset, **(link_overrides or {}))
+    n_stream = n_windows * H
+    stream = (streaming_sends(n_stream, H, n_fragments, tau, frag, n)
+              + routing_sends(n_stream, routing, n, routing_tau))
+    ddp = ddp_sends(ddp_steps, grad, n) + routing_sends(ddp_steps, routing, n, 0)
+
+    def run(sends: list[Send], steps: int) -> dict[str, Any]:
+        real = simulate_schedule(step_time, steps, sends, LinkModel(cfg, seed))
+        ceiling = simulate_schedule(step_time, steps, sends, LinkModel(ideal_link(), seed)).compute_utilization
+        return {"compute_utilization": real.compute_utilization, "utilization_infinite_link": ceiling,
+                "link_efficiency": real.compute_utilization / ceiling, "n_steps": steps,
+                "sim_wall_clock_s": real.sim_wall_clock_s, "idle_s": real.idle_s,
+                "payload_bytes_per_step": real.payload_bytes / steps, "bytes_on_wire": real.bytes_on_wire,
+                "peak_link_bytes_per_s": real.peak_link_bytes_per_s, "channels": real.channels}
+
+    streaming = run(stream, n_stream) if "streaming" in schedules else None
+    sync = run(ddp, ddp_steps) if "ddp" in schedules else None
+    return {
+        "link": asdict(cfg),
+        "link_rate_bps": effective_rate_bps(cfg),
+        "assumptions": {
+            "params_total": params_total, "params_active": params_active, "n_layers": n_layers,
+            "n_experts": n_experts, "top_k": top_k, "flops_per_token": 6.0 * params_active, "gpus": list(gpus),
+            "peak_flops": list(peak_flops), "mfu": mfu, "global_batch_tokens": global_batch_tokens,
+            "batch_share": share, "H": H, "n_fragments": n_fragments, "tau": tau, "codec_bits": codec_bits,
+            "codec_block_size": codec_block_size, "scale_bits": scale_bits, "routing_tau": routing_tau, "seed": seed,
+        },
+        "tokens_per_step": tokens,
+        "step_time_s": step_time,
+        "fragment_bytes": frag,
+        "routing_bytes": routing,
+        "ddp_bytes_per_direction": grad,
+        "streaming": streaming,
+        "ddp": sync,
+        "utilization_ratio": (streaming["compute_utilization"] / sync["compute_utilization"]
+                              if streaming and sync else None),
+    }
+
+
+__all__ = ["Send", "ScheduleResult", "all_gather_pairs", "codec_bytes", "ddp_sends", "fragment_offsets", "ideal_link",
+           "routing_sends", "seed_scale_projection", "simulate_schedule", "streaming_sends"]

@@ -1,0 +1,96 @@
+"""Seed-scale projection (islands_kit/projection.py): the event-driven schedule against hand-computed timelines, the
+Streaming DiLoCo send schedule against sync.diloco's, and the utilisation orderings the projection must show."""
+from __future__ import annotations
+
+import pytest
+
+from islands_kit.comm.link import LinkModel, link_config
+from islands_kit.projection import (Send, codec_bytes, ddp_sends, ideal_link, routing_sends, seed_scale_projection,
+                                    simulate_schedule, streaming_sends)
+from islands_kit.sync.diloco import streaming_schedule
+
+QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
+
+
+def test_one_blocking_send_idles_the_receiver_by_its_transfer_time() -> None:
+    nbytes, c, steps = 500 << 20, 1.0, 5
+    d = 0.145 / 2 + nbytes * 8 / 25e9  # closed form of the quiet transpacific link
+    link = LinkModel(link_config("transpacific-25g", **QUIET), seed=0)
+    r = simulate_schedule([c, c], steps, [Send(0, nbytes, 1, 0, 1)], link)
+    assert r.idle_s == [pytest.approx(d, rel=1e-12), pytest.approx(d, rel=1e-12)]  # island 0 ends d before the wall
+    assert r.sim_wall_clock_s == pytest.approx(steps * c + d, rel=1e-12)
+    assert r.compute_utilization == pytest.approx(2 * steps * c / (2 * (steps * c + d)), rel=1e-12)
+    assert r.channels["fragment"]["idle_s"] == pytest.approx(d, rel=1e-12)
+    assert r.payload_bytes == nbytes and r.n_transfers == 1
+    # the same payload with two steps of slack (deadline 3) costs nothing
+    link = LinkModel(link_config("transpacific-25g", **QUIET), seed=0)
+    r = simulate_schedule([c, c], steps, [Send(0, nbytes, 3, 0, 1)], link)
+    assert r.compute_utilization == 1.0 and r.idle_s == [0.0, 0.0]
+
+
+def test_schedule_validation() -> None:
+    link = LinkModel(ideal_link(), seed=0)
+    with pytest.raises(ValueError, match=r"sends\[0\]\.deadline_step: must be > step"):
+        simulate_schedule([1.0, 1.0], 4, [Send(2, 10, 2, 0, 1)], link)
+    with pytest.raises(ValueError, match=r"sends\[0\]: src and dst"):
+        simulate_schedule([1.0, 1.0], 4, [Send(0, 10, 1, 1, 1)], link)
+    with pytest.raises(ValueError, match="step_time_s"):
+        simulate_schedule([1.0, 0.0], 4, [], link)
+    with pytest.raises(ValueError, match="tau"):
+        streaming_sends(10, 5, 2, 5, 100, 2)
+
+
+def test_streaming_sends_follow_the_diloco_schedule() -> None:
+    H, P, tau, steps = 50, 16, 2, 120
+    sends = streaming_sends(steps, H, P, tau, 1234, 2)
+    want = sorted(t - 1 for t, _ in streaming_schedule(H, P, steps))  # sync.diloco's 1-based (step, fragment) pairs
+    for a, b in ((0, 1), (1, 0)):  # both directions carry every fragment once
+        mine = [m for m in sends if (m.src, m.dst) == (a, b)]
+        assert sorted(m.step for m in mine) == want
+        assert all(m.deadline_step == m.step + 1 + tau and m.nbytes == 1234 for m in mine)
+    assert len(streaming_sends(100, 50, 1, 0, 1, 2)) == 4  # plain DiLoCo: after steps 50 and 100, both directions
+    three = ddp_sends(3, 7, 3)
+    assert len(three) == 3 * 6 and all(m.deadline_step == m.step + 1 for m in three)
+    assert all(m.deadline_step == m.step + 2 for m in routing_sends(4, 8, 2, tau=1))
+
+
+@pytest.mark.parametrize("routing_tau", [0, 1])
+def test_infinite_link_utilization_is_the_compute_balance(routing_tau: int) -> None:
+    H, P, steps = 10, 4, 40
+    sends = streaming_sends(steps, H, P, 1, 10 << 20, 2) + routing_sends(steps, 4096, 2, routing_tau)
+    r = simulate_schedule([0.5, 0.5], steps, sends, LinkModel(ideal_link(), seed=0))
+    assert r.compute_utilization == pytest.approx(1.0, abs=1e-9)
+    # unequal step times: the faster island idles at deadlines; the slower one never waits
+    r = simulate_schedule([0.5, 0.3], steps, sends, LinkModel(ideal_link(), seed=0))
+    assert r.compute_utilization == pytest.approx((0.5 + 0.3) / (2 * 0.5), abs=1e-9)
+    assert r.idle_s[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_overlap_tau_hides_a_slow_link() -> None:
+    H, P, steps, frag = 10, 2, 60, 1_500_000_000  # ~0.5 s of serialisation per fragment at 25 Gbit/s
+    utils = {}
+    for tau in (0, 2):
+        sends = streaming_sends(steps, H, P, tau, frag, 2) + routing_sends(steps, 49152, 2, 1)
+        r = simulate_schedule([0.5, 0.5], steps, sends, LinkModel(link_config("transpacific-25g", loss_prob=0.01), 0))
+        utils[tau] = r.compute_utilization
+        again = simulate_schedule([0.5, 0.5], steps, sends, LinkModel(link_config("transpacific-25g", loss_prob=0.01), 0))
+        assert again == r  # deterministic for a seed
+    assert utils[0] < 0.95 * utils[2]
+    assert utils[0] < 0.9 < utils[2]
+
+
+def test_seed_scale_projection_streaming_beats_ddp() -> None:
+    r = seed_scale_projection(n_windows=1, ddp_steps=2)
+    a = r["assumptions"]
+    assert r["step_time_s"][0] == pytest.approx(6 * 3e9 * 2.4e6 / (160 * 989e12 * 0.4), rel=1e-12)
+    assert r["fragment_bytes"] == 32e9 / 16 * 4 / 8 + 32e9 / 16 / 128 * 2 == codec_bytes(2e9, 4, 128, 16)
+    assert r["routing_bytes"] == 48 * 256 * 4 and r["ddp_bytes_per_direction"] == 32e9 * 4
+    assert a["batch_share"] == [0.6, 0.4]
+    s, d = r["streaming"], r["ddp"]
+    assert s["utilization_infinite_link"] == pytest.approx((0.6 + 0.4) / (2 * 0.6), rel=1e-9)  # 3:2 on equal GPUs
+    assert d["compute_utilization"] < 0.05 < 0.9 < s["link_efficiency"]
+    assert s["compute_utilization"] > 10 * d["compute_utilization"]
+    bal = seed_scale_projection(n_windows=1, ddp_steps=1, batch_share="balanced",
+                                peak_flops=(989e12, 312e12))
+    assert bal["step_time_s"][0] == pytest.approx(bal["step_time_s"][1], rel=1e-12)
+    assert bal["streaming"]["utilization_infinite_link"] == pytest.approx(1.0, abs=1e-9)
