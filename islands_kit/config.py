@@ -210,10 +210,12 @@ class DataConfig:
     corpus: str = "shakespeare"  # shakespeare | enwiki | hub:<name>[:config] | path to .txt/.parquet files
     val_fraction: float = 0.05  # the last val_fraction of the bytes are validation
     eval_bytes: int = 65536  # validation bytes scored at each evaluation (a fixed, evenly spaced sample); 0 = all
+    final_eval_bytes: int = 0  # validation bytes scored for final_val_bpb; 0 = all of them (demo, gpu)
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
         _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
+        _check(self.final_eval_bytes >= 0, "data.final_eval_bytes", "must be >= 0 (0 = all validation bytes)", self.final_eval_bytes)
 
 
 @dataclass
@@ -315,6 +317,11 @@ def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:
 def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:
     """Apply dotted-path overrides such as ``{"sync.H": "100"}`` and re-validate; unknown keys and bad types raise."""
     d = cfg.to_dict()
+    if "link.preset" in overrides:  # a named link first sets every link field; explicit link.* overrides then apply
+        from islands_kit.comm.link import link_config
+
+        d["link"] = asdict(link_config(str(overrides["link.preset"])))
+        overrides = {k: v for k, v in overrides.items() if k != "link.preset"}
     for key, value in overrides.items():
         node: Any = d
         parts = key.split(".")

@@ -23,7 +23,7 @@ _MODEL = {
 }
 _RUN = {
     # steps, eval_every, eval_bytes, warmup, lr
-    "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
+    "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
     "demo": dict(steps=600, eval_every=100, data=dict(eval_bytes=32768), optim=dict(warmup_steps=60, lr=2e-3)),
     "gpu": dict(steps=5000, eval_every=250, data=dict(eval_bytes=262144), optim=dict(warmup_steps=200, lr=1e-3)),
 }

@@ -10,6 +10,7 @@ At the end every transfer in flight completes, the final model is scored on *all
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -28,7 +29,7 @@ from islands_kit.config import ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
-from islands_kit.model import MoETransformer
+from islands_kit.model import ByteTransformer as MoETransformer
 from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
@@ -81,7 +82,7 @@ class Experiment:
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
         self.eval_x, self.eval_y = eval_windows(self.val, T, cfg.data.eval_bytes)
-        self.final_x, self.final_y = eval_windows(self.val, T, 0)
+        self.final_x, self.final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
         self.val_bytes = int(self.final_y.numel())
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
@@ -108,6 +109,8 @@ class Experiment:
         self.val_curve: list[list[float]] = []
         self.wall_start = time.time()
         self.probe_x = self.eval_x[: min(8, len(self.eval_x))]
+        # the one process that writes outputs (under torch.distributed: rank 0, which holds island 0)
+        self.is_writer = min(self.islands) == 0 and getattr(self.transport, "is_writer", True)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -152,8 +155,9 @@ class Experiment:
         if self.routing is not None and self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
             loads = {i: isl.last_loads for i, isl in self.islands.items()}
             synced = self.routing.sync(loads, tokens)
-            for i, isl in self.islands.items():
-                isl.model.update_expert_bias(synced[i])
+            if synced is not None:
+                for i, isl in self.islands.items():
+                    isl.model.update_expert_bias(synced[i])
         self.strategy.reduce_gradients(t, tokens)
         for isl in self.islands.values():
             isl.optimizer_step()
@@ -173,16 +177,24 @@ class Experiment:
                 bar.update(1)
                 bar.set_postfix(loss=f"{sum(losses.values()) / len(losses):.3f}")
             if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
-                self._record_eval(losses, final=False, tracker=tracker)
+                with self._world_view():
+                    self._record_eval(losses, final=False, tracker=tracker)
         if bar is not None:
             bar.close()
         self.strategy.finalize(self.step)
         losses = {i: isl.last_loss for i, isl in self.islands.items()}
-        self._record_eval(losses, final=True, tracker=tracker)
-        return self.result()
+        with self._world_view():
+            self._record_eval(losses, final=True, tracker=tracker)
+            return self.result()
+
+    def _world_view(self):
+        """Whole-world ledger and clock while recording: a collective under torch.distributed (every rank calls it at
+        the same point; see comm/torch_dist.py), nothing in one process."""
+        view = getattr(self.transport, "world_view", None)
+        return view() if view is not None else contextlib.nullcontext()
 
     def _record_eval(self, losses: dict[int, float], final: bool, tracker: Tracker | None) -> None:
-        bpb = self.evaluate(final=final)
+        bpb = self.evaluate(final=final) if self.is_writer else float("nan")  # other ranks would only repeat it
         tokens = self.step * self.tokens_per_step
         stats = self.islands[min(self.islands)].last_stats
         rec: dict[str, Any] = {
@@ -208,7 +220,7 @@ class Experiment:
         clock = self.transport.clock
         n = len(cfg.islands)
         fragments_stats = {}
-        if isinstance(self.transport, LocalTransport):
+        if hasattr(self.transport, "transfer_stats"):
             fragments_stats = self.transport.transfer_stats("fragments")
         res = Result(
             experiment=cfg.experiment, preset=cfg.preset, seed=cfg.seed, corpus=self.corpus.name,
@@ -237,7 +249,7 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
     """Train one experiment end to end; with ``out_dir`` write result.json and history.jsonl there."""
     os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
     exp = Experiment(cfg, out_dir, transport)
-    is_writer = min(exp.islands) == 0
+    is_writer = exp.is_writer
     tracker = Tracker(cfg, out_dir) if (out_dir and is_writer) else None
     try:
         res = exp.run(tracker)
