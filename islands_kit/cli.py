@@ -24,7 +24,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}"
     from islands_kit.run import run_experiment
 
-    res = run_experiment(cfg, out)
+    transport = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by torchrun: torch.distributed transport
+        from islands_kit.distributed import make_transport
+
+        transport = make_transport(cfg)
+    res = run_experiment(cfg, out, transport, resume=args.resume)
     if res is not None and getattr(res, "get", None) and res.get("final_val_bpb") is not None and _is_writer():
         print(f"{cfg.experiment}: final_val_bpb={res['final_val_bpb']:.4f} (xz on the same bytes: "
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
@@ -67,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--preset", default="smoke")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field by dotted path")
     r.add_argument("--out", default=None)
+    r.add_argument("--resume", default=None, metavar="DIR", help="continue from DIR/checkpoint.pt (same config)")
     r.set_defaults(fn=_cmd_run)
     n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill")
     n.add_argument("name")

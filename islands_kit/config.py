@@ -205,6 +205,46 @@ class IslandConfig:
         _check(self.n_accelerators >= 1, where + ".n_accelerators", "must be >= 1", self.n_accelerators)
 
 
+ATTACKS = ("none", "sign_flip", "scale", "nan", "noise", "replay")
+DEFENSES = ("none", "auto", "trimmed_mean", "median", "clip")
+
+
+@dataclass
+class FaultConfig:
+    """Injected faults and an adversarial island (seeded, deterministic), and the defences against them.
+
+    Link-level faults (lost / corrupted chunks) live in LinkConfig (loss_prob, corrupt_prob): they cost time only."""
+
+    preempt_island: int = -1  # -1 = nobody is preempted
+    preempt_start: int = 0  # first inner step the island misses
+    preempt_steps: int = 0  # how many steps it is away; it rejoins from the current global state
+    straggler_island: int = -1
+    straggler_factor: float = 1.0  # compute time multiplier of the straggling island
+    attack: str = "none"  # none | sign_flip | scale | nan | noise | replay
+    attack_island: int = 1
+    attack_start: int = 0  # first step from which the attacker corrupts what it sends
+    attack_scale: float = 100.0  # for "scale"
+    attack_noise_std: float = 1.0  # for "noise": std of the added noise relative to the honest update's RMS
+    defense: str = "none"  # none | auto | trimmed_mean | median | clip
+    norm_ratio: float = 3.0  # flag an update whose norm exceeds norm_ratio x the trusted reference norm
+    min_cosine: float = -0.2  # flag an update whose direction disagrees with the reference (cosine below this)
+    history: int = 5  # syncs of an island's own history used as its reference
+
+    def __post_init__(self) -> None:
+        p = "faults."
+        _check(self.preempt_start >= 0, p + "preempt_start", "must be >= 0", self.preempt_start)
+        _check(self.preempt_steps >= 0, p + "preempt_steps", "must be >= 0", self.preempt_steps)
+        _check(self.straggler_factor >= 1.0, p + "straggler_factor", "must be >= 1", self.straggler_factor)
+        _check(self.attack in ATTACKS, p + "attack", "must be one of " + "|".join(ATTACKS), self.attack)
+        _check(self.attack_start >= 0, p + "attack_start", "must be >= 0", self.attack_start)
+        _check(self.attack_scale > 0, p + "attack_scale", "must be > 0", self.attack_scale)
+        _check(self.attack_noise_std >= 0, p + "attack_noise_std", "must be >= 0", self.attack_noise_std)
+        _check(self.defense in DEFENSES, p + "defense", "must be one of " + "|".join(DEFENSES), self.defense)
+        _check(self.norm_ratio > 1.0, p + "norm_ratio", "must be > 1", self.norm_ratio)
+        _check(-1.0 <= self.min_cosine <= 1.0, p + "min_cosine", "must be in [-1, 1]", self.min_cosine)
+        _check(self.history >= 1, p + "history", "must be >= 1", self.history)
+
+
 @dataclass
 class DataConfig:
     corpus: str = "shakespeare"  # shakespeare | enwiki | hub:<name>[:config] | path to .txt/.parquet files
@@ -231,6 +271,8 @@ class ExperimentConfig:
     sync: SyncConfig = field(default_factory=SyncConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
     islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    checkpoint_every: int = 0  # write DIR/checkpoint.pt every N steps (0 = never); resume with --resume DIR
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "islands_kit"
     wandb_group: str = ""
@@ -251,6 +293,16 @@ class ExperimentConfig:
         n = len(self.islands)
         if self.sync.strategy == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
+        _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)
+        f = self.faults
+        for name in ("preempt_island", "straggler_island"):
+            v = getattr(f, name)
+            _check(v == -1 or 0 <= v < n, "faults." + name, f"must be -1 (none) or an island index < {n}", v)
+        if f.attack != "none":
+            _check(0 <= f.attack_island < n, "faults.attack_island", f"must be an island index < {n}", f.attack_island)
+        if f.preempt_island >= 0 and f.preempt_steps > 0:
+            _check(self.sync.strategy == "diloco", "faults.preempt_island",
+                   "preemption needs the diloco strategy (the others have no global state to rejoin from)", f.preempt_island)
         if self.experiment == "baseline":
             _check(self.sync.strategy == "ddp", "sync.strategy", "the baseline experiment is synchronous: must be ddp", self.sync.strategy)
 

@@ -96,8 +96,9 @@ class Experiment:
         for i in self.transport.local_islands:
             icfg = cfg.islands[i]
             stream = BatchStream(self.train, icfg.batch_size, T, seed=cfg.seed, stream_id=i)
+            slow = cfg.faults.straggler_factor if cfg.faults.straggler_island == i else 1.0
             self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps,
-                                     step_seconds(icfg, cfg.model, self.params_active),
+                                     slow * step_seconds(icfg, cfg.model, self.params_active),
                                      process_group=getattr(self.transport, "island_group", None))
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
@@ -105,6 +106,8 @@ class Experiment:
         self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1)
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
+        self.tokens_total = 0
+        self.elapsed_before = 0.0  # wall seconds spent before a resume
         self.history: list[dict[str, Any]] = []
         self.val_curve: list[list[float]] = []
         self.wall_start = time.time()
@@ -143,26 +146,47 @@ class Experiment:
         return float(torch.stack([js_divergence(dists[0], d).mean() for d in dists[1:]]).mean())
 
     # -- the loop -----------------------------------------------------------------------------------------------
+    def preempted(self, island: int, step: int) -> bool:
+        """Is ``island`` away (preempted) during inner step ``step``?"""
+        f = self.cfg.faults
+        return f.preempt_island == island and f.preempt_start < step <= f.preempt_start + f.preempt_steps
+
     def train_step(self) -> dict[str, float]:
         self.step += 1
         t = self.step
-        tokens = {}
-        losses = {}
+        tokens: dict[int, int] = {}
+        losses: dict[int, float] = {}
+        active = {}
         for i, isl in self.islands.items():
+            away = self.preempted(i, t)
+            if hasattr(self.strategy, "present"):
+                if away and self.strategy.present[i]:
+                    self.strategy.present[i] = False  # the others go on; syncs average over the islands present
+                elif not away and not self.strategy.present[i]:
+                    self.strategy.rejoin(i)  # back: take the current global state before training again
+            if away:
+                self.transport.clock.wait_until(i, self.transport.clock.now[i] + isl.compute_s)  # lost time
+                continue
+            active[i] = isl
             losses[i] = isl.forward_backward()
             self.transport.compute(i, isl.compute_s)
             tokens[i] = isl.tokens_per_step
-        if self.routing is not None and self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
-            loads = {i: isl.last_loads for i, isl in self.islands.items()}
-            synced = self.routing.sync(loads, tokens)
+        # every process counts every island's tokens from the config, so the total needs no communication
+        T = self.cfg.model.seq_len
+        self.tokens_total += sum(ic.batch_size * T for j, ic in enumerate(self.cfg.islands) if not self.preempted(j, t))
+        if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
+            synced = self.routing.sync({i: isl.last_loads for i, isl in active.items()}, tokens)
             if synced is not None:
-                for i, isl in self.islands.items():
+                for i, isl in active.items():
                     isl.model.update_expert_bias(synced[i])
         self.strategy.reduce_gradients(t, tokens)
-        for isl in self.islands.values():
+        for isl in active.values():
             isl.optimizer_step()
         self.strategy.after_inner_step(t, tokens)
         return losses
+
+    def elapsed_s(self) -> float:
+        return self.elapsed_before + time.time() - self.wall_start
 
     def run(self, tracker: Tracker | None = None) -> Result:
         cfg = self.cfg
@@ -175,10 +199,14 @@ class Experiment:
             losses = self.train_step()
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{sum(losses.values()) / len(losses):.3f}")
+                bar.set_postfix(loss=f"{sum(losses.values()) / max(1, len(losses)):.3f}")
             if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                 with self._world_view():
                     self._record_eval(losses, final=False, tracker=tracker)
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps and self.out_dir:
+                from islands_kit.checkpoint import save_checkpoint
+
+                save_checkpoint(self, self.out_dir)
         if bar is not None:
             bar.close()
         self.strategy.finalize(self.step)
@@ -195,11 +223,11 @@ class Experiment:
 
     def _record_eval(self, losses: dict[int, float], final: bool, tracker: Tracker | None) -> None:
         bpb = self.evaluate(final=final) if self.is_writer else float("nan")  # other ranks would only repeat it
-        tokens = self.step * self.tokens_per_step
+        tokens = self.tokens_total
         stats = self.islands[min(self.islands)].last_stats
         rec: dict[str, Any] = {
             "step": self.step, "tokens": tokens, "val_bpb": bpb, "final": final,
-            "train_loss": sum(losses.values()) / len(losses),
+            "train_loss": sum(losses.values()) / max(1, len(losses)),
             "sim_time_s": max(self.transport.clock.now.values()),
             "cross_site_bytes": self.transport.ledger.bytes(),
         }
@@ -224,7 +252,7 @@ class Experiment:
             fragments_stats = self.transport.transfer_stats("fragments")
         res = Result(
             experiment=cfg.experiment, preset=cfg.preset, seed=cfg.seed, corpus=self.corpus.name,
-            corpus_sha256=self.corpus.sha256, tokens=self.step * self.tokens_per_step, steps=self.step,
+            corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
             params_total=self.params_total, params_active=self.params_active,
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
             compressor_bpb=compressor_bpb(bytes(self.val.numpy().tobytes())),
@@ -235,7 +263,7 @@ class Experiment:
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
-            wall_time_s=time.time() - self.wall_start,
+            wall_time_s=self.elapsed_s(),
             versions={"python": platform.python_version(), "torch": torch.__version__,
                       "islands_kit": islands_kit.__version__},
             git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
@@ -245,10 +273,22 @@ class Experiment:
 
 
 def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
-                   transport: Transport | None = None) -> Result:
-    """Train one experiment end to end; with ``out_dir`` write result.json and history.jsonl there."""
+                   transport: Transport | None = None, resume: str | Path | None = None) -> Result:
+    """Train one experiment end to end; with ``out_dir`` write result.json and history.jsonl there.
+
+    ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
+    the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
     os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
+    state = None
+    if resume is not None:
+        from islands_kit.checkpoint import load_checkpoint
+
+        state = load_checkpoint(resume)
     exp = Experiment(cfg, out_dir, transport)
+    if state is not None:
+        from islands_kit.checkpoint import restore
+
+        restore(exp, state)
     is_writer = exp.is_writer
     tracker = Tracker(cfg, out_dir) if (out_dir and is_writer) else None
     try:

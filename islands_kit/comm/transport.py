@@ -174,6 +174,11 @@ class Transport(abc.ABC):
     def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
         """Weighted mean over *all* islands of the decoded payloads; every local island gets the same tensor."""
 
+    def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        """Every island's decoded payload and weight, as a list of (island, weight, tensor) in island-id order, for
+        strategies that aggregate robustly instead of averaging. Same bytes on the wire as ``all_reduce``."""
+        raise NotImplementedError(f"{type(self).__name__} has no all_gather")
+
     @abc.abstractmethod
     def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
         """Pairwise send/recv: island i sends ``payloads[i]`` to ``partner[i]`` and receives its partner's payload
@@ -214,18 +219,29 @@ class LocalTransport(Transport):
         self.ledger.record(channel, src, dst, nbytes, start, end)
         return end
 
-    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+    def _gather(self, channel: str, payloads: dict[int, Payload]) -> tuple[list[int], dict[int, float], list[torch.Tensor]]:
+        """All-gather among the islands that sent a payload (absent, e.g. preempted, islands take no part)."""
         ids = sorted(payloads)
-        if ids != self.local_islands:
-            raise ValueError(f"all_reduce on {channel!r}: LocalTransport needs a payload from every island {self.local_islands}, got {ids}")
+        unknown = [i for i in ids if i not in self.clock.now]
+        if unknown:
+            raise ValueError(f"{channel!r}: payload from unknown island(s) {unknown}")
         arrival = {i: self.clock.now[i] for i in ids}
         for src in ids:
             for dst in ids:
                 if src != dst:
                     arrival[dst] = max(arrival[dst], self._send(channel, src, dst, payloads[src].nbytes))
         decoded = [get_codec(payloads[i].codec, payloads[i].block_size).decode(payloads[i]) for i in ids]
+        return ids, arrival, decoded
+
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        ids, arrival, decoded = self._gather(channel, payloads)
         mean = weighted_mean(decoded, [weights[i] for i in ids])
         return Handle({i: mean for i in ids}, arrival, self.clock)
+
+    def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        ids, arrival, decoded = self._gather(channel, payloads)
+        gathered = [(i, float(weights[i]), x) for i, x in zip(ids, decoded)]
+        return Handle({i: gathered for i in ids}, arrival, self.clock)
 
     def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
         for i, j in partner.items():

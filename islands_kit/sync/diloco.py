@@ -21,7 +21,7 @@ Islands absent from a sync (preempted) simply do not contribute; the token-weigh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -48,6 +48,7 @@ class _Pending:
     apply_at: int
     fragment: int
     handle: Handle
+    sent_at: int = 0
 
 
 class DiLoCo(SyncStrategy):
@@ -76,6 +77,11 @@ class DiLoCo(SyncStrategy):
         self.present: dict[int, bool] = {i: True for i in self.ids}
         self.names = fragments
         self.n_syncs = 0
+        # Hooks for fault studies (islands_kit/faults.py): ``tamper(step, island, fragment, delta) -> delta`` lets an
+        # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
+        # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
+        self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
+        self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
 
     def _outer_opt(self, g: nn.Parameter) -> torch.optim.Optimizer:
         c = self.cfg
@@ -115,12 +121,17 @@ class DiLoCo(SyncStrategy):
             if not self.present[i]:
                 continue
             delta = self.outer_gradient(i, p)
+            if self.tamper is not None:
+                delta = self.tamper(step, i, p, delta)
             payloads[i], _ = self.ef.compress((i, p), delta, self.codec, stochastic=self.cfg.stochastic_rounding,
                                               generator=self.gens[i])
             weights[i] = float(self.tokens_since[i][p])
             self.tokens_since[i][p] = 0
-        handle = self.transport.all_reduce("fragments", payloads, weights)
-        self.pending.append(_Pending(step + self.cfg.tau if apply_at is None else apply_at, p, handle))
+        if self.aggregator is None:
+            handle = self.transport.all_reduce("fragments", payloads, weights)
+        else:
+            handle = self.transport.all_gather("fragments", payloads, weights)
+        self.pending.append(_Pending(step + self.cfg.tau if apply_at is None else apply_at, p, handle, step))
         self.n_syncs += 1
 
     def _apply_due(self, step: int) -> None:
@@ -132,11 +143,13 @@ class DiLoCo(SyncStrategy):
     @torch.no_grad()
     def _apply(self, pend: _Pending) -> None:
         p = pend.fragment
-        mean_delta = None
+        got = None
         for i in self.ids:
-            if self.present[i]:
-                mean_delta = pend.handle.wait(i)  # identical on every island; waiting advances each island's clock
-        assert mean_delta is not None
+            if i in pend.handle.arrival:
+                got = pend.handle.wait(i)  # identical on every island; waiting advances each island's clock
+        if got is None:  # every local island was absent when this sync was posted
+            return
+        mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
         g = self.global_params[p]
         g.grad = mean_delta.clone().view_as(g)
         self.outer_opts[p].step()
@@ -174,8 +187,8 @@ class DiLoCo(SyncStrategy):
             "ef": self.ef.state_dict(),
             "gens": {i: g.get_state() for i, g in self.gens.items()},
             "tokens_since": {i: list(v) for i, v in self.tokens_since.items()},
-            "pending": [(x.apply_at, x.fragment, {i: x.handle.wait_result(i) for i in self.ids}, dict(x.handle.arrival))
-                        for x in self.pending],
+            "pending": [(x.apply_at, x.fragment, {i: x.handle.wait_result(i) for i in x.handle.arrival},
+                         dict(x.handle.arrival), x.sent_at) for x in self.pending],
             "present": dict(self.present),
             "n_syncs": self.n_syncs,
         }
@@ -190,6 +203,7 @@ class DiLoCo(SyncStrategy):
         for i, s in d["gens"].items():
             self.gens[int(i)].set_state(s)
         self.tokens_since = {int(i): list(v) for i, v in d["tokens_since"].items()}
-        self.pending = [_Pending(a, p, Handle(dict(res), dict(arr), self.transport.clock)) for a, p, res, arr in d["pending"]]
+        self.pending = [_Pending(a, p, Handle(dict(res), dict(arr), self.transport.clock), s)
+                        for a, p, res, arr, s in d["pending"]]
         self.present = {int(i): bool(v) for i, v in d["present"].items()}
         self.n_syncs = d["n_syncs"]

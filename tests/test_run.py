@@ -1,0 +1,130 @@
+"""End-to-end runs on the smoke preset: the result contract, determinism, the ledger, preemption, and exact resume
+after a SIGKILL."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from islands_kit.checkpoint import FILENAME
+from islands_kit.cli import main as cli_main
+from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.presets import get_preset
+from islands_kit.run import run_experiment
+from islands_kit.tracking import RESULT_KEYS
+
+os.environ["WANDB_MODE"] = "disabled"
+
+
+def smoke(experiment: str, **overrides):
+    return apply_overrides(get_preset(experiment, "smoke"), {k.replace("__", "."): str(v) for k, v in overrides.items()})
+
+
+@pytest.fixture(scope="module")
+def two_site_result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two_site")
+    return run_experiment(smoke("two_site", steps=12), out), out
+
+
+def test_result_contract_and_files(two_site_result):
+    res, out = two_site_result
+    saved = json.loads((out / "result.json").read_text())
+    for k in RESULT_KEYS:
+        assert k in saved, k
+    assert saved["final_val_bpb"] == res.final_val_bpb and math.isfinite(res.final_val_bpb)
+    assert res.tokens == 12 * 40 * 32  # steps x global batch x seq_len
+    hist = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in hist] == [12] and hist[-1]["final"]
+    assert res.val_curve == [[h["tokens"], h["val_bpb"]] for h in hist]
+    assert set(res.compressor_bpb) == {"gzip", "bz2", "xz"}
+
+
+def test_two_site_ledger(two_site_result):
+    res, _ = two_site_result
+    # fragments: two directions per sync; routing stats every step on their own channel
+    assert res.cross_site_bytes == res.fragment_bytes + res.routing_sync_bytes
+    assert res.fragment_bytes > 0 and res.routing_sync_bytes > 0
+    assert res.ledger["channels"]["routing"]["messages"] == 2 * 12
+    assert res.ddp_equivalent_bytes == 8 * res.params_total * 12
+    assert res.cross_site_bytes < res.ddp_equivalent_bytes / 5
+    assert 0 < res.compute_utilization <= 1 and res.sim_wall_clock_s > 0
+
+
+def test_same_seed_identical_different_seed_differs(tmp_path):
+    a = run_experiment(smoke("baseline", steps=6))
+    b = run_experiment(smoke("baseline", steps=6))
+    c = run_experiment(smoke("baseline", steps=6, seed=1))
+    assert a.final_val_bpb == b.final_val_bpb and a.val_curve == b.val_curve
+    assert c.final_val_bpb != a.final_val_bpb
+
+
+def test_baseline_ledger_is_the_ddp_formula():
+    res = run_experiment(smoke("baseline", steps=3, sync__routing_sync="false"))
+    assert res.gradient_bytes == res.ddp_equivalent_bytes == 8 * res.params_total * 3
+
+
+def test_preempted_island_rejoins(tmp_path):
+    res = run_experiment(smoke("two_site", steps=16, faults__preempt_island=1, faults__preempt_start=4,
+                               faults__preempt_steps=5))
+    assert res.tokens == 16 * 40 * 32 - 5 * 16 * 32  # site B's 16 sequences missing for 5 steps
+    assert math.isfinite(res.final_val_bpb)
+    assert res.island_idle_s[1] > 0  # the preempted island's lost steps show up as idle time
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "islands_kit", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_sigkill_and_resume_is_bit_identical(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=14", "--set", "checkpoint_every=2"]
+    ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
+    ref = _cli(common + ["--out", str(ref_dir)], env)
+    victim = _cli(common + ["--out", str(killed_dir)], env)
+    ckpt = killed_dir / FILENAME
+    deadline = time.time() + 300
+    while not ckpt.exists() and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3 + (hash(str(tmp_path)) % 7) / 10)  # a little later: somewhere mid-run, maybe mid-write
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert ref.wait(timeout=600) == 0
+    if (killed_dir / "result.json").exists():
+        pytest.fail("the victim finished before it could be killed; the run is too short for this machine")
+    rc = subprocess.run([sys.executable, "-m", "islands_kit", *common, "--out", str(killed_dir), "--resume",
+                         str(killed_dir)], env=env, capture_output=True, text=True, timeout=600)
+    assert rc.returncode == 0, rc.stdout + rc.stderr
+    a = json.loads((ref_dir / "result.json").read_text())
+    b = json.loads((killed_dir / "result.json").read_text())
+    for k in ("final_val_bpb", "val_curve", "cross_site_bytes", "sim_wall_clock_s", "compute_utilization", "ledger",
+              "tokens", "routing_sync_bytes", "peak_link_bytes_per_s"):
+        assert a[k] == b[k], k
+
+
+def test_resume_refuses_truncated_and_mismatched(tmp_path):
+    cfg = smoke("two_site", steps=4, checkpoint_every=2)
+    run_experiment(cfg, tmp_path)
+    ck = tmp_path / FILENAME
+    good = ck.read_bytes()
+    other = apply_overrides(cfg, {"sync.tau": "2"})
+    with pytest.raises(ConfigError, match=r"different configuration \(first difference: sync.tau\)"):
+        run_experiment(other, tmp_path / "x", resume=tmp_path)
+    ck.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ConfigError, match="truncated or not a checkpoint"):
+        run_experiment(cfg, tmp_path / "y", resume=tmp_path)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()  # refused before any work
+
+
+def test_cli_reports_bad_set_without_writing(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli_main(["run", "two_site", "--preset", "smoke", "--set", "sync.tau=99", "--out", str(out)]) == 2
+    assert "sync.tau" in capsys.readouterr().err
+    assert not out.exists()
