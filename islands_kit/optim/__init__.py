@@ -1,0 +1,5 @@
+"""Inner optimizers: Shampoo (Distributed Shampoo variant) and its matrix functions."""
+from islands_kit.optim.matrix_functions import inverse_roots_or_previous, matrix_inverse_root
+from islands_kit.optim.shampoo import GRAFTING_TYPES, Shampoo
+
+__all__ = ["Shampoo", "GRAFTING_TYPES", "matrix_inverse_root", "inverse_roots_or_previous"]
