@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 FORMAT = "islands_kit.checkpoint/1"
 FILENAME = "checkpoint.pt"
 # fields that may differ between the interrupted and the resumed invocation without changing any number
-_IGNORED = {"progress", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every"}
+_IGNORED = {"progress", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads"}
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:

@@ -272,6 +272,7 @@ class ExperimentConfig:
     link: LinkConfig = field(default_factory=LinkConfig)
     islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])
     faults: FaultConfig = field(default_factory=FaultConfig)
+    threads: int = 0  # torch intra-op threads for this run (0 = torch's default); 1 is best on a shared machine
     checkpoint_every: int = 0  # write DIR/checkpoint.pt every N steps (0 = never); resume with --resume DIR
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "islands_kit"
@@ -293,6 +294,7 @@ class ExperimentConfig:
         n = len(self.islands)
         if self.sync.strategy == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
+        _check(self.threads >= 0, "threads", "must be >= 0 (0 = torch default)", self.threads)
         _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)
         f = self.faults
         for name in ("preempt_island", "straggler_island"):

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 import islands_kit
+from islands_kit import kernels
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
@@ -75,6 +76,7 @@ class Experiment:
     def __init__(self, cfg: ExperimentConfig, out_dir: str | Path | None = None, transport: Transport | None = None) -> None:
         cfg.validate()
         self.cfg = cfg
+        kernels.set_backend(cfg.model.kernels)  # raises early if "triton" is forced where it cannot run
         self.out_dir = Path(out_dir) if out_dir else None
         torch.manual_seed(cfg.seed)
         # -- data ------------------------------------------------------------------------------------------------
@@ -279,6 +281,8 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
     ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
     os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
     state = None
     if resume is not None:
         from islands_kit.checkpoint import load_checkpoint

@@ -228,3 +228,20 @@ def test_routing_stats_shapes_and_consistency():
     assert (st.loads.sum(1) == 3 * 20 * 2).all()
     torch.testing.assert_close(st.max_over_mean, st.loads.max(1).values / st.loads.mean(1))
     assert not st.loads.requires_grad and not st.balance_loss.requires_grad
+
+
+def test_mxfp8_flag_changes_expert_matmuls_only_slightly():
+    """cfg.mxfp8 routes the expert matmuls through MXFP8 quantise-dequantise: outputs differ (the flag is wired)
+    but stay within the E4M3 precision (about 2^-4 relative per operand)."""
+    from islands_kit.config import ModelConfig
+    from islands_kit.model import build_model
+
+    torch.manual_seed(0)
+    base = ModelConfig(seq_len=16, d_model=32, n_layers=1, n_heads=2, n_experts=4, top_k=2, d_expert=32)
+    m0 = build_model(base)
+    m1 = build_model(ModelConfig(**{**base.__dict__, "mxfp8": True}))
+    m1.load_state_dict(m0.state_dict())
+    x = torch.randint(0, 256, (2, 16))
+    a, b = m0(x).logits, m1(x).logits
+    assert not torch.equal(a, b)
+    assert torch.allclose(a, b, atol=0.1 * a.abs().max().item())

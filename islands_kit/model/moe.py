@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from islands_kit import kernels
 from islands_kit.config import ModelConfig
 
 
@@ -176,7 +177,7 @@ def grouped_matmul(x_MD: Tensor, w_EDF: Tensor, group_sizes_E: Tensor) -> Tensor
     return _padded_bmm(x_MD, w_EDF, group_sizes_E, offs_E)
 
 
-def expert_ffn(x_sorted: Tensor, w1: Tensor, w2: Tensor, w3: Tensor, group_sizes: Tensor) -> Tensor:
+def expert_ffn(x_sorted: Tensor, w1: Tensor, w2: Tensor, w3: Tensor, group_sizes: Tensor, *, mxfp8: bool = False) -> Tensor:
     """All experts' SwiGLU on expert-sorted rows. THE single place where the expert matmuls happen.
 
     x_sorted: (M, d) token rows sorted by expert, ``group_sizes[e]`` rows for expert e (sum = M);
@@ -185,8 +186,14 @@ def expert_ffn(x_sorted: Tensor, w1: Tensor, w2: Tensor, w3: Tensor, group_sizes
     This is where a custom kernel (Triton grouped GEMM, MXFP8 quantise-dequantise emulation; see
     ``cfg.kernels`` / ``cfg.mxfp8``) plugs in: replace the three ``grouped_matmul`` calls.
     """
-    h_MF = F.silu(grouped_matmul(x_sorted, w1, group_sizes)) * grouped_matmul(x_sorted, w3, group_sizes)
-    return grouped_matmul(h_MF, w2, group_sizes)
+    if kernels.dispatch.use_triton(x_sorted, w1, op="grouped_mm"):  # the Triton grouped GEMM (GPU, or forced interpreter)
+        mm = lambda x, w: kernels.grouped_mm(x, w, group_sizes, mxfp8=mxfp8)  # noqa: E731
+    elif mxfp8:  # MXFP8 emulation on the torch path: quantise-dequantise both operands along the contraction dim
+        mm = lambda x, w: grouped_matmul(kernels.mx_qdq(x, 32, -1), kernels.mx_qdq(w, 32, 1), group_sizes)  # noqa: E731
+    else:
+        mm = lambda x, w: grouped_matmul(x, w, group_sizes)  # noqa: E731
+    h_MF = F.silu(mm(x_sorted, w1)) * mm(x_sorted, w3)
+    return mm(h_MF, w2)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -224,6 +231,7 @@ class MoE(nn.Module):
         self.aux_loss_coef, self.z_loss_coef = cfg.aux_loss_coef, cfg.z_loss_coef
         self.bias_update_rate = cfg.bias_update_rate
         self.dispatch = cfg.dispatch
+        self.mxfp8 = cfg.mxfp8
         self.router = nn.Linear(d, E, bias=False) if E > 1 else None
         self.w1 = nn.Parameter(torch.empty(E, d, f))
         self.w3 = nn.Parameter(torch.empty(E, d, f))
@@ -267,7 +275,7 @@ class MoE(nn.Module):
         order_M = torch.argsort(idx_NK.reshape(-1), stable=True)  # (M = N*k,) assignment ids sorted by expert
         token_M = order_M // k  # token of each sorted assignment
         x_MD = x_ND.index_select(0, token_M)  # (M, d) gathered, grouped by expert
-        y_MD = expert_ffn(x_MD, self.w1, self.w2, self.w3, counts_E)
+        y_MD = expert_ffn(x_MD, self.w1, self.w2, self.w3, counts_E, mxfp8=self.mxfp8)
         y_MD = y_MD * gates_NK.reshape(-1).index_select(0, order_M).unsqueeze(1).to(y_MD.dtype)
         return torch.zeros_like(x_ND).index_add(0, token_M, y_MD)  # (N, d)
 
