@@ -1,0 +1,110 @@
+"""Launch glue for torch.distributed: ``init_from_env`` (torchrun's environment -> a process group with bounded waits)
+and ``make_transport(cfg)`` (a ``TorchDistTransport`` for the config, after checking WORLD_SIZE against it).
+
+    torchrun --standalone --nproc-per-node 2 -m islands_kit run two_site --preset smoke --out runs/two_site-dist
+    torchrun --standalone --nproc-per-node 8 -m islands_kit run eight_cell --preset smoke --out runs/eight_cell-dist
+
+The CLI switches to this transport when ``WORLD_SIZE > 1``. Processes: ``len(islands)`` (one per island; an island's
+``dp_ranks`` become micro-batches, bit-identical to the in-process simulator) or ``sum(islands[*].dp_ranks)`` (one per
+data-parallel rank; see ``comm.torch_dist.RankLayout`` for the rank -> island mapping).
+
+Backend: ``gloo`` without CUDA; with CUDA ``cpu:gloo,cuda:nccl`` — torch then routes each collective by its tensors'
+device: CUDA tensors (gradients of models on the GPU) over NCCL, CPU tensors (the transport's wire messages, which
+cross a TCP wide-area link anyway, and anything the loop keeps on the CPU) over gloo. ``ISLANDS_KIT_DIST_BACKEND``
+overrides (gloo | nccl | cpu:gloo,cuda:nccl; with pure nccl the transport moves its messages to the GPU). The
+ledger/clock merging always runs on a gloo group. Only gloo is exercised by the tests (no GPU in CI).
+
+Bounded waits (``ISLANDS_KIT_DIST_TIMEOUT_S``, default 300 s, = T):
+  * a peer that never arrives: the rendezvous gives up after T (rank 0 waits for the others' store connections);
+  * a peer that dies: its sockets close and the survivors' next collective fails at once (well under a second on
+    gloo), and they exit non-zero with a ``DistributedError`` naming rank, island, channel and operation;
+  * a peer that hangs (alive, not answering): every collective is bounded by T (gloo's per-operation timeout; NCCL's
+    watchdog with async error handling).
+Under torchrun a worker that *fails* (non-zero exit) also makes the agent stop the others at once.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from islands_kit.comm.link import LinkModel
+from islands_kit.comm.torch_dist import DistributedError, RankLayout, TorchDistTransport, dist_timeout_s
+from islands_kit.config import ConfigError, ExperimentConfig
+
+MIXED = "cpu:gloo,cuda:nccl"
+__all__ = ["init_from_env", "make_transport", "shutdown", "world_size", "DistributedError"]
+
+
+def world_size() -> int:
+    """``$WORLD_SIZE`` as set by torchrun (1 when not launched by it)."""
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE: must be an integer (got {raw!r})") from None
+
+
+def _env_int(name: str) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        raise ConfigError(f"{name}: not set; launch with torchrun (or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: must be an integer (got {raw!r})") from None
+
+
+def init_from_env(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
+    """Initialise the default process group from torchrun's environment; return (rank, world_size).
+
+    Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Idempotent. Every wait (rendezvous and each
+    collective) is bounded by ``timeout_s`` (default ``dist_timeout_s()``)."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            raise ConfigError(f"{name}: not set; launch with torchrun (or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+    if not 0 <= rank < world:
+        raise ConfigError(f"RANK: must be in [0, WORLD_SIZE={world}) (got {rank})")
+    backend = backend or os.environ.get("ISLANDS_KIT_DIST_BACKEND") or (MIXED if torch.cuda.is_available() else "gloo")
+    if backend not in ("gloo", "nccl", MIXED):
+        raise ConfigError(f"ISLANDS_KIT_DIST_BACKEND: must be one of gloo|nccl|{MIXED} (got {backend!r})")
+    t = dist_timeout_s() if timeout_s is None else float(timeout_s)
+    if "nccl" in backend:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=t))
+    except Exception as e:  # DistStoreError on a rendezvous timeout, RuntimeError on a refused connection
+        raise DistributedError(
+            f"islands_kit.distributed: rendezvous failed on rank {rank} of {world} (MASTER_ADDR="
+            f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): not every process arrived within {t:g} s "
+            f"(ISLANDS_KIT_DIST_TIMEOUT_S). Cause: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ) from e
+    atexit.register(shutdown)
+    return rank, world
+
+
+def make_transport(cfg: ExperimentConfig) -> TorchDistTransport:
+    """A ``TorchDistTransport`` for ``cfg`` (initialising torch.distributed if needed). WORLD_SIZE is checked against
+    the config *before* the rendezvous, so a wrong process count fails at once on every rank."""
+    RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
+    f = getattr(cfg, "faults", None)
+    if f is not None and f.preempt_island >= 0 and f.preempt_steps > 0:
+        raise ConfigError(f"faults.preempt_island: preemption is simulated by the in-process transport only; under "
+                          f"torch.distributed every island takes part in every sync (got {f.preempt_island})")
+    if getattr(cfg, "checkpoint_every", 0):
+        raise ConfigError(f"checkpoint_every: checkpoints are written by the in-process run only for now (under "
+                          f"torch.distributed every rank would need its own file); set it to 0 (got {cfg.checkpoint_every})")
+    init_from_env()
+    return TorchDistTransport(cfg, LinkModel(cfg.link, seed=cfg.seed))
+
+
+def shutdown() -> None:
+    """Destroy the default process group (registered at exit by ``init_from_env``)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,215 @@
+"""TorchDistTransport (torch.distributed, gloo) against the in-process simulator, and its failure bounds.
+
+End to end through the real CLI under torchrun: two_site with 2 processes (one per island), two_site with 3 processes
+(one per data-parallel rank: island 0's two ranks share gradients and Shampoo blocks over their island group) and
+eight_cell with 8 processes must write the same result.json as the simulator — final_val_bpb, the byte ledger per
+channel and link, the simulated clock, peak rate and transfer times — to the last bit (only wall_time_s differs).
+Failures: a peer that vanishes ends the survivor with a DistributedError long before the (deliberately huge) timeout;
+a peer that hangs ends it after the per-operation timeout; a peer that never arrives ends the rendezvous after it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from islands_kit.comm.torch_dist import RankLayout
+from islands_kit.config import ConfigError, apply_overrides, parse_set
+from islands_kit.presets import get_preset
+
+FAST = ["steps=8", "eval_every=4"]  # eval at step 4 runs while a fragment / exchange is still in flight
+SHAMPOO = ["optim.name=shampoo", "optim.start_preconditioning_step=2", "optim.precondition_frequency=2"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", ISLANDS_KIT_DIST_TIMEOUT_S="120", WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def _torchrun(nproc: int, experiment: str, sets: list[str], out: Path, timeout: float, **env: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
+           "-m", "islands_kit", "run", experiment, "--preset", "smoke", "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.run(cmd, env=_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def _simulate(experiment: str, sets: list[str], out: Path) -> dict:
+    from islands_kit.run import run_experiment
+
+    cfg = apply_overrides(get_preset(experiment, "smoke"), parse_set(sets))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # like the OMP_NUM_THREADS=1 workers: same kernels, same float results
+    try:
+        run_experiment(cfg, out)
+    finally:
+        torch.set_num_threads(threads)
+    return json.loads((out / "result.json").read_text())
+
+
+@pytest.mark.parametrize("experiment,nproc,extra", [
+    ("two_site", 2, []),  # one process per island: island 0's dp_ranks=2 folded into its micro-batches
+    ("two_site", 3, SHAMPOO),  # one process per rank: island 0 = ranks 0, 1 (grads summed, Shampoo blocks shared)
+    ("eight_cell", 8, []),  # butterfly exchanges over isend/irecv
+])
+def test_torchrun_matches_simulator(tmp_path: Path, experiment: str, nproc: int, extra: list[str]) -> None:
+    sets = FAST + extra
+    cfg = apply_overrides(get_preset(experiment, "smoke"), parse_set(sets))
+    assert RankLayout.for_world(cfg, nproc).world_size == nproc
+    proc = _torchrun(nproc, experiment, sets, tmp_path / "dist", timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    dist_res = json.loads((tmp_path / "dist" / "result.json").read_text())
+    sim_res = _simulate(experiment, sets, tmp_path / "sim")
+    assert dist_res["final_val_bpb"] == sim_res["final_val_bpb"]  # bit-identical, not approximately
+    assert dist_res["cross_site_bytes"] > 0 and dist_res["ledger"] == sim_res["ledger"]
+    diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
+    assert diff == {"wall_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+    hist_d = [json.loads(l) for l in (tmp_path / "dist" / "history.jsonl").read_text().splitlines()]
+    hist_s = [json.loads(l) for l in (tmp_path / "sim" / "history.jsonl").read_text().splitlines()]
+    for d, s in zip(hist_d, hist_s, strict=True):  # the mid-run records see the whole world's ledger and clock
+        assert (d["step"], d["val_bpb"], d["cross_site_bytes"], d["sim_time_s"]) == (s["step"], s["val_bpb"], s["cross_site_bytes"], s["sim_time_s"])
+
+
+CONTRACT_WORKER = r"""
+# Runs on 3 ranks (two_site smoke layout: island 0 = ranks 0, 1; island 1 = rank 2). Every rank builds every island's
+# payloads from the same seeds, posts its own island's share on TorchDistTransport and all of them on LocalTransport,
+# waits out of order, and checks results, arrivals, clocks and the merged ledger bit for bit.
+import torch
+from islands_kit.comm.codecs import get_codec
+from islands_kit.comm.link import LinkModel
+from islands_kit.comm.transport import LocalTransport
+from islands_kit.comm.torch_dist import TorchDistTransport
+from islands_kit.distributed import init_from_env
+from islands_kit.presets import get_preset
+
+cfg = get_preset("two_site", "smoke")
+init_from_env()
+dt = TorchDistTransport(cfg, LinkModel(cfg.link, seed=5))
+lt = LocalTransport(2, LinkModel(cfg.link, seed=5))
+me, ids = dt.island, [0, 1]
+assert dt.local_islands == [me] and (dt.island_group is not None) == (me == 0)
+g = torch.Generator().manual_seed(0)
+batch = []
+for k in range(9):
+    codec = get_codec(["int4", "fp32", "fp8_e4m3"][k % 3], 32)
+    pay = {i: codec.encode(torch.randn(50 + 7 * k, generator=g), stochastic=True, generator=g) for i in ids}
+    w = {i: float(3 * i + k + 1) for i in ids}
+    kind = ["all_reduce", "all_gather", "exchange"][k % 3]
+    if kind == "exchange":
+        hd, hl = dt.exchange("x", {me: pay[me]}, {me: 1 - me}), lt.exchange("x", pay, {0: 1, 1: 0})
+    else:
+        hd, hl = getattr(dt, kind)("c%d" % (k % 2), {me: pay[me]}, {me: w[me]}), getattr(lt, kind)("c%d" % (k % 2), pay, w)
+    assert me in hd.arrival  # participation is visible before completion
+    batch.append((kind, hd, hl))
+    dt.compute(me, 0.01 * (me + 1) * (k + 1))
+    for i in ids:
+        lt.compute(i, 0.01 * (i + 1) * (k + 1))
+    if len(batch) == 3:  # newest first: completing it must complete the older ones first (FIFO)
+        for kind, hd, hl in reversed(batch):
+            got, want = hd.wait(me), [hl.wait(i) for i in ids][me]
+            if kind == "all_gather":
+                assert [(i, w) for i, w, _ in got] == [(i, w) for i, w, _ in want]
+                assert all(torch.equal(a, b) for (_, _, a), (_, _, b) in zip(got, want))
+            else:
+                assert torch.equal(got, want), kind
+            assert hd.arrival[me] == hl.arrival[me]
+        batch = []
+assert dt.clock.now[me] == lt.clock.now[me] and dt.clock.idle[me] == lt.clock.idle[me]
+with dt.world_view():
+    assert dt.ledger.to_dict() == lt.ledger.to_dict(), (dt.ledger.to_dict(), lt.ledger.to_dict())
+    assert dt.ledger.timeline == lt.ledger.timeline
+    assert (dt.clock.now, dt.clock.busy, dt.clock.idle) == (lt.clock.now, lt.clock.busy, lt.clock.idle)
+    assert dt.transfer_stats("c0") == lt.transfer_stats("c0")
+    inbound = sum(b for (src, dst), b in dt.ledger.links.items() if dst == me)
+assert dt.ledger.bytes() == (inbound if dt.is_leader else 0)  # back to the local ledger: what this island's leader received
+print("contract ok on rank", dt.rank)
+"""
+
+
+def test_transport_contract_matches_local_transport(tmp_path: Path) -> None:
+    """all_reduce / all_gather / exchange with three codecs, out-of-order waits, several ranks in one island: results,
+    arrivals, clocks, ledger (records in the simulator's order) and transfer stats equal LocalTransport's bit for bit."""
+    script = tmp_path / "contract.py"
+    script.write_text(CONTRACT_WORKER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "--max-restarts=0", str(script)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert sorted(l for l in proc.stdout.splitlines() if l.startswith("contract ok")) == [f"contract ok on rank {r}" for r in range(3)]
+
+
+def test_dead_peer_ends_survivor_without_waiting_for_timeout(tmp_path: Path) -> None:
+    """Rank 1 vanishes silently (exit 0) at its 3rd step. The survivor's next collective sees the closed socket and
+    raises at once: with a 1-hour timeout, only that detection can end the run inside the subprocess limit."""
+    proc = _torchrun(2, "two_site", FAST, tmp_path / "die", timeout=150, ISLANDS_KIT_DIST_TIMEOUT_S="3600",
+                     ISLANDS_KIT_TEST_DIE_AT_STEP="3", ISLANDS_KIT_TEST_DIE_RANK="1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "fault injection: rank 1 vanishes at step 3" in out
+    assert "DistributedError: islands_kit.distributed:" in out and "failed on rank 0 (island 0)" in out, out[-3000:]
+    assert not (tmp_path / "die" / "result.json").exists()
+
+
+def test_hung_peer_ends_survivor_after_the_timeout(tmp_path: Path) -> None:
+    """Rank 1 stops answering at its 3rd step but keeps its sockets open: only the per-operation timeout can end the
+    survivor's wait (every process group, not just the default one, must carry ISLANDS_KIT_DIST_TIMEOUT_S)."""
+    proc = _torchrun(2, "two_site", FAST, tmp_path / "hang", timeout=150, ISLANDS_KIT_DIST_TIMEOUT_S="3",
+                     ISLANDS_KIT_TEST_DIE_AT_STEP="3", ISLANDS_KIT_TEST_DIE_MODE="hang")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "fault injection: rank 1 hangs at step 3" in out
+    assert "failed on rank 0 (island 0)" in out and "(timeout 3 s" in out and "Timed out" in out, out[-3000:]
+
+
+def test_peer_that_never_arrives_times_out(tmp_path: Path) -> None:
+    """Rank 0 of 2 started alone: the rendezvous gives up after ISLANDS_KIT_DIST_TIMEOUT_S with a clear error."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               ISLANDS_KIT_DIST_TIMEOUT_S="2")
+    cmd = [sys.executable, "-m", "islands_kit", "run", "two_site", "--preset", "smoke", "--out", str(tmp_path / "x")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode != 0
+    assert "rendezvous failed on rank 0 of 2" in proc.stderr and "within 2 s" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_rank_layout_maps_islands_to_contiguous_ranks() -> None:
+    cfg = get_preset("two_site", "smoke")  # dp_ranks (2, 1)
+    per_island = RankLayout.for_world(cfg, 2)
+    assert per_island.ranks_per_island == (1, 1) and per_island.leaders == [0, 1]
+    per_rank = RankLayout.for_world(cfg, 3)
+    assert per_rank.ranks_per_island == (2, 1) and per_rank.leaders == [0, 2]
+    assert [per_rank.island_of(r) for r in range(3)] == [0, 0, 1]
+    assert per_rank.ranks_of(0) == [0, 1] and per_rank.ranks_of(1) == [2]
+    with pytest.raises(ValueError, match="rank"):
+        per_rank.island_of(3)
+
+
+def test_wrong_world_size_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked before any rendezvous, so every rank fails at once with the same message."""
+    from islands_kit.distributed import make_transport
+
+    monkeypatch.setenv("WORLD_SIZE", "5")
+    with pytest.raises(ConfigError, match=r"islands\[\*\]\.dp_ranks: WORLD_SIZE must equal len\(islands\) = 2 .* = 3 .*got WORLD_SIZE=5"):
+        make_transport(get_preset("two_site", "smoke"))
+
+
+@pytest.mark.parametrize("sets,field", [
+    (["faults.preempt_island=1", "faults.preempt_start=2", "faults.preempt_steps=3"], "faults.preempt_island"),
+    (["checkpoint_every=4"], "checkpoint_every"),
+])
+def test_unsupported_under_torch_distributed_names_the_field(monkeypatch: pytest.MonkeyPatch, sets: list[str], field: str) -> None:
+    from islands_kit.distributed import make_transport
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(sets + ["sync.strategy=diloco"]))
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        make_transport(cfg)
