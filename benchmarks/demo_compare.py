@@ -35,6 +35,7 @@ ABLATIONS = {
     "two_site_int8": ("two_site", ["sync.codec=int8"]),
     "two_site_fp32": ("two_site", ["sync.codec=fp32"]),
     "two_site_no_routing_sync": ("two_site", ["sync.routing_sync=false"]),
+    "two_site_nesterov": ("two_site", ["sync.outer_lr=0.7", "sync.outer_momentum=0.9"]),
 }
 
 

@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"islands-kit: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # e.g. DistributedError: a peer died or never answered
+        if type(e).__name__ != "DistributedError":
+            raise
+        print(f"islands-kit: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

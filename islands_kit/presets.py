@@ -24,7 +24,7 @@ _MODEL = {
 _RUN = {
     # steps, eval_every, eval_bytes, warmup, lr
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
-    "demo": dict(steps=600, eval_every=100, data=dict(eval_bytes=32768), optim=dict(warmup_steps=60, lr=2e-3)),
+    "demo": dict(steps=300, eval_every=50, data=dict(eval_bytes=32768), optim=dict(warmup_steps=30, lr=2e-3)),
     "gpu": dict(steps=5000, eval_every=250, data=dict(eval_bytes=262144), optim=dict(warmup_steps=200, lr=1e-3)),
 }
 
@@ -44,7 +44,10 @@ def _islands(experiment: str) -> list[dict[str, Any]]:
 
 _SYNC = {
     "baseline": dict(strategy="ddp"),
-    "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, alpha=0.5, outer_lr=0.7, outer_momentum=0.9,
+    # outer SGD lr 1.0 without momentum (plain averaging of the fragments): in runs this short the prototype measured
+    # Nesterov (lr 0.7, momentum 0.9) lagging plain averaging (7% vs 4.6% behind synchronous after 500 steps); the
+    # paper's Nesterov setting is one --set away (sync.outer_lr=0.7 sync.outer_momentum=0.9) and in the ablations.
+    "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, alpha=0.5, outer_lr=1.0, outer_momentum=0.0,
                      codec="int4", stochastic_rounding=True, error_feedback=True, routing_sync=True),
     "eight_cell": dict(strategy="butterfly", H=50, n_fragments=2, exchanges_per_window=6, delay=2, codec="fp32",
                        stochastic_rounding=True, error_feedback=True, routing_sync=True),
