@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,9 @@ class Experiment:
         if cfg.progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.experiment}", leave=False)
+            # only on a terminal: in an executed notebook every refresh would become a stderr output
+            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.experiment}", leave=False,
+                       disable=not sys.stderr.isatty())
         while self.step < cfg.steps:
             losses = self.train_step()
             if bar is not None:
@@ -263,6 +266,7 @@ class Experiment:
             ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
             routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
+            link_timeline=[[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline],
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
             wall_time_s=self.elapsed_s(),

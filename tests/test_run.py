@@ -128,3 +128,22 @@ def test_cli_reports_bad_set_without_writing(tmp_path, capsys):
     assert cli_main(["run", "two_site", "--preset", "smoke", "--set", "sync.tau=99", "--out", str(out)]) == 2
     assert "sync.tau" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_lost_and_corrupted_chunks_cost_only_time():
+    clean = run_experiment(smoke("two_site", steps=10))
+    faulty = run_experiment(smoke("two_site", steps=10, link__loss_prob=0.05, link__corrupt_prob=0.01,
+                                  link__chunk_bytes=1024))
+    assert faulty.final_val_bpb == clean.final_val_bpb and faulty.val_curve == clean.val_curve
+    assert faulty.cross_site_bytes == clean.cross_site_bytes  # the ledger counts payloads; resends are the link's
+    assert faulty.sim_wall_clock_s >= clean.sim_wall_clock_s
+
+
+def test_straggler_lowers_utilisation_not_quality():
+    # on a data-centre link compute dominates, so a slow island makes the other wait at every sync
+    clean = run_experiment(smoke("two_site", steps=10, link__preset="intra-dc"))
+    slow = run_experiment(smoke("two_site", steps=10, link__preset="intra-dc", faults__straggler_island=1,
+                                faults__straggler_factor=3.0))
+    assert slow.final_val_bpb == clean.final_val_bpb
+    assert slow.compute_utilization < clean.compute_utilization
+    assert slow.sim_wall_clock_s > clean.sim_wall_clock_s

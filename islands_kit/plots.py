@@ -1,0 +1,446 @@
+"""Every figure of the kit: the notebooks call these and hold no plotting code of their own.
+
+Each function takes plain data (the ``history.jsonl`` records of a run, schedules, matrices, durations) and returns a
+``matplotlib.figure.Figure`` built without pyplot on the Agg canvas: nothing global is touched, so the figures work the
+same in a headless test, a papermill kernel or a script. Every axis carries a label with its unit, every figure a
+title, and every figure with more than one series a legend.
+
+``save(fig, path)`` writes a PNG; ``show(fig, path)`` saves it and, inside IPython/Jupyter, displays the saved PNG.
+
+History records (one per evaluation, see ``islands_kit.run``): ``step``, ``tokens``, ``val_bpb``, ``sim_time_s``,
+``cross_site_bytes`` (cumulative), ``balance_loss`` and ``max_over_mean_load`` (one value per layer) and, with several
+replicas, ``routing_js_bits``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, FuncFormatter, LogFormatter
+
+History = Sequence[Mapping[str, Any]]
+
+# One colour per experiment, so the three runs look the same in every figure.
+COLORS = {"baseline": "#1f77b4", "two_site": "#d62728", "eight_cell": "#2ca02c"}
+_CYCLE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
+X_AXES = {
+    "tokens": ("tokens", "training tokens (all islands)"),
+    "sim_time": ("sim_time_s", "simulated wall-clock (s)"),
+    "step": ("step", "inner step"),
+}
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4.0) -> tuple[Figure, Any]:
+    """A Figure on the Agg canvas with ``nrows x ncols`` axes (one Axes when both are 1)."""
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=True)
+    return fig, axes
+
+
+def color(label: str, i: int) -> str:
+    return COLORS.get(label, _CYCLE[i % len(_CYCLE)])
+
+
+def save(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Write ``fig`` as a PNG (parent folders created); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=dpi, format="png")
+    return p
+
+
+def show(fig: Figure, path: str | Path | None = None) -> None:
+    """Save ``fig`` to ``path`` (when given) and display it inline in IPython/Jupyter (nothing to display elsewhere).
+
+    Returns None so that a notebook cell ending in ``plots.show(...)`` prints nothing but the figure."""
+    out = save(fig, path) if path is not None else None
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    if out is not None:
+        display(Image(filename=str(out)))
+    else:
+        import io
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        display(Image(data=buf.getvalue()))
+
+
+def _xlabel(ax: Any, x: str) -> None:
+    """Label the x axis for ``x``; token counts get engineering ticks (30k, 1.2M) so they never overlap."""
+    ax.set_xlabel(X_AXES[x][1])
+    if x == "tokens":
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+
+
+def _series(history: History, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) arrays from the records that hold a finite ``y``."""
+    if x not in X_AXES:
+        raise ValueError(f"x: must be one of {'|'.join(X_AXES)} (got {x!r})")
+    key = X_AXES[x][0]
+    pts = [(float(r[key]), float(r[y])) for r in history if y in r and r[y] is not None and math.isfinite(float(r[y]))]
+    if not pts:
+        return np.zeros(0), np.zeros(0)
+    a = np.asarray(pts, dtype=np.float64)
+    return a[:, 0], a[:, 1]
+
+
+def _check_runs(runs: Mapping[str, History], name: str = "runs") -> None:
+    if not runs:
+        raise ValueError(f"{name}: need at least one labelled history")
+    for label, h in runs.items():
+        if len(h) == 0:
+            raise ValueError(f"{name}[{label!r}]: the history is empty (no evaluation recorded)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runs: validation bpb, bytes on the link, routing load
+
+
+def bpb_curves(runs: Mapping[str, History], x: str = "tokens", floors: Mapping[str, float] | None = None,
+               title: str | None = None) -> Figure:
+    """Validation bits-per-byte against training tokens (``x="tokens"``) or simulated wall-clock (``x="sim_time"``).
+
+    runs: label -> history records. floors: compressor bpb on the same validation bytes (``result["compressor_bpb"]``),
+    drawn as dashed horizontal lines — the figure a general-purpose compressor reaches on exactly those bytes."""
+    _check_runs(runs)
+    fig, ax = new_figure()
+    for i, (label, h) in enumerate(runs.items()):
+        xs, ys = _series(h, x, "val_bpb")
+        ax.plot(xs, ys, marker="o", ms=4, color=color(label, i), label=f"{label} (final {ys[-1]:.3f})" if len(ys) else label)
+    for j, (name, v) in enumerate(sorted((floors or {}).items(), key=lambda kv: kv[1])):
+        ax.axhline(v, ls="--", lw=1, color=str(0.3 + 0.2 * j), label=f"{name} on the same bytes ({v:.2f})")
+    _xlabel(ax, x)
+    ax.set_ylabel("validation loss (bits per byte)")
+    ax.set_title(title or f"Validation bpb vs {'training tokens' if x == 'tokens' else 'simulated wall-clock'}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def link_bytes(runs: Mapping[str, History], x: str = "sim_time", ddp_bytes_per_step: Mapping[str, float] | None = None,
+               timelines: Mapping[str, Sequence[Sequence[Any]]] | None = None, title: str | None = None) -> Figure:
+    """Cumulative bytes sent across the wide-area link over simulated time (or tokens / steps).
+
+    runs: label -> history (``cross_site_bytes`` is cumulative at each evaluation). ddp_bytes_per_step: label ->
+    bytes a fp32 gradient all-reduce would send per step (``ddp_equivalent_bytes / steps``), drawn dotted as the
+    data-parallel reference. timelines: label -> ledger transfers ``(start_s, end_s, bytes, src, dst, channel)``;
+    when given (and ``x="sim_time"``) the curve is the exact staircase of transfer completions."""
+    _check_runs(runs)
+    fig, ax = new_figure()
+    for i, (label, h) in enumerate(runs.items()):
+        c = color(label, i)
+        tl = (timelines or {}).get(label)
+        if tl and x == "sim_time":
+            ends = np.asarray(sorted((float(t[1]), float(t[2])) for t in tl), dtype=np.float64).reshape(-1, 2)
+            ax.step(ends[:, 0], np.cumsum(ends[:, 1]) / 1e6, where="post", color=c, label=label)
+        else:
+            xs, ys = _series(h, x, "cross_site_bytes")
+            keep = ys > 0  # log scale: the run's start (0 bytes) cannot be drawn
+            ax.plot(xs[keep], ys[keep] / 1e6, marker="o", ms=4, color=c, label=label)
+        per_step = (ddp_bytes_per_step or {}).get(label)
+        if per_step:
+            rx, steps = _series(h, x, "step")
+            ax.plot(rx, steps * per_step / 1e6, ls=":", marker=".", color=c, label=f"{label}: fp32 all-reduce every step")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10 rather than 1e-01, 10^0
+    # minor ticks labelled (plainly: 6, 7, 8) only when the axis spans about a decade or less
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+    _xlabel(ax, x)
+    ax.set_ylabel("cumulative bytes on the link (MB, log scale)")
+    ax.set_title(title or "Bytes sent across the wide-area link")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def routing_load(history: History, x: str = "tokens", title: str | None = None) -> Figure:
+    """Per-layer MoE routing over the evaluations: the real max/mean expert load, the Switch balance score (the aux
+    loss before its coefficient; 1 = balanced) and, when recorded, the routing divergence between replicas.
+
+    The two left panels are worth reading together: the balance score weighs each expert's load by its mean router
+    probability, so it can look balanced while one expert takes far more tokens than the mean."""
+    if len(history) == 0:
+        raise ValueError("history: the history is empty (no evaluation recorded)")
+    loads = [r for r in history if r.get("max_over_mean_load")]
+    if not loads:
+        raise ValueError("history: no record holds max_over_mean_load (a dense model has no routing)")
+    has_js = any(r.get("routing_js_bits") is not None for r in history)
+    fig, axes = new_figure(ncols=3 if has_js else 2, width=4.6)
+    key = X_AXES[x][0]
+    xs = np.asarray([float(r[key]) for r in loads])
+    mom = np.asarray([r["max_over_mean_load"] for r in loads], dtype=np.float64)  # (evals, n_layers)
+    bal = np.asarray([r["balance_loss"] for r in loads], dtype=np.float64)  # (evals, n_layers)
+    for layer in range(mom.shape[1]):
+        c = _CYCLE[layer % len(_CYCLE)]
+        axes[0].plot(xs, mom[:, layer], marker="o", ms=3, color=c, label=f"layer {layer}")
+        axes[1].plot(xs, bal[:, layer], marker="o", ms=3, color=c, label=f"layer {layer}")
+    for ax in axes[:2]:
+        ax.axhline(1.0, ls="--", lw=1, color="0.4", label="perfect balance")
+        _xlabel(ax, x)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("max / mean tokens per expert (1 = balanced)")
+    axes[0].set_title("Real load: busiest expert / mean")
+    axes[1].set_ylabel("Switch balance score E·Σ f·P (1 = balanced)")
+    axes[1].set_title("Balance score (aux loss / coef)")
+    if has_js:
+        xj, yj = _series(history, x, "routing_js_bits")
+        axes[2].plot(xj, yj, marker="o", ms=3, color="#9467bd", label="mean over layers")
+        _xlabel(axes[2], x)
+        axes[2].set_ylabel("Jensen-Shannon divergence (bits)")
+        axes[2].set_title("Routing drift between replicas")
+        axes[2].grid(alpha=0.3)
+        axes[2].legend(fontsize=7)
+    fig.suptitle(title or "MoE routing load per layer")
+    return fig
+
+
+def balance_vs_load(runs: Mapping[str, History], x: str = "step", title: str | None = None) -> Figure:
+    """Side by side for several trainings: the Switch balance score (mean over layers) and the real max/mean expert
+    load (mean over layers). runs: label -> records with ``balance_loss`` and ``max_over_mean_load`` per layer."""
+    _check_runs(runs)
+    fig, (ax_b, ax_m) = new_figure(ncols=2, width=5.0)
+    key = X_AXES[x][0]
+    for i, (label, h) in enumerate(runs.items()):
+        rec = [r for r in h if r.get("max_over_mean_load")]
+        xs = [float(r[key]) for r in rec]
+        c = _CYCLE[i % len(_CYCLE)]
+        ax_b.plot(xs, [float(np.mean(r["balance_loss"])) for r in rec], marker="o", ms=3, color=c, label=label)
+        ax_m.plot(xs, [float(np.mean(r["max_over_mean_load"])) for r in rec], marker="o", ms=3, color=c, label=label)
+    for ax in (ax_b, ax_m):
+        ax.axhline(1.0, ls="--", lw=1, color="0.4", label="perfect balance")
+        _xlabel(ax, x)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_b.set_ylabel("Switch balance score E·Σ f·P (mean over layers)")
+    ax_b.set_title("What the aux loss sees")
+    ax_m.set_ylabel("max / mean tokens per expert (mean over layers)")
+    ax_m.set_title("What the busiest expert gets")
+    fig.suptitle(title or "Balance score vs real load during training")
+    return fig
+
+
+def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """Three panels from ``tracking.compare_table`` rows: final bpb, bytes on the link against the fp32 all-reduce
+    equivalent (log scale), and compute utilisation."""
+    if not rows:
+        raise ValueError("rows: need at least one compare_table row")
+    fig, axes = new_figure(ncols=3, width=4.2)
+    labels = [str(r["experiment"]) for r in rows]
+    cols = [color(l, i) for i, l in enumerate(labels)]
+    pos = np.arange(len(rows))
+    bpb = [r["final_val_bpb"] for r in rows]
+    axes[0].bar(pos, bpb, color=cols)
+    for p, v in zip(pos, bpb):
+        axes[0].annotate(f"{v:.3f}", (p, v), ha="center", va="bottom", fontsize=8)
+    axes[0].set_ylabel("final validation bpb (bits per byte)")
+    axes[0].set_title("Quality at equal tokens")
+    sent = [max(float(r["cross_site_bytes"]), 1.0) / 1e6 for r in rows]
+    ddp = [float(r["ddp_equivalent_bytes"]) / 1e6 for r in rows]
+    axes[1].bar(pos - 0.2, sent, width=0.4, color=cols, label="sent")
+    axes[1].bar(pos + 0.2, ddp, width=0.4, color="0.75", hatch="//", label="fp32 all-reduce every step")
+    axes[1].set_yscale("log")
+    for p, r in zip(pos, rows):
+        xl = r["x_less_than_ddp"]
+        axes[1].annotate("inf" if math.isinf(xl) else f"{xl:,.0f}x less", (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6),
+                         ha="center", va="bottom", fontsize=8)
+    axes[1].set_ylabel("bytes on the link (MB, log scale)")
+    axes[1].set_title("Communication")
+    axes[1].legend(fontsize=8)
+    util = [100 * float(r["compute_utilization"]) for r in rows]
+    axes[2].bar(pos, util, color=cols)
+    axes[2].set_ylim(0, 105)
+    axes[2].set_ylabel("compute utilisation (% of simulated time busy)")
+    axes[2].set_title("Time spent computing")
+    for ax in axes:
+        ax.set_xticks(pos, labels)
+        ax.set_xlabel("experiment")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title or "baseline vs two_site vs eight_cell")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Teaching figures (the tour and the per-experiment notebooks)
+
+
+def bpb_bars(values: Mapping[str, float], title: str | None = None) -> Figure:
+    """Bits per byte of several predictors/compressors on the same validation bytes (8 = uniform over 256 bytes)."""
+    if not values:
+        raise ValueError("values: need at least one label -> bpb")
+    fig, ax = new_figure(width=7.0)
+    labels = list(values)
+    v = [float(values[k]) for k in labels]
+    ax.barh(np.arange(len(v)), v, color=[_CYCLE[i % len(_CYCLE)] for i in range(len(v))])
+    for i, b in enumerate(v):
+        ax.annotate(f"{b:.2f}", (b, i), va="center", ha="left", fontsize=8, xytext=(3, 0), textcoords="offset points")
+    ax.set_yticks(np.arange(len(v)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("bits per byte on the validation bytes (lower is better)")
+    ax.set_ylabel("predictor / compressor")
+    ax.set_title(title or "How many bits per byte?")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def routing_states(states: Mapping[str, Mapping[str, Any]], title: str | None = None) -> Figure:
+    """Per-expert load fraction f_e and mean router probability P_e for a few routing states, with each state's
+    balance score E·Σ f_e·P_e and real max/mean load in its panel title.
+
+    states: label -> {"load_fraction": (E,), "mean_prob": (E,), "balance_loss": float, "max_over_mean": float}."""
+    if not states:
+        raise ValueError("states: need at least one routing state")
+    fig, axes = new_figure(ncols=len(states), width=4.4)
+    axes = np.atleast_1d(axes)
+    for ax, (label, s) in zip(axes, states.items()):
+        f = np.asarray(s["load_fraction"], dtype=np.float64)
+        P = np.asarray(s["mean_prob"], dtype=np.float64)
+        e = np.arange(len(f))
+        ax.bar(e - 0.2, f, width=0.4, color="#1f77b4", label="f_e: share of tokens routed")
+        ax.bar(e + 0.2, P, width=0.4, color="#ff7f0e", label="P_e: mean router probability")
+        ax.axhline(1.0 / len(f), ls="--", lw=1, color="0.4", label="1/E (balanced)")
+        ax.set_xticks(e, [str(i) for i in e])
+        ax.set_xlabel("expert")
+        ax.set_ylabel("fraction (of tokens / of probability mass)")
+        ax.set_title(f"{label}\nbalance score {s['balance_loss']:.3f}, max/mean load {s['max_over_mean']:.2f}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title or "The balance score is not the load")
+    return fig
+
+
+def loss_curves(curves: Mapping[str, Sequence[float]], title: str | None = None, ylabel: str = "loss (log scale)") -> Figure:
+    """Loss per step for several optimizers (log y)."""
+    if not curves:
+        raise ValueError("curves: need at least one label -> losses")
+    fig, ax = new_figure()
+    for i, (label, ys) in enumerate(curves.items()):
+        ax.plot(np.arange(1, len(ys) + 1), ys, color=_CYCLE[i % len(_CYCLE)], label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title or "Optimizer comparison")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fragment_timeline(schedule: Sequence[tuple[int, int]], n_fragments: int, H: int, tau: int, steps: int,
+                      title: str | None = None) -> Figure:
+    """Streaming DiLoCo timeline: for each fragment p, when its outer gradient is sent (after step t) and when the
+    outer result is merged (after step t + τ); the transfer overlaps the τ inner steps in between.
+
+    schedule: ``sync.diloco.streaming_schedule(H, P, steps)`` pairs (step, fragment)."""
+    fig, ax = new_figure(width=9.0, height=0.6 * n_fragments + 2.2)
+    for w in range(0, steps + 1, H):
+        ax.axvline(w + 0.5, color="0.8", lw=1, zorder=0)
+    for p in range(n_fragments):
+        ax.broken_barh([(0.5, steps)], (p - 0.35, 0.7), color="#e8eef7", zorder=1)
+    first = True
+    for t, p in schedule:
+        ax.broken_barh([(t + 0.5, max(tau, 0.15))], (p - 0.25, 0.5), color="#ff7f0e", alpha=0.8, zorder=2,
+                       label="outer gradient in flight (τ steps overlap)" if first else None)
+        ax.plot([t + 0.5], [p], marker="v", color="#d62728", ms=8, zorder=3, label="send after step t" if first else None)
+        ax.plot([t + 0.5 + tau], [p], marker="o", color="#2ca02c", ms=6, zorder=4,
+                label="merge after step t+τ" if first else None)
+        first = False
+    ax.set_yticks(range(n_fragments), [f"fragment {p}" for p in range(n_fragments)])
+    ax.set_ylim(-0.7, n_fragments - 0.3)
+    ax.set_xlim(0.5, steps + tau + 1.5)
+    ax.set_xlabel(f"inner step (grey lines: H={H}-step windows)")
+    ax.set_ylabel("model fragment")
+    ax.set_title(title or f"Streaming DiLoCo: P={n_fragments} fragments, H={H}, τ={tau}")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def butterfly_timeline(exchanges: Sequence[Any], n_fragments: int, H: int, delay: int, steps: int,
+                       title: str | None = None) -> Figure:
+    """Butterfly mixing timeline: for each fragment, every exchange (coloured by its round r: partner = i XOR 2^r)
+    and the merge ``delay`` steps later. exchanges: ``sync.butterfly.butterfly_schedule(...)`` items."""
+    fig, ax = new_figure(width=9.0, height=0.6 * n_fragments + 2.2)
+    for w in range(0, steps + 1, H):
+        ax.axvline(w + 0.5, color="0.8", lw=1, zorder=0)
+    seen: set[int] = set()
+    for ex in exchanges:
+        c = _CYCLE[ex.round % len(_CYCLE)]
+        lab = f"round {ex.round} (partner = i XOR {1 << ex.round})" if ex.round not in seen else None
+        seen.add(ex.round)
+        ax.broken_barh([(ex.step + 0.5, max(delay, 0.15))], (ex.fragment - 0.25, 0.5), color=c, alpha=0.75, label=lab)
+        ax.plot([ex.step + 0.5], [ex.fragment], marker="v", color=c, ms=7)
+    ax.set_yticks(range(n_fragments), [f"fragment {p}" for p in range(n_fragments)])
+    ax.set_ylim(-0.7, n_fragments - 0.3)
+    ax.set_xlim(0.5, steps + delay + 1.5)
+    ax.set_xlabel(f"inner step (▼ exchange, bar = {delay} steps until the merge; grey lines: H={H} windows)")
+    ax.set_ylabel("model fragment")
+    ax.set_title(title or "Butterfly exchanges per fragment")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def mixing_matrices(mats: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Heatmaps of mixing matrices W (x_after = W @ x_before): row i = how much of each cell's state cell i holds."""
+    if not mats:
+        raise ValueError("mats: need at least one label -> matrix")
+    fig, axes = new_figure(ncols=len(mats), width=3.9, height=3.9)
+    axes = np.atleast_1d(axes)
+    im = None
+    for ax, (label, W) in zip(axes, mats.items()):
+        W = np.asarray(W, dtype=np.float64)
+        im = ax.imshow(W, vmin=0.0, vmax=1.0, cmap="viridis")
+        n = W.shape[0]
+        if n <= 8:
+            for i in range(n):
+                for j in range(n):
+                    if W[i, j] > 0:
+                        ax.text(j, i, f"{W[i, j]:.3g}".lstrip("0"), ha="center", va="center", fontsize=6,
+                                color="white" if W[i, j] < 0.5 else "black")
+        ax.set_xlabel("source cell j")
+        ax.set_ylabel("destination cell i")
+        ax.set_title(label, fontsize=9)
+    fig.colorbar(im, ax=list(axes), shrink=0.8, label="weight of cell j in cell i")
+    fig.suptitle(title or "Butterfly mixing matrices")
+    return fig
+
+
+def transfer_times(durations: Mapping[str, Sequence[float]], ideal_s: float | None = None,
+                   title: str | None = None) -> Figure:
+    """Distribution of transfer durations per method: histogram and empirical CDF, with p50/p99
+    in the legend and the ideal closed-form time (no jitter, no loss) as a dashed line."""
+    if not durations:
+        raise ValueError("durations: need at least one label -> durations")
+    fig, (ax_h, ax_c) = new_figure(ncols=2, width=5.2)
+    all_ms = np.concatenate([np.asarray(d, dtype=np.float64) * 1e3 for d in durations.values()])
+    if all_ms.size == 0 or not np.all(np.isfinite(all_ms)) or all_ms.min() <= 0:
+        raise ValueError("durations: need positive, finite durations")
+    bins = np.linspace(all_ms.min() * 0.95, all_ms.max() * 1.05, 50)
+    for i, (label, d) in enumerate(durations.items()):
+        ms = np.sort(np.asarray(d, dtype=np.float64) * 1e3)
+        p50, p99 = np.percentile(ms, 50), np.percentile(ms, 99)
+        lab = f"{label}: p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+        c = _CYCLE[i % len(_CYCLE)]
+        ax_h.hist(ms, bins=bins, alpha=0.55, color=c, label=lab)
+        ax_c.step(ms, np.arange(1, len(ms) + 1) / len(ms), where="post", color=c, label=lab)
+    for ax in (ax_h, ax_c):
+        ax.set_xlabel("transfer time (ms)")
+        if ideal_s is not None:
+            ax.axvline(ideal_s * 1e3, ls="--", color="0.3", label=f"ideal: rtt/2 + bytes/rate = {ideal_s * 1e3:.0f} ms")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    ax_h.set_ylabel("number of transfers")
+    ax_h.set_title("Histogram")
+    ax_c.set_ylabel("fraction of transfers done (CDF)")
+    ax_c.set_title("Cumulative distribution")
+    fig.suptitle(title or "Transfer times on the simulated link")
+    return fig

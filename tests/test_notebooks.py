@@ -1,0 +1,275 @@
+"""The notebooks, executed for real through papermill with smoke parameters, and the helpers they call.
+
+Cost: the compare notebook runs the three experiment notebooks once (each result is checked from there, not re-run);
+the tour runs through the CLI with reduced sizes; two bad-parameter runs stop in their first cells.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from islands_kit import cli, tour
+from islands_kit.config import ConfigError
+from islands_kit.notebooks import (NOTEBOOK_DIR, comparison_report, comparison_setup, load_run, notebook_config,
+                                   resolve_out_dir, run_notebook)
+from islands_kit.presets import get_preset
+from islands_kit.tracking import RESULT_KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ("baseline", "two_site", "eight_cell", "compare", "tour")
+EXPERIMENT_PNGS = ("bpb_vs_tokens.png", "bpb_vs_sim_time.png", "link_bytes.png", "routing_load.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    # kernels inherit the environment: no wandb; one intra-op thread, because on the shared 2-core machine
+    # oversubscribed OpenMP threads make the smoke runs many times slower
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def assert_png(p: Path) -> None:
+    assert p.is_file(), f"missing figure {p}"
+    data = p.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 5000, f"{p} is not a real PNG"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The committed notebooks
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebook_shape(name):
+    """No outputs, python3 kernelspec, a first code cell tagged parameters holding literal assignments only, every one
+    of which papermill can see."""
+    import papermill as pm
+
+    nb = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code), "commit notebooks without outputs"
+    params = code[0]
+    assert params.metadata.get("tags") == ["parameters"]
+    names = []
+    for node in ast.parse(params.source).body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1, ast.dump(node)
+        ast.literal_eval(node.value)  # raises unless a literal
+        names.append(node.targets[0].id)
+    assert list(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == names
+    assert sum("parameters" in c.metadata.get("tags", []) for c in nb.cells) == 1
+
+
+def test_notebooks_match_their_generator():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_notebooks.py"), "--check"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_experiment_notebooks_declare_their_knobs():
+    import papermill as pm
+
+    common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link"}
+    knobs = {"baseline": set(), "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync"},
+             "eight_cell": {"H", "exchanges_per_window", "delay", "codec"}}
+    for name, own in knobs.items():
+        assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == common | own
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers the notebooks call
+
+
+def test_notebook_config_overrides_and_preset_defaults():
+    cfg = notebook_config("two_site", "smoke", 3, 0, {"sync.H": None, "sync.codec": "int8", "link.preset": "intra-dc"})
+    ref = get_preset("two_site", "smoke")
+    assert cfg.seed == 3 and cfg.steps == ref.steps  # steps 0 = the preset's
+    assert cfg.sync.H == ref.sync.H  # None = the preset's
+    assert cfg.sync.codec == "int8"
+    assert cfg.link.preset == "intra-dc" and cfg.link.rtt_s == 50e-6
+    assert notebook_config("baseline", "smoke", 0, 7, {}).steps == 7
+
+
+@pytest.mark.parametrize("experiment,steps,overrides,field", [
+    ("two_site", 0, {"sync.H": 0}, "sync.H"),
+    ("eight_cell", 0, {"sync.codec": "int3"}, "sync.codec"),
+    ("two_site", 0, {"sync.tau": 8}, "sync.tau"),  # tau must be < H (smoke H = 8)
+    ("baseline", 0, {"link.preset": "moon"}, "link.preset"),
+    ("baseline", -1, {}, "steps"),
+    ("baseline", 0, {"data.corpus": "/no/such/corpus.txt"}, "data.corpus"),
+    ("baseline", 0, {"wandb_mode": "loud"}, "wandb_mode"),
+])
+def test_notebook_config_names_the_bad_field(experiment, steps, overrides, field):
+    with pytest.raises(ConfigError, match=rf"^{field}:"):
+        notebook_config(experiment, "smoke", 0, steps, overrides)
+
+
+def test_bad_preset_and_unknown_notebook_parameter(tmp_path):
+    with pytest.raises(ConfigError, match="preset"):
+        notebook_config("baseline", "huge", 0, 0, {})
+    with pytest.raises(ConfigError, match="unknown parameter 'H'"):  # the baseline has no H: refused before any kernel
+        run_notebook("baseline", {"H": 50}, tmp_path)
+    with pytest.raises(ConfigError, match="unknown notebook"):
+        run_notebook("nope", {}, tmp_path)
+    assert not (tmp_path / "baseline.ipynb").exists()
+
+
+def test_comparison_setup_validates_every_experiment_and_shares_a_group(tmp_path, monkeypatch):
+    shared, out = comparison_setup(["baseline", "two_site"], "smoke", 1, 0, "shakespeare", "transpacific-25g",
+                                   "disabled", "p", "", tmp_path / "c")
+    assert shared["wandb_group"] == "compare-smoke-s1" and out == (tmp_path / "c").resolve() and out.is_dir()
+    with pytest.raises(ConfigError, match="experiments"):
+        comparison_setup(["baseline", "ten_cell"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled",
+                         "p", "", tmp_path)
+    with pytest.raises(ConfigError, match="link.preset"):
+        comparison_setup(["baseline"], "smoke", 0, 0, "shakespeare", "dialup", "disabled", "p", "", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_out_dir("", get_preset("eight_cell", "smoke")) == tmp_path.resolve() / "runs" / "eight_cell-smoke-s0"
+
+
+def test_comparison_report_refuses_unequal_tokens(tmp_path):
+    base = {"experiment": "baseline", "seed": 0, "preset": "smoke", "tokens": 100, "final_val_bpb": 4.0,
+            "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
+    other = dict(base, experiment="two_site", cross_site_bytes=10, final_val_bpb=4.4)
+    rows, text = comparison_report([base, other], tmp_path)
+    assert rows[1]["x_less_than_ddp"] == 100 and abs(rows[1]["bpb_vs_baseline"] - 1.1) < 1e-12
+    assert json.loads((tmp_path / "compare.json").read_text()) == rows
+    assert (tmp_path / "compare.txt").read_text().strip() == text
+    with pytest.raises(ValueError, match="tokens"):
+        comparison_report([base, dict(other, tokens=200)], tmp_path)
+
+
+# ---- tour helpers ----------------------------------------------------------------------------------------------
+
+
+def ngram_reference(train: bytes, val: bytes, order: int, alpha: float) -> float:
+    """Plain dictionaries, one byte at a time."""
+    pair, ctx = {}, {}
+    for i in range(order, len(train)):
+        c = train[i - order:i]
+        pair[(c, train[i])] = pair.get((c, train[i]), 0) + 1
+        ctx[c] = ctx.get(c, 0) + 1
+    bits = [-math.log2((pair.get((val[i - order:i], val[i]), 0) + alpha) / (ctx.get(val[i - order:i], 0) + 256 * alpha))
+            for i in range(order, len(val))]
+    return sum(bits) / len(bits)
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_ngram_bpb_matches_plain_counting(order):
+    rng = np.random.default_rng(order)
+    train = bytes(rng.choice(np.frombuffer(b"abcde \n", np.uint8), 3000).tolist())
+    val = bytes(rng.choice(np.frombuffer(b"abcdef \n", np.uint8), 500).tolist())  # 'f' never seen in training
+    assert tour.ngram_bpb(train, val, order) == pytest.approx(ngram_reference(train, val, order, 0.5), rel=1e-12)
+    with pytest.raises(ConfigError, match="order"):
+        tour.ngram_bpb(train, val, 7)
+
+
+def test_routing_example_balance_score_improves_while_real_load_worsens():
+    states = tour.routing_example(n_tokens=4096, n_experts=4, seed=0)
+    conf, hes = states["confident router"], states["hesitant router"]
+    assert hes["balance_loss"] < conf["balance_loss"]
+    assert hes["max_over_mean"] > 1.5 * conf["max_over_mean"]
+    for s in states.values():  # the score is E * sum f_e P_e, and max/mean is read off the load fractions
+        f, P = s["load_fraction"], s["mean_prob"]
+        assert s["balance_loss"] == pytest.approx(4 * float((f * P).sum()), rel=1e-5)
+        assert s["max_over_mean"] == pytest.approx(float(f.max() * 4), rel=1e-5)
+
+
+def test_butterfly_mixing_reaches_uniform_after_log2_rounds():
+    mats = tour.butterfly_mixing(8)
+    assert len(mats) == 3
+    *partial, last = mats.values()
+    np.testing.assert_allclose(last.numpy(), np.full((8, 8), 1 / 8), atol=1e-15)
+    assert all((m.numpy() == 0).any() for m in partial)  # not every cell reached before the last round
+
+
+def test_link_durations_no_noise_equals_the_closed_form():
+    d, ideal = tour.link_durations("transpacific-25g", 8 << 20, 5, jitter_sigma=0.0, tail_prob=0.0, loss_prob=0.0)
+    for method in ("naive", "chunked"):
+        np.testing.assert_allclose(d[method], ideal, rtol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Executed for real
+
+
+def test_compare_notebook_runs_the_three_experiments(tmp_path):
+    out = tmp_path / "demo"
+    executed = run_notebook("compare", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled"}, out)
+    assert executed == out / "compare.ipynb" and executed.is_file()
+    results = {}
+    for exp in ("baseline", "two_site", "eight_cell"):
+        d = out / exp
+        assert (d / f"{exp}.ipynb").is_file()  # the executed experiment notebook is kept beside its result
+        run = load_run(d)
+        res = results[exp] = run["result"]
+        assert set(RESULT_KEYS) <= set(res)
+        assert res["experiment"] == exp and res["preset"] == "smoke" and res["seed"] == 0
+        assert math.isfinite(res["final_val_bpb"]) and res["final_val_bpb"] < 8.5
+        assert res["config"]["wandb_group"] == "compare-smoke-s0"
+        assert len(run["history"]) >= 1 and run["history"][-1]["final"] is True
+        for png in EXPERIMENT_PNGS:
+            assert_png(d / png)
+    assert_png(out / "two_site" / "fragment_timeline.png")
+    assert_png(out / "eight_cell" / "butterfly_timeline.png")
+    assert len({r["tokens"] for r in results.values()}) == 1  # equal total training tokens
+    assert results["two_site"]["cross_site_bytes"] < results["baseline"]["cross_site_bytes"]
+    for png in ("compare_bpb_vs_tokens.png", "compare_bpb_vs_sim_time.png", "compare_link_bytes.png",
+                "compare_summary.png"):
+        assert_png(out / png)
+    rows = json.loads((out / "compare.json").read_text())
+    assert [r["experiment"] for r in rows] == ["baseline", "two_site", "eight_cell"]
+    assert rows[1]["final_val_bpb"] == results["two_site"]["final_val_bpb"]
+    # the README's second command reads the same folders
+    assert cli.main(["compare", str(out / "baseline"), str(out / "two_site"), str(out / "eight_cell")]) == 0
+
+
+def first_error_cell(path: Path) -> int:
+    """Index, among the code cells of an executed notebook, of the first one that raised."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, c in enumerate(code):
+        if any(o.get("output_type") == "error" for o in c.get("outputs", [])):
+            assert all(d.execution_count is None for d in code[i + 1:])  # nothing ran after it
+            return i
+    raise AssertionError("no cell failed")
+
+
+def test_bad_parameter_stops_in_the_validation_cell(tmp_path):
+    with pytest.raises(ConfigError, match=r"sync\.codec: must be one of .*\(got 'int3'\)"):
+        run_notebook("eight_cell", {"preset": "smoke", "codec": "int3"}, tmp_path)
+    # code cells: parameters, injected parameters, validation
+    assert first_error_cell(tmp_path / "eight_cell.ipynb") == 2
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_cli_notebook_reports_a_bad_parameter(tmp_path, capsys):
+    assert cli.main(["notebook", "two_site", "-p", "preset", "smoke", "-p", "H", "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "sync.H: must be >= 1 (got 0)" in err and "two_site" in err
+    assert first_error_cell(tmp_path / "two_site.ipynb") == 2
+
+
+def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys):
+    argv = ["notebook", "tour", "-p", "tiny_steps", "10", "-p", "race_steps", "30", "-p", "n_transfers", "40",
+            "-p", "links", '["intra-dc", "leo-satellite"]', "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    assert "executed notebook" in capsys.readouterr().out
+    nb = nbformat.read(tmp_path / "tour.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    injected = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
+    assert 'links = ["intra-dc", "leo-satellite"]' in injected.source and "tiny_steps = 10" in injected.source
+    for png in ("tour_bpb_ladder.png", "tour_routing_states.png", "tour_balance_vs_load.png",
+                "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",
+                "tour_mixing_matrices.png", "tour_link_tails_intra-dc.png", "tour_link_tails_leo-satellite.png"):
+        assert_png(tmp_path / png)

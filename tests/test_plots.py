@@ -1,0 +1,202 @@
+"""islands_kit.plots: every figure has a title, labelled axes (with units), legends where several series share an
+axis, draws the data it was given, and saves a real PNG. Synthetic histories only: no training here."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from islands_kit import plots
+from islands_kit.sync.butterfly import butterfly_schedule, mixing_matrix
+from islands_kit.sync.diloco import streaming_schedule
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def history(n_evals: int = 4, n_layers: int = 2, steps_per_eval: int = 10, bytes_per_step: int = 1000,
+            bpb0: float = 7.0, js: bool = True) -> list[dict]:
+    """A history.jsonl-shaped list: bpb falling, bytes growing linearly, routing stats per layer."""
+    out = []
+    for k in range(1, n_evals + 1):
+        step = k * steps_per_eval
+        rec = {"step": step, "tokens": step * 1280, "val_bpb": bpb0 - 0.5 * k, "final": k == n_evals,
+               "train_loss": 4.0 - 0.1 * k, "sim_time_s": 0.25 * step, "cross_site_bytes": step * bytes_per_step,
+               "balance_loss": [1.0 + 0.01 * (k + l) for l in range(n_layers)],
+               "max_over_mean_load": [1.5 + 0.1 * (k + l) for l in range(n_layers)]}
+        if js:
+            rec["routing_js_bits"] = 0.1 / k
+        out.append(rec)
+    return out
+
+
+def all_axes(fig):
+    return [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+
+
+def assert_readable(fig, n_axes: int | None = None) -> None:
+    """Title (figure or every axes), x and y labels on every data axes."""
+    axes = all_axes(fig)
+    if n_axes is not None:
+        assert len(axes) == n_axes
+    has_suptitle = fig._suptitle is not None and fig._suptitle.get_text()
+    for ax in axes:
+        assert ax.get_xlabel().strip(), f"axes {ax} has no x label"
+        assert ax.get_ylabel().strip(), f"axes {ax} has no y label"
+        assert ax.get_title().strip() or has_suptitle, "no title"
+
+
+def legend_texts(ax) -> list[str]:
+    leg = ax.get_legend()
+    assert leg is not None, "no legend"
+    return [t.get_text() for t in leg.get_texts()]
+
+
+def test_bpb_curves_tokens_and_sim_time_plot_the_history(tmp_path):
+    runs = {"baseline": history(), "two_site": history(bpb0=6.5)}
+    floors = {"gzip": 3.1, "bz2": 2.4, "xz": 2.76}
+    for x, key, unit in (("tokens", "tokens", "tokens"), ("sim_time", "sim_time_s", "(s)")):
+        fig = plots.bpb_curves(runs, x=x, floors=floors)
+        assert_readable(fig, 1)
+        ax = fig.axes[0]
+        assert unit in ax.get_xlabel() and "bits per byte" in ax.get_ylabel()
+        lines = ax.get_lines()
+        data = [l for l in lines if l.get_label() in legend_texts(ax) and not l.get_linestyle() == "--"]
+        assert len(data) == 2
+        np.testing.assert_allclose(data[0].get_xdata(), [r[key] for r in runs["baseline"]])
+        np.testing.assert_allclose(data[1].get_ydata(), [r["val_bpb"] for r in runs["two_site"]])
+        texts = legend_texts(ax)
+        assert any("final 5.000" in t for t in texts)  # baseline's last bpb: 7 - 0.5 * 4
+        assert sum("same bytes" in t for t in texts) == 3  # one dashed floor per compressor
+        p = plots.save(fig, tmp_path / f"bpb_{x}.png")
+        assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 5000
+
+
+def test_bpb_curves_rejects_bad_input():
+    with pytest.raises(ValueError, match="x: must be one of"):
+        plots.bpb_curves({"a": history()}, x="wall")
+    with pytest.raises(ValueError, match="runs"):
+        plots.bpb_curves({})
+    with pytest.raises(ValueError, match="empty"):
+        plots.bpb_curves({"a": []})
+
+
+def test_link_bytes_cumulative_with_ddp_reference():
+    h = history(bytes_per_step=500)
+    fig = plots.link_bytes({"two_site": h}, ddp_bytes_per_step={"two_site": 40_000.0})
+    assert_readable(fig, 1)
+    ax = fig.axes[0]
+    assert "MB" in ax.get_ylabel() and "(s)" in ax.get_xlabel() and ax.get_yscale() == "log"
+    sent, ddp = ax.get_lines()
+    np.testing.assert_allclose(sent.get_ydata(), [r["cross_site_bytes"] / 1e6 for r in h])
+    np.testing.assert_allclose(ddp.get_ydata(), [r["step"] * 40_000.0 / 1e6 for r in h])
+    assert legend_texts(ax) == ["two_site", "two_site: fp32 all-reduce every step"]
+
+
+def test_link_bytes_timeline_is_the_exact_staircase():
+    tl = [(0.5, 1.0, 100, 0, 1, "fragments"), (0.2, 0.4, 300, 1, 0, "fragments"), (2.0, 3.0, 600, 0, 1, "routing")]
+    fig = plots.link_bytes({"a": history()}, timelines={"a": tl})
+    line = fig.axes[0].get_lines()[0]
+    np.testing.assert_allclose(line.get_xdata(), [0.4, 1.0, 3.0])  # sorted by arrival
+    np.testing.assert_allclose(line.get_ydata(), np.array([300, 400, 1000]) / 1e6)
+
+
+def test_routing_load_panels_per_layer_and_drift():
+    h = history(n_layers=3)
+    fig = plots.routing_load(h)
+    assert_readable(fig, 3)
+    load_ax, bal_ax, js_ax = fig.axes
+    assert "max / mean" in load_ax.get_ylabel() and "balance" in bal_ax.get_ylabel().lower()
+    assert "bits" in js_ax.get_ylabel()
+    assert legend_texts(load_ax)[:3] == ["layer 0", "layer 1", "layer 2"]
+    np.testing.assert_allclose(load_ax.get_lines()[2].get_ydata(), [r["max_over_mean_load"][2] for r in h])
+    np.testing.assert_allclose(bal_ax.get_lines()[0].get_ydata(), [r["balance_loss"][0] for r in h])
+    # a single replica records no drift: two panels
+    assert len(all_axes(plots.routing_load(history(js=False)))) == 2
+    with pytest.raises(ValueError, match="max_over_mean_load"):
+        plots.routing_load([{"step": 1, "tokens": 1, "val_bpb": 8.0}])
+
+
+def test_balance_vs_load_means_over_layers():
+    runs = {"aux": history(n_layers=2), "none": history(n_layers=2)}
+    fig = plots.balance_vs_load(runs)
+    assert_readable(fig, 2)
+    bal_ax, load_ax = fig.axes
+    np.testing.assert_allclose(load_ax.get_lines()[0].get_ydata(),
+                               [np.mean(r["max_over_mean_load"]) for r in runs["aux"]])
+    assert legend_texts(bal_ax)[:2] == ["aux", "none"]
+
+
+def test_comparison_bars():
+    rows = [
+        {"experiment": "baseline", "final_val_bpb": 3.0, "cross_site_bytes": 1e9, "ddp_equivalent_bytes": 1e9,
+         "x_less_than_ddp": 1.0, "compute_utilization": 0.5},
+        {"experiment": "two_site", "final_val_bpb": 3.1, "cross_site_bytes": 1e6, "ddp_equivalent_bytes": 1e9,
+         "x_less_than_ddp": 1000.0, "compute_utilization": 0.99},
+        {"experiment": "eight_cell", "final_val_bpb": 3.2, "cross_site_bytes": 0, "ddp_equivalent_bytes": 8e9,
+         "x_less_than_ddp": math.inf, "compute_utilization": 1.0},
+    ]
+    fig = plots.comparison_bars(rows)
+    assert_readable(fig, 3)
+    bpb_ax, bytes_ax, util_ax = fig.axes
+    assert [p.get_height() for p in bpb_ax.patches] == [3.0, 3.1, 3.2]
+    assert bytes_ax.get_yscale() == "log"
+    assert [round(p.get_height(), 6) for p in util_ax.patches] == [50.0, 99.0, 100.0]
+    assert [t.get_text() for t in bpb_ax.get_xticklabels()] == ["baseline", "two_site", "eight_cell"]
+    assert any("1,000x less" == t.get_text() for t in bytes_ax.texts)
+
+
+def test_teaching_figures(tmp_path):
+    fig = plots.bpb_bars({"uniform": 8.0, "xz": 2.76})
+    assert_readable(fig, 1)
+    assert [p.get_width() for p in fig.axes[0].patches] == [8.0, 2.76]
+
+    states = {"A": {"load_fraction": [0.4, 0.2, 0.2, 0.2], "mean_prob": [0.4, 0.2, 0.2, 0.2], "balance_loss": 1.12,
+                    "max_over_mean": 1.6},
+              "B": {"load_fraction": [0.8, 0.1, 0.05, 0.05], "mean_prob": [0.27, 0.25, 0.24, 0.24], "balance_loss": 1.05,
+                    "max_over_mean": 3.2}}
+    fig = plots.routing_states(states)
+    assert_readable(fig, 2)
+    assert "1.120" in fig.axes[0].get_title() and "3.20" in fig.axes[1].get_title()
+
+    fig = plots.loss_curves({"Adam": [10.0, 5.0, 2.0], "Shampoo": [10.0, 1.0, 0.1]})
+    assert_readable(fig, 1)
+    assert fig.axes[0].get_yscale() == "log" and legend_texts(fig.axes[0]) == ["Adam", "Shampoo"]
+
+    H, P, tau = 50, 4, 2
+    fig = plots.fragment_timeline(streaming_schedule(H, P, 2 * H), P, H, tau, 2 * H)
+    assert_readable(fig, 1)
+    ax = fig.axes[0]
+    sends = [l for l in ax.get_lines() if l.get_marker() == "v"]
+    merges = [l for l in ax.get_lines() if l.get_marker() == "o"]
+    assert len(sends) == len(merges) == len(streaming_schedule(H, P, 2 * H)) == 8
+    for s, m in zip(sends, merges):
+        assert m.get_xdata()[0] - s.get_xdata()[0] == tau  # merge τ steps after the send
+
+    ex = butterfly_schedule(8, H, 6, 2, H)
+    fig = plots.butterfly_timeline(ex, 2, H, 2, H)
+    assert_readable(fig, 1)
+    assert len([l for l in fig.axes[0].get_lines() if l.get_marker() == "v"]) == len(ex) == 12
+    assert len(legend_texts(fig.axes[0])) == 3  # one entry per butterfly round
+
+    fig = plots.mixing_matrices({"round 0": mixing_matrix(8, [0]), "all": mixing_matrix(8, [0, 1, 2])})
+    assert_readable(fig, 2)
+    np.testing.assert_allclose(all_axes(fig)[1].images[0].get_array(), np.full((8, 8), 1 / 8))
+
+    rng = np.random.default_rng(0)
+    fig = plots.transfer_times({"naive": 0.1 + rng.exponential(0.05, 200), "chunked": 0.1 + rng.exponential(0.02, 200)},
+                               ideal_s=0.094)
+    assert_readable(fig, 2)
+    assert "ms" in fig.axes[0].get_xlabel()
+    texts = legend_texts(fig.axes[1])
+    assert texts[0].startswith("naive: p50") and "p99" in texts[0] and texts[-1].startswith("ideal")
+    p = plots.save(fig, tmp_path / "sub" / "tails.png")
+    assert p.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="positive"):
+        plots.transfer_times({"x": [0.0, 1.0]})
+
+
+def test_show_saves_outside_ipython(tmp_path):
+    fig = plots.bpb_curves({"a": history()})
+    assert plots.show(fig, tmp_path / "a.png") is None  # nothing echoed after a notebook cell
+    assert (tmp_path / "a.png").read_bytes()[:8] == PNG_MAGIC
