@@ -28,6 +28,16 @@ RUNS = {
     # non-streaming DiLoCo between the two sites: the peak-bytes reference for streaming
     "two_site_p1": ("two_site", ["sync.n_fragments=1"]),
 }
+EXTRAS = {
+    # issue 3: Shampoo as the inner optimizer of the synchronous baseline, same tokens
+    "baseline_shampoo": ("baseline", ["optim.name=shampoo"]),
+    # issue 9: MXFP8 emulation on the expert matmuls
+    "baseline_mxfp8": ("baseline", ["model.mxfp8=true"]),
+    # issue 10: site B preempted for a third of the run (steps 101-200), rejoining from the global state
+    "two_site_preempt": ("two_site", ["faults.preempt_island=1", "faults.preempt_start=100", "faults.preempt_steps=100"]),
+    # issue 10: 5% lost and 1% corrupted chunks (small chunks so every payload has several)
+    "two_site_lossy": ("two_site", ["link.loss_prob=0.05", "link.corrupt_prob=0.01", "link.chunk_bytes=16384"]),
+}
 ABLATIONS = {
     "two_site_no_ef": ("two_site", ["sync.error_feedback=false"]),
     "two_site_rtn": ("two_site", ["sync.stochastic_rounding=false"]),
@@ -72,13 +82,14 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="runs/bench-demo")
     ap.add_argument("--ablations", action="store_true", help="also run the two_site codec/EF/SR/routing ablations")
+    ap.add_argument("--extras", action="store_true", help="also run the Shampoo/MXFP8/preemption/lossy-link runs")
     ap.add_argument("--only", nargs="*", default=None, help="run only these named runs")
     ap.add_argument("--set", action="append", default=[], help="extra overrides for every run")
     a = ap.parse_args()
     out = Path(a.out)
-    runs = dict(RUNS, **(ABLATIONS if a.ablations else {}))
-    if a.only:
-        runs = {k: v for k, v in runs.items() if k in a.only}
+    runs = dict(RUNS, **(EXTRAS if a.extras else {}), **(ABLATIONS if a.ablations else {}))
+    if a.only:  # in the order given
+        runs = {k: runs[k] for k in a.only if k in runs}
     jobs = [(n, e, s, seed) for seed in a.seeds for n, (e, s) in runs.items()]
     t0 = time.time()
     with ThreadPoolExecutor(a.jobs) as ex:

@@ -77,7 +77,6 @@ class Experiment:
     def __init__(self, cfg: ExperimentConfig, out_dir: str | Path | None = None, transport: Transport | None = None) -> None:
         cfg.validate()
         self.cfg = cfg
-        kernels.set_backend(cfg.model.kernels)  # raises early if "triton" is forced where it cannot run
         self.out_dir = Path(out_dir) if out_dir else None
         torch.manual_seed(cfg.seed)
         # -- data ------------------------------------------------------------------------------------------------
@@ -292,6 +291,15 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
         from islands_kit.checkpoint import load_checkpoint
 
         state = load_checkpoint(resume)
+    # model.kernels = torch|triton forces the expert-GEMM path for this run only; auto leaves the choice to
+    # $ISLANDS_KIT_KERNELS and to what the machine has
+    backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
+    with backend:
+        return _run(cfg, out_dir, transport, state)
+
+
+def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport | None,
+         state: dict[str, Any] | None) -> Result:
     exp = Experiment(cfg, out_dir, transport)
     if state is not None:
         from islands_kit.checkpoint import restore

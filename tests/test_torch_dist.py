@@ -153,7 +153,7 @@ def test_dead_peer_ends_survivor_without_waiting_for_timeout(tmp_path: Path) -> 
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "fault injection: rank 1 vanishes at step 3" in out
-    assert "DistributedError: islands_kit.distributed:" in out and "failed on rank 0 (island 0)" in out, out[-3000:]
+    assert "islands-kit: error: islands_kit.distributed:" in out and "failed on rank 0 (island 0)" in out, out[-3000:]
     assert not (tmp_path / "die" / "result.json").exists()
 
 
