@@ -105,6 +105,9 @@ class Experiment:
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
         self.strategy = build_strategy(cfg, self.models, self.transport)
+        from islands_kit.faults import install
+
+        self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
         self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1)
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
@@ -273,6 +276,7 @@ class Experiment:
                       "islands_kit": islands_kit.__version__},
             git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
             link=cfg.link.preset,
+            faults_report=self.defense.report() if self.defense is not None else [],
         )
         return res
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from islands_kit.comm.codecs import ErrorFeedback, get_codec
+from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Handle, Transport
 from islands_kit.config import SyncConfig
 from islands_kit.sync.base import FragmentView, SyncStrategy
@@ -81,6 +81,9 @@ class DiLoCo(SyncStrategy):
         # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
         # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
         self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
+        # ``tamper_payload(step, island, fragment, payload) -> payload`` corrupts the encoded bytes (e.g. NaN/Inf
+        # words that a codec would refuse to produce) after encoding, as a compromised site's wire would
+        self.tamper_payload: Callable[[int, int, int, Payload], Payload] | None = None
         self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
 
     def _outer_opt(self, g: nn.Parameter) -> torch.optim.Optimizer:
@@ -125,6 +128,8 @@ class DiLoCo(SyncStrategy):
                 delta = self.tamper(step, i, p, delta)
             payloads[i], _ = self.ef.compress((i, p), delta, self.codec, stochastic=self.cfg.stochastic_rounding,
                                               generator=self.gens[i])
+            if self.tamper_payload is not None:
+                payloads[i] = self.tamper_payload(step, i, p, payloads[i])
             weights[i] = float(self.tokens_since[i][p])
             self.tokens_since[i][p] = 0
         if self.aggregator is None:
