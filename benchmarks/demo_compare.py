@@ -85,27 +85,33 @@ def main() -> None:
     ap.add_argument("--extras", action="store_true", help="also run the Shampoo/MXFP8/preemption/lossy-link runs")
     ap.add_argument("--only", nargs="*", default=None, help="run only these named runs")
     ap.add_argument("--set", action="append", default=[], help="extra overrides for every run")
+    ap.add_argument("--report", action="store_true", help="run nothing: tabulate the result.json files already in OUT")
     a = ap.parse_args()
     out = Path(a.out)
     runs = dict(RUNS, **(EXTRAS if a.extras else {}), **(ABLATIONS if a.ablations else {}))
     if a.only:  # in the order given
         runs = {k: runs[k] for k in a.only if k in runs}
     jobs = [(n, e, s, seed) for seed in a.seeds for n, (e, s) in runs.items()]
+    if a.report:  # keep what exists; a run missing some seeds is reported over the seeds it has
+        jobs = [j for j in jobs if (out / f"{j[0]}-s{j[3]}" / "result.json").exists()]
     t0 = time.time()
     with ThreadPoolExecutor(a.jobs) as ex:
         futs = {(n, seed): ex.submit(run_one, n, e, s, a.preset, seed, out, a.set) for n, e, s, seed in jobs}
         results = {k: f.result() for k, f in futs.items()}
+    runs = {n: v for n, v in runs.items() if any((n, s) in results for s in a.seeds)}
     print(f"all runs: {time.time() - t0:.0f}s wall, {a.jobs} at a time\n")
     summary: dict[str, dict] = {}
-    base = {seed: results[("baseline", seed)] for seed in a.seeds} if "baseline" in runs else {}
+    base = {seed: results[("baseline", seed)] for seed in a.seeds if ("baseline", seed) in results}
     print(f"{'run':26s} {'bpb (mean)':>10s} {'vs baseline':>11s} {'bytes':>12s} {'DDP/bytes':>10s} {'util':>6s} {'sim s':>8s} {'wall s':>7s}")
     for n in runs:
-        rs = [results[(n, s)] for s in a.seeds]
+        seeds = [s for s in a.seeds if (n, s) in results]
+        rs = [results[(n, s)] for s in seeds]
         bpb = statistics.mean(r["final_val_bpb"] for r in rs)
-        ratio = statistics.mean(r["final_val_bpb"] / base[s]["final_val_bpb"] for r, s in zip(rs, a.seeds)) if base else float("nan")
+        paired = [(r, s) for r, s in zip(rs, seeds) if s in base]
+        ratio = statistics.mean(r["final_val_bpb"] / base[s]["final_val_bpb"] for r, s in paired) if paired else float("nan")
         sent = statistics.mean(r["cross_site_bytes"] for r in rs)
         ddp = statistics.mean(r["ddp_equivalent_bytes"] for r in rs)
-        row = dict(final_val_bpb=bpb, per_seed=[r["final_val_bpb"] for r in rs], vs_baseline=ratio,
+        row = dict(final_val_bpb=bpb, seeds=seeds, per_seed=[r["final_val_bpb"] for r in rs], vs_baseline=ratio,
                    cross_site_bytes=sent, ddp_equivalent_bytes=ddp, x_less_than_ddp=ddp / sent if sent else None,
                    compute_utilization=statistics.mean(r["compute_utilization"] for r in rs),
                    sim_wall_clock_s=statistics.mean(r["sim_wall_clock_s"] for r in rs),
@@ -113,7 +119,7 @@ def main() -> None:
                    peak_link_bytes_per_s=statistics.mean(r["peak_link_bytes_per_s"] for r in rs),
                    xz_bpb=rs[0]["compressor_bpb"]["xz"])
         summary[n] = row
-        print(f"{n:26s} {bpb:10.4f} {ratio:11.4f} {sent:12.3e} {row['x_less_than_ddp'] or float('inf'):10.0f} "
+        print(f"{n + ' ' + str(seeds):26s} {bpb:10.4f} {ratio:11.4f} {sent:12.3e} {row['x_less_than_ddp'] or float('inf'):10.0f} "
               f"{row['compute_utilization']:6.3f} {row['sim_wall_clock_s']:8.1f} {row['wall_time_s']:7.0f}")
     if "two_site" in summary and "two_site_p1" in summary:
         r = summary["two_site_p1"]["peak_sync_bytes"] / summary["two_site"]["peak_sync_bytes"]
