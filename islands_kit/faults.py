@@ -290,7 +290,8 @@ class Defense:
     ``aggregate(step, fragment, gathered)`` has the signature of ``DiLoCo.aggregator``: ``gathered`` is the
     transport's all-gather, ``[(island, tokens, Δ_island (d,))]`` in island order; it returns the (d,) update the outer
     optimizer applies. ``window`` = H (quarantine length unit), ``observer`` = the island this process trusts when
-    two islands sync (see the module docstring)."""
+    two islands sync (see the module docstring). Memory: the last update received and the last accepted from every
+    island and fragment (references to the decoded tensors: up to two model-sized vectors per island)."""
 
     def __init__(self, cfg: FaultConfig, n_islands: int, *, window: int = 1, observer: int = 0,
                  quarantine_windows: int = QUARANTINE_WINDOWS) -> None:
@@ -348,7 +349,7 @@ class Defense:
             seen.add(h)
             self._last[key] = x
         pool = [i for i in ids if not flags[i]]
-        trusted = self._referee(pool) if len(pool) < 3 else None  # a site trusts its own update (beyond 1-2)
+        trusted = self._referee(pool) if len(pool) < 3 else None  # without a majority the referee trusts itself
         for i in [i for i in pool if i != trusted]:  # 3. norm
             hist = self._norms.get((i, p))
             if hist and statistics.median(hist) > 0 and norms[i] > c.norm_ratio * statistics.median(hist):

@@ -1,0 +1,361 @@
+"""A compromised island and the defences (islands_kit/faults.py): the robust rules against plain loops, the defence
+'none' against the transport's all_reduce bit for bit, each attack exactly as specified, the checks on crafted
+updates, and end-to-end smoke runs — every attack caught at the first sync of each fragment after it starts, for two
+and for four islands, bpb with the defence within 1 % of the clean run, visible damage without it, no false positive
+on a clean run — and the poisoned_island notebook through papermill."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import pytest
+import torch
+
+from islands_kit.comm.codecs import get_codec
+from islands_kit.comm.transport import LocalTransport, weighted_mean
+from islands_kit.config import CODECS, ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
+from islands_kit.faults import (Adversary, Defense, default_trim, detection_summary, install, trimmed_mean,
+                                trimmed_mean_reference, weighted_median, weighted_median_reference)
+from islands_kit.presets import preset_dict
+from islands_kit.run import Experiment, run_experiment
+from islands_kit.sync.diloco import DiLoCo
+
+# smoke two_site: H=8, two fragments syncing after steps 4, 12, 20 (fragment 0) and 8, 16, 24 (fragment 1), tau=1.
+# Starting at step 9 leaves one honest sync of each fragment (history) and makes 12 and 16 the first attacked syncs;
+# 17 steps see both land (the final sync at 17 is attacked too).
+ATTACK_START = 9
+STEPS = 17
+ATTACKS = ("sign_flip", "scale", "noise", "nan", "replay")
+
+
+def smoke_cfg(n_islands: int = 2, **overrides: object) -> ExperimentConfig:
+    """two_site smoke; for n_islands != 2, n equal islands sharing the same global batch of 40 sequences."""
+    d = preset_dict("two_site", "smoke")
+    if n_islands != 2:
+        b = 40 // n_islands
+        d["islands"] = [dict(name=f"site-{k}", batch_size=b, micro_batch_size=b, dp_ranks=1, hardware="cpu-2core",
+                             n_accelerators=1) for k in range(n_islands)]
+    return apply_overrides(ExperimentConfig.from_dict(d), {k.replace("__", "."): str(v) for k, v in overrides.items()})
+
+
+def attack_cfg(n_islands: int, attack: str, defense: str) -> ExperimentConfig:
+    # noise of 5x the update's RMS: the norm test sees ~5.1x (the default 1x stays under norm_ratio=3, see faults.py)
+    return smoke_cfg(n_islands, steps=STEPS, faults__attack=attack, faults__defense=defense,
+                     faults__attack_start=ATTACK_START, faults__attack_noise_std=5.0)
+
+
+@functools.lru_cache(maxsize=None)
+def smoke_run(n_islands: int, attack: str = "none", defense: str = "none") -> tuple[ExperimentConfig, dict]:
+    cfg = attack_cfg(n_islands, attack, defense)
+    return cfg, run_experiment(cfg)
+
+
+def gathered(xs: list[torch.Tensor], ws: list[float] | None = None) -> list[tuple[int, float, torch.Tensor]]:
+    ws = ws or [1.0] * len(xs)
+    return [(i, float(w), x) for i, (w, x) in enumerate(zip(ws, xs))]
+
+
+def honest(n: int, d: int = 2000, seed: int = 0) -> list[torch.Tensor]:
+    """n updates sharing a common direction (pairwise cosine ~0.5), like islands training on different shards."""
+    g = torch.Generator().manual_seed(seed)
+    common = torch.randn(d, generator=g)
+    return [common + torch.randn(d, generator=g) for _ in range(n)]
+
+
+def reasons(dfn: Defense, island: int | None = None) -> set[str]:
+    return {r["reason"] for r in dfn.report() if island is None or r["island"] == island}
+
+
+# -- robust rules ---------------------------------------------------------------------------------------------------
+
+def test_trimmed_mean_and_weighted_median_match_plain_loops():
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 3, 4, 5, 8):
+        xs = torch.randn(n, 23, generator=g)
+        xs[:, :6] = xs[0, :6]  # ties across islands
+        xs[1, 6:9] = xs[-1, 6:9]
+        w = [float(v) for v in torch.randint(1, 50, (n,), generator=g)]
+        for trim in range((n - 1) // 2 + 1):
+            torch.testing.assert_close(trimmed_mean(xs, torch.tensor(w), trim), trimmed_mean_reference(xs, w, trim))
+        torch.testing.assert_close(weighted_median(xs, torch.tensor(w)), weighted_median_reference(xs, w))
+        torch.testing.assert_close(trimmed_mean(xs, torch.tensor(w), 0), weighted_mean(list(xs), w))
+        s = xs.sort(0).values  # equal weights: the usual median (mean of the two middle values for even n)
+        usual = s[(n - 1) // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+        torch.testing.assert_close(weighted_median(xs, torch.ones(n)), usual)
+    with pytest.raises(ValueError, match="trim"):
+        trimmed_mean(torch.zeros(4, 3), torch.ones(4), 2)
+    assert [default_trim(n) for n in (3, 4, 5, 6, 8, 10, 11)] == [1, 1, 1, 2, 2, 2, 3]
+    assert all(n - 2 * default_trim(n) >= 1 for n in range(3, 64))
+
+
+@pytest.mark.parametrize("rule", ["trimmed_mean", "median"])
+def test_robust_rules_return_the_honest_update_when_the_honest_agree(rule):
+    h = torch.randn(500, generator=torch.Generator().manual_seed(1))
+    bad = 1e3 * torch.randn(500, generator=torch.Generator().manual_seed(2))
+    cfg = FaultConfig(defense=rule, norm_ratio=1e12, min_cosine=-1.0)  # detectors off: the rule alone does the work
+    for n in (3, 4, 5, 8):
+        xs, ws = [h.clone() for _ in range(n - 1)] + [bad], [float(10 + i) for i in range(n)]
+        out = Defense(cfg, n).aggregate(4, 0, gathered(xs, ws))
+        assert torch.equal(out, h)
+        assert (weighted_mean(xs, ws) - h).abs().max() > 1.0  # what the plain mean would have applied
+
+
+def test_defense_none_is_the_transports_all_reduce_bit_for_bit():
+    codec = get_codec("int4", 128)
+    for n in (2, 3, 8):
+        g = torch.Generator().manual_seed(n)
+        payloads = {i: codec.encode(torch.randn(1000, generator=g), stochastic=True, generator=g) for i in range(n)}
+        weights = {i: float((24 if i % 2 == 0 else 16) * 32) for i in range(n)}
+        tr = LocalTransport(n)
+        reduced = tr.all_reduce("fragments", payloads, weights).wait(0)
+        gathered_ = tr.all_gather("fragments", payloads, weights).wait(0)
+        out = Defense(FaultConfig(defense="none"), n).aggregate(8, 0, gathered_)
+        assert torch.equal(out, reduced)
+
+
+# -- the attacker ---------------------------------------------------------------------------------------------------
+
+def test_delta_attacks_are_exact_seeded_and_start_on_time():
+    d = torch.randn(4000, generator=torch.Generator().manual_seed(0))
+
+    def adv(attack: str, **kw: float) -> Adversary:
+        return Adversary(FaultConfig(attack=attack, attack_island=1, attack_start=10, **kw), seed=3)
+
+    assert adv("sign_flip").tamper(9, 1, 0, d) is d  # before the start
+    assert adv("sign_flip").tamper(10, 0, 0, d) is d  # an honest island
+    assert torch.equal(adv("sign_flip").tamper(10, 1, 0, d), -d)
+    assert torch.equal(adv("scale", attack_scale=7.0).tamper(12, 1, 1, d), d * 7.0)
+    a = adv("noise", attack_noise_std=2.0)
+    noisy = a.tamper(12, 1, 1, d)
+    assert abs(float((noisy - d).std() / d.pow(2).mean().sqrt()) - 2.0) < 0.1
+    assert torch.equal(adv("noise", attack_noise_std=2.0).tamper(12, 1, 1, d), noisy)  # same seed, same noise
+    assert not torch.equal(a.tamper(20, 1, 1, d), noisy)
+    assert adv("nan").tamper(12, 1, 0, d) is d and adv("replay").tamper(12, 1, 0, d) is d  # those act on the wire
+    with pytest.raises(ConfigError, match="faults.attack"):
+        Adversary(FaultConfig(), seed=0)
+
+
+@pytest.mark.parametrize("codec_name", CODECS)
+def test_nan_attack_poisons_the_payload_of_every_codec(codec_name):
+    codec = get_codec(codec_name, 64)
+    p = codec.encode(torch.randn(1000, generator=torch.Generator().manual_seed(0)))
+    a = Adversary(FaultConfig(attack="nan", attack_island=0, attack_start=5), seed=0)
+    assert a.tamper_payload(4, 0, 0, p) is p
+    q = a.tamper_payload(5, 0, 0, p)
+    assert (q.codec, q.numel, q.nbytes) == (p.codec, p.numel, p.nbytes)  # same bytes on the wire
+    assert torch.isfinite(codec.decode(p)).all()  # the honest payload is untouched
+    bad = ~torch.isfinite(codec.decode(q))
+    if codec_name in ("fp32", "bf16"):
+        assert int(bad.sum()) == 10  # 1 % of the values
+    else:
+        blocks = bad.view(-1).nonzero().squeeze(1) // 64
+        assert blocks.unique().numel() == 1  # one block scale of 16 (1 %, at least one)
+        assert int(bad.sum()) == (64 if int(blocks[0]) < 15 else 1000 - 15 * 64)  # the whole block
+    assert torch.equal(a.tamper_payload(5, 0, 0, p).data, q.data)  # seeded
+
+
+def test_replay_resends_the_last_honest_payload_bit_for_bit():
+    codec = get_codec("int4")
+    enc = [codec.encode(torch.randn(300, generator=torch.Generator().manual_seed(s))) for s in range(4)]
+    a = Adversary(FaultConfig(attack="replay", attack_island=1, attack_start=10), seed=0)
+    assert a.tamper_payload(4, 1, 0, enc[0]) is enc[0]
+    assert a.tamper_payload(8, 1, 0, enc[1]) is enc[1]
+    assert a.tamper_payload(4, 0, 0, enc[2]) is enc[2]  # an honest island is never stored nor replaced
+    assert a.tamper_payload(12, 1, 0, enc[2]) is enc[1]
+    assert a.tamper_payload(20, 1, 0, enc[3]) is enc[1]
+    assert a.tamper_payload(12, 1, 1, enc[3]) is enc[3]  # fragment 1 never synced before the start: nothing to replay
+
+
+# -- the checks on crafted updates ----------------------------------------------------------------------------------
+
+def test_no_flag_on_honest_updates():
+    for n in (2, 3, 5, 8):
+        dfn = Defense(FaultConfig(defense="auto"), n)
+        for step in (4, 12, 20, 28):
+            for p in (0, 1):
+                dfn.aggregate(step, p, gathered(honest(n, seed=100 * step + p)))
+        assert dfn.report() == [], n
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+def test_majority_flags_each_attack_on_the_attacker_only(n):
+    xs = honest(n, seed=n)
+    ys = honest(n, seed=n + 50)
+    g = torch.Generator().manual_seed(0)
+    rms = ys[1].pow(2).mean().sqrt()
+    cases = {"sign_flip": -ys[1], "scale": 100 * ys[1], "noise": ys[1] + 5 * rms * torch.randn(2000, generator=g),
+             "nan": ys[1].clone().index_fill_(0, torch.tensor([3, 7]), math.nan), "replay": xs[1].clone()}
+    expect = {"sign_flip": {"direction"}, "scale": {"norm_vs_others", "norm_vs_history"},
+              "noise": {"norm_vs_others", "norm_vs_history"}, "nan": {"non_finite"}, "replay": {"replay"}}
+    for attack, bad in cases.items():
+        dfn = Defense(FaultConfig(defense="auto"), n, window=8)
+        dfn.aggregate(4, 0, gathered(xs))
+        out = dfn.aggregate(12, 0, gathered([ys[0], bad] + ys[2:]))
+        assert {r["island"] for r in dfn.report()} == {1} and reasons(dfn) == expect[attack], attack
+        assert torch.isfinite(out).all()
+        keep = [ys[0]] + ys[2:]
+        if len(keep) >= 3:
+            ref = trimmed_mean(torch.stack(keep), torch.ones(len(keep)), default_trim(len(keep)))
+            torch.testing.assert_close(out, ref)
+        else:
+            torch.testing.assert_close(out, weighted_mean(keep, [1.0] * len(keep)))
+
+
+def test_two_sites_clip_then_quarantine():
+    dfn = Defense(FaultConfig(defense="auto"), 2, window=8, observer=0, quarantine_windows=2)  # two islands: clip
+    assert dfn.rule == "clip"
+    w = [24.0, 16.0]
+    xs = honest(2, seed=1)
+    assert torch.equal(dfn.aggregate(4, 0, gathered(xs, w)), weighted_mean(xs, w)) and dfn.report() == []
+    ys = honest(2, seed=2)
+    out = dfn.aggregate(12, 0, gathered([ys[0], 50 * ys[1]], w))
+    trusted = float(xs[1].double().norm())  # the median of its own accepted history of fragment 0
+    clipped = 50 * ys[1] * (trusted / float((50 * ys[1]).double().norm()))
+    torch.testing.assert_close(out, weighted_mean([ys[0], clipped], w))
+    assert reasons(dfn) == {"norm_vs_history", "norm_vs_others"} and {r["action"] for r in dfn.report()} == {"clipped"}
+    for step in (16, 20, 28):  # quarantined for 2 windows of 8 steps, on every fragment: its updates are dropped
+        zs = honest(2, seed=step)
+        assert torch.equal(dfn.aggregate(step, (step // 4) % 2, gathered(zs, w)), weighted_mean([zs[0]], [24.0]))
+        assert dfn.report()[-1]["reason"] == "quarantined" and dfn.report()[-1]["island"] == 1
+    n_flags = len(dfn.report())
+    zs = honest(2, seed=36)
+    assert torch.equal(dfn.aggregate(36, 0, gathered(zs, w)), weighted_mean(zs, w))  # back
+    assert len(dfn.report()) == n_flags
+    json.dumps(dfn.report(), allow_nan=False)  # JSON-ready for result.json
+
+
+def test_two_sites_judge_the_other_against_the_observer():
+    xs = honest(2, seed=3)
+    obs0 = Defense(FaultConfig(defense="clip"), 2, observer=0)
+    obs0.aggregate(4, 0, gathered([10 * xs[0], xs[1]]))  # the observer's own large update is trusted
+    assert obs0.report() == []
+    obs1 = Defense(FaultConfig(defense="clip"), 2, observer=1)
+    obs1.aggregate(4, 0, gathered([10 * xs[0], xs[1]]))  # the same updates seen from island 1
+    assert reasons(obs1, 0) == {"norm_vs_others"} and reasons(obs1, 1) == set()
+    flip = Defense(FaultConfig(defense="clip"), 2, observer=0)
+    assert torch.equal(flip.aggregate(4, 0, gathered([xs[0], -xs[1]])), weighted_mean([xs[0]], [1.0]))
+    assert reasons(flip, 1) == {"direction"}
+
+
+def test_two_sites_catch_a_flip_orthogonal_to_the_observer_through_its_own_history():
+    """Late in a two-site run the sites' updates are nearly orthogonal (demo: cos ~0.1) while an island's consecutive
+    updates stay correlated (~0.3): the flip is caught by the sum of the two trusted directions, not by either alone
+    at min_cosine = -0.2."""
+    g = torch.Generator().manual_seed(7)
+    z_obs, z_prev, z_new, z_obs_prev = (torch.randn(4000, generator=g) for _ in range(4))
+    now = 0.33 * z_prev + 0.1 * z_obs + 0.94 * z_new  # cos ~0.33 with its previous update, ~0.1 with the observer's
+    for sign, flagged in ((1.0, set()), (-1.0, {"direction"})):
+        dfn = Defense(FaultConfig(defense="clip"), 2, observer=0)
+        dfn.aggregate(4, 0, gathered([z_obs_prev, z_prev]))
+        dfn.aggregate(12, 0, gathered([z_obs, sign * now]))
+        assert reasons(dfn, 1) == flagged, sign
+        cos_obs = float(torch.nn.functional.cosine_similarity(sign * now, z_obs, dim=0))
+        assert cos_obs > FaultConfig().min_cosine  # the observer's direction alone would let the flip through
+
+
+def test_replay_checks():
+    x = honest(1, seed=5)[0]
+    dfn = Defense(FaultConfig(defense="clip"), 1)
+    dfn.aggregate(4, 0, gathered([x]))
+    dfn.aggregate(12, 0, gathered([x.clone()]))  # the same bytes again
+    dfn.aggregate(20, 1, gathered([x + 1e-7 * torch.randn(2000)]))  # another fragment: no history there
+    dfn.aggregate(28, 1, gathered([x + 1e-7 * torch.randn(2000)]))  # a near copy of its previous update
+    dfn.aggregate(36, 2, gathered([torch.zeros(2000)]))
+    dfn.aggregate(44, 2, gathered([torch.zeros(2000)]))  # a zero update is no replay
+    got = [(r["step"], r["reason"]) for r in dfn.report() if r["island"] == 0]
+    assert got == [(12, "replay"), (28, "replay")]
+    assert [r["value"] for r in dfn.report() if r["reason"] == "replay"][1] > 0.9999
+
+
+def test_state_round_trip_continues_identically():
+    import io
+
+    def feed(dfn: Defense, steps: range) -> list[torch.Tensor]:
+        outs = []
+        for t in steps:
+            xs = honest(3, seed=t)
+            xs[1] = 40 * xs[1] if t % 3 == 0 else xs[1]  # island 1 misbehaves now and then
+            outs.append(dfn.aggregate(4 * t, t % 2, gathered(xs, [24.0, 16.0, 8.0])))
+        return outs
+
+    cfg = FaultConfig(defense="auto")
+    whole, first = Defense(cfg, 3, window=8), Defense(cfg, 3, window=8)
+    ref = feed(whole, range(1, 13))
+    feed(first, range(1, 7))
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    resumed = Defense(cfg, 3, window=8)
+    resumed.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=False))
+    assert all(torch.equal(a, b) for a, b in zip(feed(resumed, range(7, 13)), ref[6:]))
+    assert resumed.report() == whole.report() and any(r["reason"] == "quarantined" for r in whole.report())
+    adv = Adversary(FaultConfig(attack="replay", attack_island=0, attack_start=10), seed=0)
+    p = get_codec("int4").encode(torch.randn(64))
+    adv.tamper_payload(4, 0, 1, p)
+    adv2 = Adversary(FaultConfig(attack="replay", attack_island=0, attack_start=10), seed=0)
+    adv2.load_state_dict(adv.state_dict())
+    assert torch.equal(adv2.tamper_payload(12, 0, 1, get_codec("int4").encode(torch.randn(64))).data, p.data)
+
+
+def test_install_sets_the_hooks_only_when_asked():
+    cfg = smoke_cfg()
+    models = {i: torch.nn.Linear(3, 2) for i in range(2)}
+    strategy = DiLoCo(models, LocalTransport(2), [["weight", "bias"]], SyncConfig(strategy="diloco", H=8), seed=0)
+    assert install(strategy, cfg) == (None, None)
+    assert strategy.tamper is None and strategy.aggregator is None
+    adv, dfn = install(strategy, apply_overrides(cfg, {"faults.attack": "scale", "faults.defense": "auto"}))
+    assert strategy.tamper == adv.tamper and strategy.aggregator == dfn.aggregate
+    assert (dfn.rule, dfn.observer) == ("clip", 0)
+    _, dfn = install(strategy, apply_overrides(cfg, {"faults.attack": "sign_flip", "faults.attack_island": "0",
+                                                     "faults.defense": "median"}))
+    assert (dfn.rule, dfn.observer) == ("median", 1)  # the simulator reports the honest site's model
+    with pytest.raises(ConfigError, match="sync.strategy=diloco"):
+        install(object(), apply_overrides(cfg, {"faults.defense": "auto"}))
+
+
+# -- end to end (smoke) ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_islands", [2, 4])
+def test_clean_run_has_no_false_positive(n_islands):
+    cfg_c, clean = smoke_run(n_islands)
+    cfg_d, guarded = smoke_run(n_islands, "none", "auto")
+    assert guarded["faults_report"] == [] and clean["faults_report"] == []
+    if n_islands == 2:  # the two-site rule with nothing flagged is the plain mean: the very same run
+        assert guarded["val_curve"] == clean["val_curve"]
+
+
+@pytest.mark.parametrize("n_islands", [2, 4])
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_each_attack_is_caught_in_one_window_and_the_model_stays_clean(attack, n_islands):
+    _, clean = smoke_run(n_islands)
+    cfg, res = smoke_run(n_islands, attack, "auto")
+    summary = detection_summary(res["faults_report"], cfg)
+    assert all(s["within_one_window"] for s in summary.values()), summary
+    assert {r["island"] for r in res["faults_report"]} == {1}
+    assert math.isfinite(res["final_val_bpb"])
+    assert abs(res["final_val_bpb"] - clean["final_val_bpb"]) < 0.01 * clean["final_val_bpb"]
+
+
+def test_without_defence_the_damage_is_visible():
+    _, clean = smoke_run(2)
+    _, scaled = smoke_run(2, "scale", "none")
+    assert scaled["faults_report"] == []  # silent: nothing flags it
+    assert scaled["final_val_bpb"] > 2 * clean["final_val_bpb"]
+    exp = Experiment(attack_cfg(2, "nan", "none"))  # a NaN island: the global model turns non-finite...
+    while exp.step < 13:  # ...when fragment 0's first attacked sync (posted after step 12) lands after step 13 (tau=1)
+        exp.train_step()
+    assert [bool(torch.isfinite(g).all()) for g in exp.strategy.global_params] == [False, True]
+    # (run_experiment goes on to raise: the next int4 encode of an honest island refuses the NaN it now holds)
+
+
+def test_poisoned_island_notebook(tmp_path):
+    from islands_kit.notebooks import run_notebook
+
+    run_notebook("poisoned_island", {"preset": "smoke", "steps": STEPS, "attack": "scale",
+                                      "attack_start": ATTACK_START}, tmp_path)
+    res = {k: json.loads((tmp_path / k / "result.json").read_text()) for k in ("clean", "attacked", "defended")}
+    assert res["clean"]["faults_report"] == [] and res["attacked"]["faults_report"] == []
+    assert {r["island"] for r in res["defended"]["faults_report"]} == {1}
+    assert res["attacked"]["final_val_bpb"] > 2 * res["clean"]["final_val_bpb"]
+    assert abs(res["defended"]["final_val_bpb"] - res["clean"]["final_val_bpb"]) < 0.01 * res["clean"]["final_val_bpb"]
+    assert (tmp_path / "poisoned_island.ipynb").exists() and (tmp_path / "bpb_curves.png").exists()
