@@ -104,17 +104,22 @@ def test_ddp_replicas_equal_single_model_on_summed_batch():
     assert torch.equal(flat(models[0]), flat(models[1]))
 
 
+def local_sgd_step(models, opts, batch) -> None:
+    """One inner SGD step on every replica (no communication)."""
+    for i, m in models.items():
+        x, y = batch[i]
+        ((m(x) - y) ** 2).mean().backward()
+        opts[i].step()
+        opts[i].zero_grad()
+
+
 def reference_diloco(models, data, H, lr_outer, momentum, lr_inner=0.1):
     """Plain DiLoCo written out by hand: H local SGD steps, mean outer gradient, Nesterov SGD on the global copy."""
     glob = flat(models[0]).clone()
     buf = torch.zeros_like(glob)
     opts = {i: torch.optim.SGD(m.parameters(), lr=lr_inner) for i, m in models.items()}
     for t, batch in enumerate(data, start=1):
-        for i, m in models.items():
-            x, y = batch[i]
-            ((m(x) - y) ** 2).mean().backward()
-            opts[i].step()
-            opts[i].zero_grad()
+        local_sgd_step(models, opts, batch)
         if t % H == 0:
             delta = torch.stack([glob - flat(m) for m in models.values()]).mean(0)
             buf = momentum * buf + delta  # torch.optim.SGD's momentum buffer (dampening 0)
@@ -135,11 +140,7 @@ def test_streaming_one_fragment_tau0_equals_plain_diloco():
     strat = DiLoCo(models, LocalTransport(2), names, cfg, seed=0)
     opts = {i: torch.optim.SGD(m.parameters(), lr=0.1) for i, m in models.items()}
     for t, batch in enumerate(data, start=1):
-        for i, m in models.items():
-            x, y = batch[i]
-            ((m(x) - y) ** 2).mean().backward()
-            opts[i].step()
-            opts[i].zero_grad()
+        local_sgd_step(models, opts, batch)
         strat.after_inner_step(t, {0: 4, 1: 4})
     assert torch.allclose(strat.global_params[0].detach(), glob_ref, atol=1e-5)
     assert torch.allclose(flat(models[0]), glob_ref, atol=1e-5)
