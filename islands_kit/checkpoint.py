@@ -67,6 +67,8 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
         "islands": {i: isl.state_dict() for i, isl in exp.islands.items()},
         "strategy": exp.strategy.state_dict(),
         "routing": exp.routing.state_dict(),
+        "adversary": exp.adversary.state_dict() if exp.adversary is not None else None,
+        "defense": exp.defense.state_dict() if exp.defense is not None else None,
         "clock": tr.clock.state_dict(),
         "ledger": pickle.dumps(tr.ledger),
         "link": pickle.dumps(getattr(tr, "link", None)),
@@ -116,6 +118,10 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
         isl.load_state_dict(state["islands"][i])
     exp.strategy.load_state_dict(state["strategy"])
     exp.routing.load_state_dict(state["routing"])
+    if exp.adversary is not None and state.get("adversary") is not None:
+        exp.adversary.load_state_dict(state["adversary"])
+    if exp.defense is not None and state.get("defense") is not None:
+        exp.defense.load_state_dict(state["defense"])
     tr = exp.transport
     tr.clock.load_state_dict(state["clock"])
     tr.ledger = pickle.loads(state["ledger"])

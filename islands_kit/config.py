@@ -302,6 +302,10 @@ class ExperimentConfig:
             _check(v == -1 or 0 <= v < n, "faults." + name, f"must be -1 (none) or an island index < {n}", v)
         if f.attack != "none":
             _check(0 <= f.attack_island < n, "faults.attack_island", f"must be an island index < {n}", f.attack_island)
+        if f.attack != "none" or f.defense != "none":
+            _check(self.sync.strategy == "diloco", "faults.attack" if f.attack != "none" else "faults.defense",
+                   "attacks and defences need sync.strategy=diloco (the only strategy with an aggregation step)",
+                   f.attack if f.attack != "none" else f.defense)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
             _check(self.sync.strategy == "diloco", "faults.preempt_island",
                    "preemption needs the diloco strategy (the others have no global state to rejoin from)", f.preempt_island)

@@ -147,3 +147,23 @@ def test_straggler_lowers_utilisation_not_quality():
     assert slow.final_val_bpb == clean.final_val_bpb
     assert slow.compute_utilization < clean.compute_utilization
     assert slow.sim_wall_clock_s > clean.sim_wall_clock_s
+
+
+def test_attack_needs_diloco_before_any_work(tmp_path):
+    with pytest.raises(ConfigError, match="faults.attack: attacks and defences need sync.strategy=diloco"):
+        smoke("eight_cell", faults__attack="sign_flip")
+
+
+def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
+    cfg = smoke("two_site", steps=16, checkpoint_every=8, faults__attack="scale", faults__attack_start=4,
+                faults__defense="auto")
+    full = run_experiment(cfg, tmp_path / "a")
+    from islands_kit.checkpoint import load_checkpoint, restore
+    from islands_kit.run import Experiment
+
+    exp = Experiment(cfg, tmp_path / "a")
+    restore(exp, load_checkpoint(tmp_path / "a"))
+    assert exp.step == 8
+    again = exp.run()
+    assert again.final_val_bpb == full.final_val_bpb and again.faults_report == full.faults_report
+    assert full.faults_report  # the scaled update was flagged
