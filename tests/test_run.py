@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -85,7 +86,8 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 def test_sigkill_and_resume_is_bit_identical(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=14", "--set", "checkpoint_every=2"]
+    # long enough that the victim is still training when it is killed, even on an idle machine
+    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=60", "--set", "checkpoint_every=2"]
     ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
     ref = _cli(common + ["--out", str(ref_dir)], env)
     victim = _cli(common + ["--out", str(killed_dir)], env)
@@ -93,7 +95,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path):
     deadline = time.time() + 300
     while not ckpt.exists() and victim.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(0.3 + (hash(str(tmp_path)) % 7) / 10)  # a little later: somewhere mid-run, maybe mid-write
+    time.sleep(random.Random(str(tmp_path)).uniform(0.0, 0.25))  # a little later: mid-run, maybe mid-write
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert ref.wait(timeout=600) == 0
