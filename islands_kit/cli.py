@@ -31,7 +31,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         transport = make_transport(cfg)
     res = run_experiment(cfg, out, transport, resume=args.resume)
     if res is not None and getattr(res, "get", None) and res.get("final_val_bpb") is not None and _is_writer():
-        print(f"{cfg.experiment}: final_val_bpb={res['final_val_bpb']:.4f} (xz on the same bytes: "
+        bpb = (f"DIVERGED at step {res['diverged_at_step']} ({res['diverged_reason']}), final_val_bpb=nan"
+               if res.get("diverged_at_step") is not None else f"final_val_bpb={res['final_val_bpb']:.4f}")
+        print(f"{cfg.experiment}: {bpb} (xz on the same bytes: "
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")

@@ -137,8 +137,12 @@ def result_summary(result: Mapping[str, Any]) -> str:
     """One paragraph on a finished run: bpb against the best compressor, bytes on the link, simulated clock."""
     sent = int(result["cross_site_bytes"])
     ratio = result["ddp_equivalent_bytes"] / sent if sent else float("inf")
-    return (f"{result['experiment']}: final validation bpb {result['final_val_bpb']:.4f} on {result.get('val_bytes', '?')} "
-            f"bytes (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); {result['tokens']:,} training tokens\n"
+    if result.get("diverged_at_step") is not None:
+        bpb = f"DIVERGED at step {result['diverged_at_step']} ({result.get('diverged_reason')}): no final bpb"
+    else:
+        bpb = f"final validation bpb {result['final_val_bpb']:.4f} on {result.get('val_bytes', '?')} bytes"
+    return (f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
+            f"{result['tokens']:,} training tokens\n"
             f"link: {sent:,} bytes sent, {ratio:,.1f}x less than a fp32 all-reduce every step; peak "
             f"{result['peak_link_bytes_per_s'] / 1e6:,.1f} MB/s\n"
             f"simulated wall-clock {result['sim_wall_clock_s']:.2f} s at {100 * result['compute_utilization']:.1f}% compute "

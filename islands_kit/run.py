@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
+import math
 import os
 import platform
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import torch
 
 import islands_kit
 from islands_kit import kernels
+from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
@@ -37,7 +39,11 @@ from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.routing import RoutingSync, js_divergence
-from islands_kit.tracking import Tracker, write_json_atomic
+from islands_kit.tracking import Tracker, dumps_strict, write_json_atomic
+
+
+class Diverged(RuntimeError):
+    """Training produced NaN/inf: the run stops where it was detected and reports it (``diverged_at_step``)."""
 
 
 class Result(dict):
@@ -114,6 +120,8 @@ class Experiment:
         self.tokens_total = 0
         self.elapsed_before = 0.0  # wall seconds spent before a resume
         self.history: list[dict[str, Any]] = []
+        self.diverged_at_step: int | None = None  # set when the run stops on NaN/inf (see run())
+        self.diverged_reason: str | None = None
         self.val_curve: list[list[float]] = []
         self.wall_start = time.time()
         self.probe_x = self.eval_x[: min(8, len(self.eval_x))]
@@ -131,6 +139,9 @@ class Experiment:
 
     def evaluate(self, final: bool = False) -> float:
         m = self._load_eval_model()
+        bad = [n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            raise Diverged(f"evaluation parameters hold NaN/inf ({len(bad)} tensors, first {bad[0]})")
         x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
         return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
 
@@ -202,25 +213,44 @@ class Experiment:
             # only on a terminal: in an executed notebook every refresh would become a stderr output
             bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.experiment}", leave=False,
                        disable=not sys.stderr.isatty())
-        while self.step < cfg.steps:
-            losses = self.train_step()
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{sum(losses.values()) / max(1, len(losses)):.3f}")
-            if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
-                with self._world_view():
-                    self._record_eval(losses, final=False, tracker=tracker)
-            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps and self.out_dir:
-                from islands_kit.checkpoint import save_checkpoint
+        try:
+            while self.step < cfg.steps:
+                losses = self.train_step()
+                bad = {i: v for i, v in losses.items() if not math.isfinite(v)}
+                if bad:
+                    raise Diverged("training loss is not finite on island(s) " +
+                                   ", ".join(f"{i} ({v})" for i, v in sorted(bad.items())))
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{sum(losses.values()) / max(1, len(losses)):.3f}")
+                if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                    with self._world_view():
+                        self._record_eval(losses, final=False, tracker=tracker)
+                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps and self.out_dir:
+                    from islands_kit.checkpoint import save_checkpoint
 
-                save_checkpoint(self, self.out_dir)
+                    save_checkpoint(self, self.out_dir)
+            self.strategy.finalize(self.step)
+        except (Diverged, NonFiniteError) as e:
+            self._diverged(e)
         if bar is not None:
             bar.close()
-        self.strategy.finalize(self.step)
         losses = {i: isl.last_loss for i, isl in self.islands.items()}
         with self._world_view():
-            self._record_eval(losses, final=True, tracker=tracker)
+            try:
+                self._record_eval(losses, final=True, tracker=tracker)
+            except Diverged as e:  # the final flush brought the NaN in
+                self._diverged(e)
+                self._record_eval(losses, final=True, tracker=tracker)
             return self.result()
+
+    def _diverged(self, e: Exception) -> None:
+        """An undefended NaN/inf (a poisoned island, a blown-up learning rate) stops the run rather than crashing
+        it: the result records where and why, its bpb is NaN (``null`` in result.json), and the outputs are still
+        written. Under torch.distributed every rank meets the same NaN at the same step: the global state that
+        carries it is identical on every rank."""
+        self.diverged_at_step, self.diverged_reason = self.step, f"{type(e).__name__}: {e}"
+        warnings.warn(f"{self.cfg.experiment}: diverged at step {self.step}: {e}", RuntimeWarning, stacklevel=3)
 
     def _world_view(self):
         """Whole-world ledger and clock while recording: a collective under torch.distributed (every rank calls it at
@@ -229,7 +259,8 @@ class Experiment:
         return view() if view is not None else contextlib.nullcontext()
 
     def _record_eval(self, losses: dict[int, float], final: bool, tracker: Tracker | None) -> None:
-        bpb = self.evaluate(final=final) if self.is_writer else float("nan")  # other ranks would only repeat it
+        # other ranks would only repeat the evaluation; a diverged model has no bpb
+        bpb = self.evaluate(final=final) if self.is_writer and self.diverged_at_step is None else math.nan
         tokens = self.tokens_total
         stats = self.islands[min(self.islands)].last_stats
         rec: dict[str, Any] = {
@@ -277,6 +308,7 @@ class Experiment:
             git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
             link=cfg.link.preset,
             faults_report=self.defense.report() if self.defense is not None else [],
+            diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
         )
         return res
 
@@ -329,5 +361,5 @@ def write_outputs(out: Path, res: Result, history: list[dict[str, Any]]) -> None
     tmp = out / "history.jsonl.tmp"
     with open(tmp, "w") as f:
         for rec in history:
-            f.write(json.dumps(rec) + "\n")
+            f.write(dumps_strict(rec) + "\n")
     os.replace(tmp, out / "history.jsonl")

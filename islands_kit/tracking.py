@@ -20,21 +20,38 @@ RESULT_KEYS = (
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file in the same folder, fsync, then rename: readers never see a partial file."""
+    """Write JSON to a temporary file in the same folder, fsync, then rename: readers never see a partial file.
+
+    Strict JSON: a NaN/inf (a diverged run's bpb) is written as ``null``; :func:`load_result` reads it back as NaN."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=_jsonable)
+        f.write(dumps_strict(obj, indent=1))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
+def dumps_strict(obj: Any, indent: int | None = None) -> str:
+    """``json.dumps`` that any JSON reader accepts: non-finite floats become ``null``."""
+    return json.dumps(_finite(obj), indent=indent, default=_jsonable, allow_nan=False)
+
+
+def _finite(o: Any) -> Any:
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
 def _jsonable(o: Any) -> Any:
     if hasattr(o, "item"):
-        return o.item()
+        return _finite(o.item())
     if isinstance(o, (set, tuple)):
-        return list(o)
+        return [_finite(v) for v in o]
     return str(o)
 
 
@@ -81,6 +98,10 @@ def load_result(path: str | Path) -> dict[str, Any]:
     missing = [k for k in RESULT_KEYS if k not in res]
     if missing:
         raise ValueError(f"compare: {p} lacks result keys {missing}")
+    # a diverged run's bpb is stored as null (strict JSON): NaN again here, so tables and ratios stay numeric
+    if res["final_val_bpb"] is None:
+        res["final_val_bpb"] = math.nan
+    res["val_curve"] = [[t, math.nan if b is None else b] for t, b in res["val_curve"]]
     return res
 
 
@@ -98,6 +119,7 @@ def compare_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "cross_site_bytes": sent, "ddp_equivalent_bytes": ddp,
             "x_less_than_ddp": (ddp / sent) if sent else math.inf,
             "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
+            "diverged_at_step": r.get("diverged_at_step"),
         })
     return rows
 
@@ -106,12 +128,18 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     hdr = ["experiment", "seed", "tokens", "bpb", "vs base", "link bytes", "x less than DDP", "sim s", "util"]
     lines = [hdr]
     for r in rows:
-        lines.append([r["experiment"], str(r["seed"]), f"{r['tokens']:,}", f"{r['final_val_bpb']:.4f}",
+        lines.append([r["experiment"], str(r["seed"]), f"{r['tokens']:,}", _fmt_bpb(r),
                       f"{r['bpb_vs_baseline']:.4f}", _fmt_bytes(r["cross_site_bytes"]),
                       "inf" if math.isinf(r["x_less_than_ddp"]) else f"{r['x_less_than_ddp']:,.0f}",
                       f"{r['sim_wall_clock_s']:.2f}", f"{100 * r['compute_utilization']:.1f}%"])
     widths = [max(len(l[c]) for l in lines) for c in range(len(hdr))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(l, widths)) for l in lines)
+
+
+def _fmt_bpb(r: dict[str, Any]) -> str:
+    if r.get("diverged_at_step") is not None:
+        return f"diverged at step {r['diverged_at_step']}"
+    return f"{r['final_val_bpb']:.4f}"
 
 
 def _fmt_bytes(n: float) -> str:

@@ -345,7 +345,43 @@ def test_without_defence_the_damage_is_visible():
     while exp.step < 13:  # ...when fragment 0's first attacked sync (posted after step 12) lands after step 13 (tau=1)
         exp.train_step()
     assert [bool(torch.isfinite(g).all()) for g in exp.strategy.global_params] == [False, True]
-    # (run_experiment goes on to raise: the next int4 encode of an honest island refuses the NaN it now holds)
+
+
+@pytest.mark.parametrize("codec", ["int4", "fp32"])
+def test_an_undefended_nan_island_stops_the_run_and_still_writes_its_result(codec, tmp_path):
+    """The NaN lands in fragment 0's global copy after step 13 and reaches the local replicas through the merge: the
+    run stops at the first step whose training loss is NaN (int4: or the next encode of a now non-finite outer
+    gradient) and records it; result.json is strict JSON (bpb null), history.jsonl keeps the curve up to there."""
+    cfg = apply_overrides(attack_cfg(2, "nan", "none"), {"sync.codec": codec})
+    with pytest.warns(RuntimeWarning, match="diverged at step"):
+        res = run_experiment(cfg, tmp_path)
+    assert 13 <= res["diverged_at_step"] < STEPS and res["steps"] == res["diverged_at_step"]
+    assert "not finite" in res["diverged_reason"] or "non-finite" in res["diverged_reason"]
+    assert math.isnan(res["final_val_bpb"]) and res["tokens"] == res["steps"] * 40 * cfg.model.seq_len
+    text = (tmp_path / "result.json").read_text()
+    raw = json.loads(text, parse_constant=lambda c: pytest.fail(f"result.json holds {c}: not strict JSON"))
+    assert raw["final_val_bpb"] is None and raw["diverged_at_step"] == res["diverged_at_step"]
+    from islands_kit.tracking import compare_table, format_table, load_result
+
+    back = load_result(tmp_path)
+    assert math.isnan(back["final_val_bpb"]) and math.isnan(back["val_curve"][-1][1])
+    _, clean = smoke_run(2)
+    table = format_table(compare_table([dict(clean, experiment="baseline"), back]))
+    assert f"diverged at step {res['diverged_at_step']}" in table
+    hist = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert hist[-1]["final"] and hist[-1]["val_bpb"] is None and hist[-1]["step"] == res["diverged_at_step"]
+    assert all(math.isfinite(h["val_bpb"]) for h in hist[:-1])  # evaluations before the attack landed
+
+
+def test_a_non_finite_global_model_is_refused_at_evaluation():
+    from islands_kit.run import Diverged
+
+    exp = Experiment(smoke_cfg(2, steps=4))
+    assert math.isfinite(exp.evaluate())
+    with torch.no_grad():
+        exp.strategy.global_params[0][3] = float("inf")
+    with pytest.raises(Diverged, match="NaN/inf"):
+        exp.evaluate()
 
 
 def test_poisoned_island_notebook(tmp_path):

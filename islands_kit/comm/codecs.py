@@ -50,7 +50,8 @@ variance, same unbiasedness). It cannot represent 0 exactly, which error feedbac
 fp4_e2m1 codes: bit 3 = sign, bits 0..2 = index into (0, .5, 1, 1.5, 2, 3, 4, 6) (exponent bits 2..1, mantissa bit 0).
 
 Non-finite input: ``fp32`` passes it through unchanged; every other codec raises ``ValueError("... payload contains
-non-finite values")`` (a NaN would otherwise poison a whole block's scale).
+non-finite values")`` — a :class:`NonFiniteError`, a ``ValueError`` the training loop reads as divergence (a NaN
+would otherwise poison a whole block's scale).
 bf16 never turns finite input into inf: a result that would overflow saturates to +-BF16_MAX (3.3895e38).
 
 :class:`ErrorFeedback` keeps per-key residuals (Seide et al. 2014 "1-bit SGD"; Karimireddy et al. 2019 "EF-SGD").
@@ -69,6 +70,11 @@ from typing import Any, Hashable
 import torch
 
 from islands_kit.config import CODECS, ConfigError
+
+
+class NonFiniteError(ValueError):
+    """A payload holds NaN/inf that the codec cannot represent. Raised by every codec except fp32 (and the Triton
+    codec); ``run.Experiment`` treats it as the model having diverged (``diverged_at_step`` in result.json)."""
 
 if sys.byteorder != "little":  # the wire is little-endian and tensors are reinterpreted in host order
     raise ImportError("islands_kit.comm.codecs assumes a little-endian host")
@@ -250,7 +256,7 @@ class Bf16Codec(Codec):
 
     def _encode(self, xf: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
         if not bool(torch.isfinite(xf).all()):
-            raise ValueError("bf16.encode: payload contains non-finite values")
+            raise NonFiniteError("bf16.encode: payload contains non-finite values")
         if u is None:
             y = xf.to(torch.bfloat16)
         else:
@@ -286,7 +292,7 @@ class BlockCodec(Codec):
         xb = xb.view(nb, B)  # (nb, B)
         absmax = xb.abs().amax(dim=1, keepdim=True) if n else xb.new_zeros(0, 1)  # (nb, 1)
         if not bool(torch.isfinite(absmax).all()):
-            raise ValueError(f"{self.name}.encode: payload contains non-finite values")
+            raise NonFiniteError(f"{self.name}.encode: payload contains non-finite values")
         scale = absmax / self.qmax  # (nb, 1)
         v = (xb / torch.where(scale > 0, scale, torch.ones_like(scale))).clamp(-self.qmax, self.qmax)  # (nb, B)
         v = v.reshape(-1)[:n]  # (n,)

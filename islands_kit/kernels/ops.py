@@ -119,7 +119,9 @@ def quantize_ef(
             noise = torch.rand(n, generator=gen, device=x.device, dtype=torch.float32)
         out = reference.quantize_ef_reference(x, residual, noise, codec=codec, block_size=block_size)
     if not bool(torch.isfinite(out.scales).all()):  # as comm.codecs: a NaN/inf would poison its block's scale
-        raise ValueError(f"quantize_ef({codec}): payload contains non-finite values")
+        from islands_kit.comm.codecs import NonFiniteError
+
+        raise NonFiniteError(f"quantize_ef({codec}): payload contains non-finite values")
     return out
 
 
