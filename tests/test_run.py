@@ -169,3 +169,28 @@ def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     again = exp.run()
     assert again.final_val_bpb == full.final_val_bpb and again.faults_report == full.faults_report
     assert full.faults_report  # the scaled update was flagged
+
+
+@pytest.mark.parametrize("experiment, steps, every, overrides, held", [
+    # island 1 is away for steps 5-10: the checkpoint after step 7 holds a routing message it took no part in
+    ("two_site", 12, 7, dict(faults__preempt_island=1, faults__preempt_start=4, faults__preempt_steps=6), "routing"),
+    # an outer result posted after step 8 lands after step 9 (tau=1): in flight at the checkpoint after step 8
+    ("two_site", 12, 8, {}, "pending"),
+    ("eight_cell", 12, 7, {}, "pending"),  # butterfly exchanges still in flight (merge delay)
+])
+def test_resume_with_transfers_in_flight_is_bit_identical(tmp_path, experiment, steps, every, overrides, held):
+    from islands_kit.checkpoint import load_checkpoint, restore
+    from islands_kit.run import Experiment
+
+    cfg = smoke(experiment, steps=steps, checkpoint_every=every, **overrides)
+    full = run_experiment(cfg, tmp_path / "a")
+    exp = Experiment(cfg)
+    restore(exp, load_checkpoint(tmp_path / "a"))
+    assert exp.step == every
+    if held == "pending":  # the checkpoint did hold a transfer in flight
+        assert len(exp.strategy.pending) > 0
+    else:
+        assert [sorted(h.arrival) for h, _ in exp.routing.in_flight] == [[0]]
+    again = exp.run()
+    for k in ("final_val_bpb", "val_curve", "ledger", "sim_wall_clock_s", "tokens", "island_idle_s"):
+        assert again[k] == full[k], k

@@ -237,3 +237,30 @@ def test_ddp_ledger_matches_formula_for_two_islands():
     train(models, DDP(models, tr), batches(2, 3))
     n_params = sum(p.numel() for p in models[0].parameters())
     assert tr.ledger.bytes("gradients") == ddp_equivalent_bytes(n_params, 2, 3)
+
+
+def test_pending_queue_order_and_checkpoint_round_trip():
+    from islands_kit.comm.transport import Handle, SimClock
+    from islands_kit.sync.base import PendingQueue
+
+    clock = SimClock([0, 1])
+    q = PendingQueue()
+    for apply_at, frag in [(5, 1), (3, 0), (5, 0), (9, 1)]:
+        q.push(apply_at, frag, Handle({0: torch.tensor([float(frag)]), 1: torch.tensor([2.0])}, {0: 0.5, 1: 0.7}, clock),
+               sent_at=apply_at - 1)
+    assert [(x.apply_at, x.fragment) for x in q.due(5)] == [(5, 1), (3, 0), (5, 0)]  # posting order
+    assert len(q) == 1 and q.due(8) == []
+    rows = q.state_dict()
+    assert [(a, p, s) for a, p, _, _, s in rows] == [(9, 1, 8)]
+    back = PendingQueue()
+    back.load_state_dict(rows, SimClock([0, 1]))
+    (x,) = list(back)
+    assert (x.apply_at, x.fragment, x.sent_at) == (9, 1, 8) and x.handle.arrival == {0: 0.5, 1: 0.7}
+    assert torch.equal(x.handle.wait(0), torch.tensor([1.0]))
+    old = [(4, 0, {0: torch.zeros(1)}, {0: 0.1})]  # a four-field row (butterfly checkpoints before sent_at)
+    back.load_state_dict(old, clock)
+    assert [(x.apply_at, x.fragment, x.sent_at) for x in back.drain()] == [(4, 0, 0)] and len(back) == 0
+    q.push(2, 1, Handle({}, {}, clock))
+    q.push(2, 0, Handle({}, {}, clock))
+    q.push(1, 1, Handle({}, {}, clock))
+    assert [(x.apply_at, x.fragment) for x in q.drain()] == [(1, 1), (2, 0), (2, 1), (9, 1)]  # landing order

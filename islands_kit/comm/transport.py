@@ -151,6 +151,15 @@ class Handle:
             self._finish = None
         return self._results[island]
 
+    def state(self) -> tuple[dict[int, Any], dict[int, float]]:
+        """(results, arrival) of every island taking part, for a checkpoint of an operation still in flight."""
+        return {i: self.wait_result(i) for i in self.arrival}, dict(self.arrival)
+
+    @classmethod
+    def from_state(cls, results: dict[int, Any], arrival: dict[int, float], clock: SimClock) -> "Handle":
+        """The operation back from :meth:`state`: completed, each island's clock still to wait for its arrival."""
+        return cls({int(i): r for i, r in results.items()}, {int(i): float(a) for i, a in arrival.items()}, clock)
+
 
 def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
     """sum_i w_i x_i / sum_i w_i, accumulated in float32 in the given (island-id) order: the order is part of the

@@ -1,4 +1,5 @@
-"""Shared pieces of the sync strategies: fragments of a model, flattening, and the strategy interface.
+"""Shared pieces of the sync strategies: fragments of a model, flattening, transfers in flight, and the strategy
+interface.
 
 A strategy sees the replicas of the islands this process holds (``models``: island id -> module) and a ``Transport``.
 It knows no experiment loop: the loop calls ``reduce_gradients`` after backward, ``after_inner_step`` after every inner
@@ -7,12 +8,13 @@ optimizer step and ``finalize`` at the end.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
-from islands_kit.comm.transport import Transport
+from islands_kit.comm.transport import Handle, SimClock, Transport
 
 
 def strided_fragments(block_names: list[list[str]], extra: dict[str, list[str]], n_fragments: int) -> list[list[str]]:
@@ -62,6 +64,54 @@ class FragmentView:
             n = p.numel()
             p.grad = flat[off:off + n].view_as(p).clone()
             off += n
+
+
+@dataclass
+class Pending:
+    """One transfer in flight: posted after inner step ``sent_at``, applied after inner step ``apply_at``."""
+
+    apply_at: int
+    fragment: int
+    handle: Handle
+    sent_at: int = 0
+
+
+class PendingQueue:
+    """The transfers a strategy has posted and not yet applied (DiLoCo's outer results, butterfly's exchanges).
+
+    ``due(step)`` hands back, in posting order, those whose ``apply_at`` has come; ``drain()`` all of them, in the
+    order they would have landed (``apply_at``, then fragment). The state is plain data for checkpoints: each entry
+    as ``(apply_at, fragment, results, arrival, sent_at)`` with the results of every island taking part."""
+
+    def __init__(self) -> None:
+        self._items: list[Pending] = []
+
+    def push(self, apply_at: int, fragment: int, handle: Handle, sent_at: int = 0) -> None:
+        self._items.append(Pending(apply_at, fragment, handle, sent_at))
+
+    def due(self, step: int) -> list[Pending]:
+        out = [x for x in self._items if x.apply_at <= step]
+        self._items = [x for x in self._items if x.apply_at > step]
+        return out
+
+    def drain(self) -> list[Pending]:
+        out = sorted(self._items, key=lambda x: (x.apply_at, x.fragment))
+        self._items = []
+        return out
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Pending]:
+        return iter(list(self._items))
+
+    def state_dict(self) -> list[tuple]:
+        return [(x.apply_at, x.fragment, *x.handle.state(), x.sent_at) for x in self._items]
+
+    def load_state_dict(self, rows: list[tuple], clock: SimClock) -> None:
+        # rows written before sent_at was recorded for every strategy have four fields (butterfly): sent_at 0
+        self._items = [Pending(int(a), int(p), Handle.from_state(res, arr, clock), int(rest[0]) if rest else 0)
+                       for a, p, res, arr, *rest in rows]
 
 
 class SyncStrategy(abc.ABC):

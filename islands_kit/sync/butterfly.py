@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
-from islands_kit.comm.transport import Handle, Transport
+from islands_kit.comm.transport import Transport
 from islands_kit.config import SyncConfig
-from islands_kit.sync.base import FragmentView, SyncStrategy
+from islands_kit.sync.base import FragmentView, Pending, PendingQueue, SyncStrategy
 
 
 def check_power_of_two(n: int) -> int:
@@ -92,13 +92,6 @@ def mixing_matrix(n_cells: int, rounds: list[int]) -> torch.Tensor:
     return W
 
 
-@dataclass
-class _Pending:
-    apply_at: int
-    fragment: int
-    handle: Handle
-
-
 class Butterfly(SyncStrategy):
     name = "butterfly"
 
@@ -115,7 +108,7 @@ class Butterfly(SyncStrategy):
         self.codec = get_codec(cfg.codec, cfg.codec_block_size)
         self.ef = ErrorFeedback(enabled=cfg.error_feedback)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 29) for i in self.ids}
-        self.pending: list[_Pending] = []
+        self.pending = PendingQueue()
         self.n_exchanges = 0
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
@@ -128,9 +121,8 @@ class Butterfly(SyncStrategy):
         self._apply_due(step)
 
     def finalize(self, step: int) -> None:
-        for pend in sorted(self.pending, key=lambda x: (x.apply_at, x.fragment)):
+        for pend in self.pending.drain():
             self._merge(pend)
-        self.pending = []
 
     def _exchange(self, step: int, p: int, r: int) -> None:
         payloads = {}
@@ -138,17 +130,15 @@ class Butterfly(SyncStrategy):
             payloads[i], _ = self.ef.compress((i, p), self.views[i][p].flat(), self.codec,
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
         handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
-        self.pending.append(_Pending(step + self.cfg.delay, p, handle))
+        self.pending.push(step + self.cfg.delay, p, handle, sent_at=step)
         self.n_exchanges += 1
 
     def _apply_due(self, step: int) -> None:
-        due = [x for x in self.pending if x.apply_at <= step]
-        self.pending = [x for x in self.pending if x.apply_at > step]
-        for pend in due:
+        for pend in self.pending.due(step):
             self._merge(pend)
 
     @torch.no_grad()
-    def _merge(self, pend: _Pending) -> None:
+    def _merge(self, pend: Pending) -> None:
         for i in self.ids:
             theirs = pend.handle.wait(i)
             v = self.views[i][pend.fragment]
@@ -162,8 +152,7 @@ class Butterfly(SyncStrategy):
             "counter": list(self.counter),
             "ef": self.ef.state_dict(),
             "gens": {i: g.get_state() for i, g in self.gens.items()},
-            "pending": [(x.apply_at, x.fragment, {i: x.handle.wait_result(i) for i in self.ids}, dict(x.handle.arrival))
-                        for x in self.pending],
+            "pending": self.pending.state_dict(),
             "n_exchanges": self.n_exchanges,
         }
 
@@ -172,5 +161,5 @@ class Butterfly(SyncStrategy):
         self.ef.load_state_dict(d["ef"])
         for i, s in d["gens"].items():
             self.gens[int(i)].set_state(s)
-        self.pending = [_Pending(a, p, Handle(dict(res), dict(arr), self.transport.clock)) for a, p, res, arr in d["pending"]]
+        self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.n_exchanges = d["n_exchanges"]

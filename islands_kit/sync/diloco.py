@@ -20,16 +20,15 @@ Islands absent from a sync (preempted) simply do not contribute; the token-weigh
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
-from islands_kit.comm.transport import Handle, Transport
+from islands_kit.comm.transport import Transport
 from islands_kit.config import SyncConfig
-from islands_kit.sync.base import FragmentView, SyncStrategy
+from islands_kit.sync.base import FragmentView, Pending, PendingQueue, SyncStrategy
 
 
 def fragment_offsets(H: int, P: int) -> list[int]:
@@ -41,14 +40,6 @@ def streaming_schedule(H: int, P: int, steps: int) -> list[tuple[int, int]]:
     """(step, fragment) pairs at which fragments sync during ``steps`` inner steps (1-based steps)."""
     offs = fragment_offsets(H, P)
     return [(t, p) for t in range(1, steps + 1) for p in range(P) if t % H == offs[p]]
-
-
-@dataclass
-class _Pending:
-    apply_at: int
-    fragment: int
-    handle: Handle
-    sent_at: int = 0
 
 
 class DiLoCo(SyncStrategy):
@@ -73,7 +64,7 @@ class DiLoCo(SyncStrategy):
         self.ef = ErrorFeedback(enabled=cfg.error_feedback)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
         self.tokens_since = {i: [0] * self.P for i in self.ids}
-        self.pending: list[_Pending] = []
+        self.pending = PendingQueue()
         self.present: dict[int, bool] = {i: True for i in self.ids}
         self.names = fragments
         self.n_syncs = 0
@@ -105,9 +96,8 @@ class DiLoCo(SyncStrategy):
         self._apply_due(step)  # tau = 0: the outer result lands in the same step
 
     def finalize(self, step: int) -> None:
-        for pend in sorted(self.pending, key=lambda x: (x.apply_at, x.fragment)):
+        for pend in self.pending.drain():
             self._apply(pend)
-        self.pending = []
         for p in range(self.P):  # one last full sync so the final global model holds every island's last steps
             if any(self.tokens_since[i][p] for i in self.ids):
                 self._send(step, p, apply_at=step)
@@ -136,17 +126,15 @@ class DiLoCo(SyncStrategy):
             handle = self.transport.all_reduce("fragments", payloads, weights)
         else:
             handle = self.transport.all_gather("fragments", payloads, weights)
-        self.pending.append(_Pending(step + self.cfg.tau if apply_at is None else apply_at, p, handle, step))
+        self.pending.push(step + self.cfg.tau if apply_at is None else apply_at, p, handle, sent_at=step)
         self.n_syncs += 1
 
     def _apply_due(self, step: int) -> None:
-        due = [x for x in self.pending if x.apply_at <= step]
-        self.pending = [x for x in self.pending if x.apply_at > step]
-        for pend in due:
+        for pend in self.pending.due(step):
             self._apply(pend)
 
     @torch.no_grad()
-    def _apply(self, pend: _Pending) -> None:
+    def _apply(self, pend: Pending) -> None:
         p = pend.fragment
         got = None
         for i in self.ids:
@@ -192,8 +180,7 @@ class DiLoCo(SyncStrategy):
             "ef": self.ef.state_dict(),
             "gens": {i: g.get_state() for i, g in self.gens.items()},
             "tokens_since": {i: list(v) for i, v in self.tokens_since.items()},
-            "pending": [(x.apply_at, x.fragment, {i: x.handle.wait_result(i) for i in x.handle.arrival},
-                         dict(x.handle.arrival), x.sent_at) for x in self.pending],
+            "pending": self.pending.state_dict(),
             "present": dict(self.present),
             "n_syncs": self.n_syncs,
         }
@@ -208,7 +195,6 @@ class DiLoCo(SyncStrategy):
         for i, s in d["gens"].items():
             self.gens[int(i)].set_state(s)
         self.tokens_since = {int(i): list(v) for i, v in d["tokens_since"].items()}
-        self.pending = [_Pending(a, p, Handle(dict(res), dict(arr), self.transport.clock), s)
-                        for a, p, res, arr, s in d["pending"]]
+        self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.present = {int(i): bool(v) for i, v in d["present"].items()}
         self.n_syncs = d["n_syncs"]

@@ -46,11 +46,10 @@ class RoutingSync:
         return out or None
 
     def state_dict(self) -> dict:
-        return {"in_flight": [({i: h.wait_result(i) for i in self.transport.local_islands}, dict(h.arrival), tuple(s))
-                              for h, s in self.in_flight]}
+        return {"in_flight": [(*h.state(), tuple(s)) for h, s in self.in_flight]}
 
     def load_state_dict(self, d: dict) -> None:
-        self.in_flight = [(Handle(dict(r), dict(a), self.transport.clock), torch.Size(s)) for r, a, s in d["in_flight"]]
+        self.in_flight = [(Handle.from_state(r, a, self.transport.clock), torch.Size(s)) for r, a, s in d["in_flight"]]
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
