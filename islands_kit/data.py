@@ -288,7 +288,17 @@ def _finish(name: str, data: bytes, source: str, license: str) -> Corpus:
     return Corpus(name, data, _sha256(data), source, license)
 
 
-def _local_files(spec: str) -> list[str]:
+def check_corpus_spec(spec: str) -> None:
+    """Refuse a ``data.corpus`` value that cannot name a corpus — empty, or a local path/glob matching no file — with
+    a ConfigError naming the field, without loading anything (hub names are checked when they are loaded)."""
+    _check(isinstance(spec, str) and spec.strip() != "", "data.corpus", "must be a non-empty string", spec)
+    if spec not in CORPORA and not spec.startswith("hub:"):
+        local_corpus_files(spec)
+
+
+def local_corpus_files(spec: str) -> list[str]:
+    """The sorted files a local ``data.corpus`` value names: a file, a directory (its .txt/.parquet files) or a glob.
+    ConfigError naming ``data.corpus`` when nothing matches."""
     p = Path(spec).expanduser()
     if p.is_dir():
         files = [str(f) for f in p.iterdir() if f.is_file() and f.suffix in (".txt", ".parquet")]
@@ -305,7 +315,7 @@ def _local_files(spec: str) -> list[str]:
 def _load_local(spec: str, text_field: str, hf_cache: str | None) -> Corpus:
     import datasets
 
-    files = _local_files(spec)
+    files = local_corpus_files(spec)
     kinds = {Path(f).suffix for f in files}
     _check(kinds in ({".txt"}, {".parquet"}), "data.corpus", "files must all be .txt or all be .parquet", sorted(kinds))
     if kinds == {".txt"}:

@@ -83,16 +83,10 @@ def notebook_config(experiment: str, preset: str, seed: int, steps: int,
         ov["steps"] = steps
     ov.update({k: v for k, v in (overrides or {}).items() if v is not None})
     cfg = apply_overrides(cfg, ov)
-    _check_corpus(cfg.data.corpus)
+    from islands_kit.data import check_corpus_spec
+
+    check_corpus_spec(cfg.data.corpus)  # a path matching nothing is refused before any work
     return cfg
-
-
-def _check_corpus(spec: str) -> None:
-    from islands_kit.data import CORPORA, _local_files
-
-    _check(isinstance(spec, str) and spec.strip() != "", "data.corpus", "must be a non-empty string", spec)
-    if spec not in CORPORA and not spec.startswith("hub:"):
-        _local_files(spec)  # raises ConfigError naming data.corpus when nothing matches
 
 
 def resolve_out_dir(out_dir: str | Path, default: str | Path | ExperimentConfig) -> Path:

@@ -316,3 +316,18 @@ def test_eval_windows_validates_arguments() -> None:
         eval_windows(val, 100)
     with pytest.raises(ConfigError, match=r"data\.eval_bytes: must be an integer >= 0"):
         eval_windows(val, 10, -1)
+
+
+def test_check_corpus_spec_refuses_what_names_no_corpus(tmp_path):
+    from islands_kit.data import check_corpus_spec, local_corpus_files
+
+    for ok in ("shakespeare", "enwiki", "hub:roneneldan/TinyStories"):
+        check_corpus_spec(ok)  # nothing loaded: hub names are checked when loaded
+    for bad, rule in (("", "non-empty"), ("   ", "non-empty"), (str(tmp_path / "none*.txt"), "nothing matched")):
+        with pytest.raises(ConfigError, match=rf"data\.corpus.*{rule}"):
+            check_corpus_spec(bad)
+    (tmp_path / "b.txt").write_text("b")
+    (tmp_path / "a.parquet").write_bytes(b"")
+    (tmp_path / "skip.md").write_text("x")
+    assert local_corpus_files(str(tmp_path)) == [str(tmp_path / "a.parquet"), str(tmp_path / "b.txt")]
+    assert local_corpus_files(str(tmp_path / "*.txt")) == [str(tmp_path / "b.txt")]
