@@ -98,11 +98,17 @@ def main() -> None:
     with ThreadPoolExecutor(a.jobs) as ex:
         futs = {(n, seed): ex.submit(run_one, n, e, s, a.preset, seed, out, a.set) for n, e, s, seed in jobs}
         results = {k: f.result() for k, f in futs.items()}
+    if not results:
+        sys.exit(f"demo_compare: no result.json to report in {out}")
     runs = {n: v for n, v in runs.items() if any((n, s) in results for s in a.seeds)}
     print(f"all runs: {time.time() - t0:.0f}s wall, {a.jobs} at a time\n")
     summary: dict[str, dict] = {}
     base = {seed: results[("baseline", seed)] for seed in a.seeds if ("baseline", seed) in results}
-    print(f"{'run':26s} {'bpb (mean)':>10s} {'vs baseline':>11s} {'bytes':>12s} {'DDP/bytes':>10s} {'util':>6s} {'sim s':>8s} {'wall s':>7s}")
+    # ablations and variants of two_site are also compared with two_site at the same seed (paired: same weights,
+    # data order and link draws), which cancels most of the seed-to-seed spread
+    ref2 = {seed: results[("two_site", seed)] for seed in a.seeds if ("two_site", seed) in results}
+    print(f"{'run':26s} {'bpb (mean)':>10s} {'vs baseline':>11s} {'bytes':>12s} {'DDP/bytes':>10s} {'util':>6s} "
+          f"{'sim s':>8s} {'wall s':>7s} {'vs two_site (per seed)':>24s}")
     for n in runs:
         seeds = [s for s in a.seeds if (n, s) in results]
         rs = [results[(n, s)] for s in seeds]
@@ -118,9 +124,14 @@ def main() -> None:
                    wall_time_s=statistics.mean(r["wall_time_s"] for r in rs), peak_sync_bytes=peak_sync_bytes(rs[0]),
                    peak_link_bytes_per_s=statistics.mean(r["peak_link_bytes_per_s"] for r in rs),
                    xz_bpb=rs[0]["compressor_bpb"]["xz"])
+        vs2 = [r["final_val_bpb"] / ref2[s]["final_val_bpb"] for r, s in zip(rs, seeds)
+               if n.startswith("two_site_") and s in ref2]
+        if vs2:
+            row["vs_two_site"], row["vs_two_site_per_seed"] = statistics.mean(vs2), vs2
         summary[n] = row
         print(f"{n + ' ' + str(seeds):26s} {bpb:10.4f} {ratio:11.4f} {sent:12.3e} {row['x_less_than_ddp'] or float('inf'):10.0f} "
-              f"{row['compute_utilization']:6.3f} {row['sim_wall_clock_s']:8.1f} {row['wall_time_s']:7.0f}")
+              f"{row['compute_utilization']:6.3f} {row['sim_wall_clock_s']:8.1f} {row['wall_time_s']:7.0f} "
+              + (f"{statistics.mean(vs2):8.4f} (" + ", ".join(f"{v:.4f}" for v in vs2) + ")" if vs2 else ""))
     if "two_site" in summary and "two_site_p1" in summary:
         r = summary["two_site_p1"]["peak_sync_bytes"] / summary["two_site"]["peak_sync_bytes"]
         print(f"\npeak bytes per sync, non-streaming / streaming: {r:.2f}x")
