@@ -137,11 +137,17 @@ class Experiment:
         self.eval_model.eval()
         return self.eval_model
 
-    def evaluate(self, final: bool = False) -> float:
-        m = self._load_eval_model()
-        bad = [n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())]
+    def check_eval_state(self) -> None:
+        """Raise :class:`Diverged` when the parameters to evaluate hold NaN/inf. Cheap, and called on every process
+        at every evaluation step: for DiLoCo they are the global parameters, identical on every rank, so all ranks
+        stop at the same step (only the writer scores them)."""
+        bad = [n for n, t in self.strategy.eval_state().items() if not bool(torch.isfinite(t).all())]
         if bad:
             raise Diverged(f"evaluation parameters hold NaN/inf ({len(bad)} tensors, first {bad[0]})")
+
+    def evaluate(self, final: bool = False) -> float:
+        self.check_eval_state()
+        m = self._load_eval_model()
         x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
         return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
 
@@ -224,6 +230,7 @@ class Experiment:
                     bar.update(1)
                     bar.set_postfix(loss=f"{sum(losses.values()) / max(1, len(losses)):.3f}")
                 if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                    self.check_eval_state()
                     with self._world_view():
                         self._record_eval(losses, final=False, tracker=tracker)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps and self.out_dir:
@@ -247,8 +254,11 @@ class Experiment:
     def _diverged(self, e: Exception) -> None:
         """An undefended NaN/inf (a poisoned island, a blown-up learning rate) stops the run rather than crashing
         it: the result records where and why, its bpb is NaN (``null`` in result.json), and the outputs are still
-        written. Under torch.distributed every rank meets the same NaN at the same step: the global state that
-        carries it is identical on every rank."""
+        written. Under torch.distributed a NaN that reaches the global (DiLoCo) state stops every rank at the same
+        step, since that state is identical on every rank; a NaN confined to one rank's replica (an inner optimizer
+        blowing up on one island) is seen by that rank alone, and the ranks then wait on different collectives until
+        they end with a DistributedError (ISLANDS_KIT_DIST_TIMEOUT_S) instead of a result: agreeing on the step
+        would cost a blocking round trip every step."""
         self.diverged_at_step, self.diverged_reason = self.step, f"{type(e).__name__}: {e}"
         warnings.warn(f"{self.cfg.experiment}: diverged at step {self.step}: {e}", RuntimeWarning, stacklevel=3)
 

@@ -213,3 +213,19 @@ def test_unsupported_under_torch_distributed_names_the_field(monkeypatch: pytest
     cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(sets + ["sync.strategy=diloco"]))
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         make_transport(cfg)
+
+
+def test_undefended_nan_island_diverges_at_the_same_step_as_the_simulator(tmp_path: Path) -> None:
+    # the NaN reaches the global model (identical on every rank), so both ranks stop at the same step and rank 0
+    # still writes the result; everything but wall time equals the simulator's
+    sets = ["steps=17", "faults.attack=nan", "faults.attack_start=9", "eval_every=4"]
+    proc = _torchrun(2, "two_site", sets, tmp_path / "dist", timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    dist_res = json.loads((tmp_path / "dist" / "result.json").read_text())
+    sim_res = _simulate("two_site", sets, tmp_path / "sim")
+    assert sim_res["diverged_at_step"] is not None and sim_res["final_val_bpb"] is None
+    diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
+    # the reason lists the islands this process saw diverge: rank 0 holds island 0 only
+    assert diff <= {"wall_time_s", "diverged_reason"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+    prefix = "Diverged: training loss is not finite on island(s) 0 (nan)"
+    assert dist_res["diverged_reason"] == prefix and sim_res["diverged_reason"].startswith(prefix)
