@@ -163,6 +163,8 @@ class LinkConfig:
     method: str = "chunked"  # chunked | naive
     contact_period_s: float = 0.0  # >0: intermittent contact (LEO); link up for contact_fraction of each period
     contact_fraction: float = 1.0
+    fec_group: int = 16  # chunked + FEC: data chunks per erasure-coded group
+    fec_parity: int = 0  # parity chunks per group (any fec_group of the group's chunks rebuild it); 0 = no FEC
 
     def __post_init__(self) -> None:
         p = "link."
@@ -183,6 +185,12 @@ class LinkConfig:
         _check(self.method in ("chunked", "naive"), p + "method", "must be one of chunked|naive", self.method)
         _check(self.contact_period_s >= 0, p + "contact_period_s", "must be >= 0", self.contact_period_s)
         _check(0 < self.contact_fraction <= 1, p + "contact_fraction", "must be in (0, 1]", self.contact_fraction)
+        _check(self.fec_group >= 1, p + "fec_group", "must be >= 1", self.fec_group)
+        _check(self.fec_parity >= 0, p + "fec_parity", "must be >= 0 (0 = no FEC)", self.fec_parity)
+        _check(self.fec_group + self.fec_parity <= 255, p + "fec_parity",
+               "fec_group + fec_parity must be <= 255 (a Reed-Solomon code over GF(2^8))", self.fec_group + self.fec_parity)
+        _check(self.fec_parity == 0 or self.method == "chunked", p + "fec_parity", "needs method=chunked",
+               self.fec_parity)
 
 
 @dataclass
