@@ -11,12 +11,19 @@ Writing is atomic: the checkpoint goes to a temporary file in the same folder, i
 one, so a crash (even SIGKILL mid-write) leaves the previous checkpoint intact. Loading refuses, with a clear error,
 a file that is truncated or not a checkpoint, one written by another format version, and one whose configuration
 differs from the run's (naming the first differing field).
+
+Under torch.distributed every rank writes its own shard, ``checkpoint.rank<R>.step<T>.pt``, holding its islands (or
+its share of one) and its transport state (operations in flight are completed first, on every rank at the same
+step). After every rank has written step T (a barrier), each deletes its shards of earlier steps, so a crash at any
+moment leaves at least one step for which every rank has a shard; ``--resume`` (under torchrun, same process count)
+takes the latest such step. A shard that is missing, truncated or foreign stops every rank with the same error.
 """
 from __future__ import annotations
 
 import io
 import os
 import pickle
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +36,34 @@ if TYPE_CHECKING:
 
 FORMAT = "islands_kit.checkpoint/1"
 FILENAME = "checkpoint.pt"
+_SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
+
+
+def shard_name(rank: int, step: int) -> str:
+    """The file of rank ``rank``'s checkpoint at step ``step`` under torch.distributed."""
+    return f"checkpoint.rank{rank}.step{step:09d}.pt"
+
+
+def rank_shards(folder: Path, rank: int) -> dict[int, Path]:
+    """step -> shard file of ``rank`` in ``folder``."""
+    out = {}
+    for f in folder.glob(f"checkpoint.rank{rank}.step*.pt"):
+        m = _SHARD.fullmatch(f.name)
+        if m and int(m.group(1)) == rank:
+            out[int(m.group(2))] = f
+    return out
+
+
+def latest_common_step(steps_per_rank: list[list[int]]) -> int | None:
+    """The latest step for which every rank has a shard (None if there is none)."""
+    common = set(steps_per_rank[0]) if steps_per_rank else set()
+    for s in steps_per_rank[1:]:
+        common &= set(s)
+    return max(common) if common else None
+
+
+def _is_distributed(transport: Any) -> bool:
+    return hasattr(transport, "gather_objects")
 # fields that may differ between the interrupted and the resumed invocation without changing any number
 _IGNORED = {"progress", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads"}
 
@@ -59,6 +94,8 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tr = exp.transport
+    distributed = _is_distributed(tr)
+    transport_state = tr.state_dict() if distributed else None  # collective: completes what is in flight
     state = {
         "format": FORMAT,
         "config": exp.cfg.to_dict(),
@@ -77,11 +114,22 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
         "val_curve": exp.val_curve,
         "torch_rng": torch.get_rng_state(),
         "elapsed_s": exp.elapsed_s(),
+        "transport": transport_state,
     }
+    if not distributed:
+        return _write_atomic(out / FILENAME, state)
+    path = _write_atomic(out / shard_name(tr.rank, exp.step), state)
+    tr.barrier()  # every rank now holds this step: the older shards can go
+    for step, f in rank_shards(out, tr.rank).items():
+        if step < exp.step:
+            f.unlink(missing_ok=True)
+    return path
+
+
+def _write_atomic(path: Path, state: dict[str, Any]) -> Path:
     buf = io.BytesIO()
     torch.save(state, buf)
-    path = out / FILENAME
-    tmp = out / (FILENAME + ".tmp")
+    tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(buf.getvalue())
         f.flush()
@@ -90,10 +138,42 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, transport: Any = None) -> dict[str, Any]:
+    """Read a checkpoint (a folder or a file). Under torch.distributed (``transport`` a TorchDistTransport; a
+    collective): this rank's shard of the latest step every rank has, from the folder ``path``."""
+    if _is_distributed(transport):
+        return _load_shard(Path(path), transport)
     p = Path(path)
     if p.is_dir():
+        if not (p / FILENAME).exists() and any(p.glob("checkpoint.rank*.step*.pt")):
+            raise ConfigError(f"--resume: {p} holds per-rank shards written under torch.distributed; resume it with "
+                              "torchrun and the same number of processes")
         p = p / FILENAME
+    return _read(p)
+
+
+def _load_shard(folder: Path, tr: Any) -> dict[str, Any]:
+    mine = rank_shards(folder, tr.rank) if folder.is_dir() else {}
+    steps = tr.gather_objects(sorted(mine))
+    step = latest_common_step(steps)
+    err, state = None, {}
+    if step is None:
+        err = (f"--resume: {folder} has no step with a checkpoint shard for every one of the {len(steps)} ranks "
+               f"(steps per rank: {steps})")
+    else:
+        try:
+            state = _read(mine[step])
+            if state.get("transport") is None or state["step"] != step:
+                raise ConfigError(f"--resume: {mine[step]} is not a torch.distributed shard of step {step}")
+        except ConfigError as e:
+            err = f"rank {tr.rank}: {e}"
+    errors = [e for e in tr.gather_objects(err) if e]  # every rank stops with the same error, or none does
+    if errors:
+        raise ConfigError("; ".join(dict.fromkeys(errors)))
+    return state
+
+
+def _read(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise ConfigError(f"--resume: no checkpoint at {p}")
     try:
@@ -123,6 +203,11 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
     if exp.defense is not None and state.get("defense") is not None:
         exp.defense.load_state_dict(state["defense"])
     tr = exp.transport
+    if _is_distributed(tr) != (state.get("transport") is not None):
+        raise ConfigError("--resume: a torch.distributed checkpoint needs a torchrun resume and an in-process one an "
+                          "in-process resume")
+    if state.get("transport") is not None:
+        tr.load_state_dict(state["transport"])
     tr.clock.load_state_dict(state["clock"])
     tr.ledger = pickle.loads(state["ledger"])
     link = pickle.loads(state["link"])

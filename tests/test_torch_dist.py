@@ -34,9 +34,12 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _torchrun(nproc: int, experiment: str, sets: list[str], out: Path, timeout: float, **env: str) -> subprocess.CompletedProcess:
+def _torchrun(nproc: int, experiment: str, sets: list[str], out: Path, timeout: float, resume: bool = False,
+              **env: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
            "-m", "islands_kit", "run", experiment, "--preset", "smoke", "--out", str(out)]
+    if resume:
+        cmd += ["--resume", str(out)]
     for s in sets:
         cmd += ["--set", s]
     return subprocess.run(cmd, env=_env(**env), capture_output=True, text=True, timeout=timeout)
@@ -204,7 +207,6 @@ def test_wrong_world_size_names_the_field(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.parametrize("sets,field", [
     (["faults.preempt_island=1", "faults.preempt_start=2", "faults.preempt_steps=3"], "faults.preempt_island"),
-    (["checkpoint_every=4"], "checkpoint_every"),
 ])
 def test_unsupported_under_torch_distributed_names_the_field(monkeypatch: pytest.MonkeyPatch, sets: list[str], field: str) -> None:
     from islands_kit.distributed import make_transport
@@ -229,3 +231,45 @@ def test_undefended_nan_island_diverges_at_the_same_step_as_the_simulator(tmp_pa
     assert diff <= {"wall_time_s", "diverged_reason"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
     prefix = "Diverged: training loss is not finite on island(s) 0 (nan)"
     assert dist_res["diverged_reason"] == prefix and sim_res["diverged_reason"].startswith(prefix)
+
+
+@pytest.mark.parametrize("experiment,nproc,extra", [
+    ("two_site", 3, SHAMPOO),  # island 0 on ranks 0, 1: each shard holds its share of the Shampoo blocks
+    ("eight_cell", 8, []),
+])
+def test_killed_rank_and_torchrun_resume_is_bit_identical(tmp_path: Path, experiment: str, nproc: int,
+                                                          extra: list[str]) -> None:
+    """One rank vanishes at step 7; every rank wrote its shard of step 6 (checkpoint_every=2) and pruned the older
+    ones; a torchrun --resume finishes the run with the simulator's result.json (wall time aside)."""
+    from islands_kit.checkpoint import rank_shards
+
+    sets = ["steps=12", "eval_every=4", "checkpoint_every=2", *extra]
+    out = tmp_path / "dist"
+    proc = _torchrun(nproc, experiment, sets, out, timeout=300, ISLANDS_KIT_TEST_DIE_AT_STEP="7",
+                     ISLANDS_KIT_TEST_DIE_RANK="1", ISLANDS_KIT_DIST_TIMEOUT_S="60")
+    assert proc.returncode != 0 and not (out / "result.json").exists()
+    assert {r: sorted(rank_shards(out, r)) for r in range(nproc)} == {r: [6] for r in range(nproc)}
+    proc = _torchrun(nproc, experiment, sets, out, timeout=300, resume=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    dist_res = json.loads((out / "result.json").read_text())
+    sim_res = _simulate(experiment, sets, tmp_path / "sim")
+    diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
+    assert diff == {"wall_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+
+
+def test_torchrun_resume_refuses_a_missing_shard_on_every_rank(tmp_path: Path) -> None:
+    from islands_kit.checkpoint import latest_common_step, rank_shards
+
+    assert latest_common_step([[2, 4, 6], [4, 6], [6, 4]]) == 6 and latest_common_step([[2], [4]]) is None
+    sets = ["steps=4", "checkpoint_every=2"]
+    out = tmp_path / "dist"
+    assert _torchrun(2, "two_site", sets, out, timeout=240).returncode == 0
+    rank_shards(out, 1)[2].unlink()
+    proc = _torchrun(2, "two_site", sets, out, timeout=240, resume=True)
+    assert proc.returncode != 0
+    assert proc.stdout.count("no step with a checkpoint shard for every one of the 2 ranks") + \
+        proc.stderr.count("no step with a checkpoint shard for every one of the 2 ranks") >= 2  # both ranks say it
+    from islands_kit.checkpoint import load_checkpoint
+
+    with pytest.raises(ConfigError, match="per-rank shards written under torch.distributed; resume it with torchrun"):
+        load_checkpoint(out)  # an in-process resume of a torchrun folder

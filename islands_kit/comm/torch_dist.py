@@ -7,7 +7,8 @@ bit-identical results to ``LocalTransport`` (tested end to end: the whole result
 simulated clock — equal to the last bit, wall_time_s aside).
 
 Not supported here: absent (preempted) islands — every island takes part in every operation, so
-``faults.preempt_island`` is rejected by ``distributed.make_transport`` — and checkpoints (``checkpoint_every``).
+``faults.preempt_island`` is rejected by ``distributed.make_transport``. Checkpoints are one file per rank (see
+``islands_kit/checkpoint.py``); ``state_dict`` / ``load_state_dict`` below carry this transport's part.
 
 Ranks. Two launch shapes, chosen by ``WORLD_SIZE`` (``RankLayout.for_world``):
 
@@ -381,6 +382,29 @@ class TorchDistTransport(Transport):
 
     def barrier(self) -> None:
         self._guard("barrier", lambda: dist.barrier(group=self._meta_group))
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Collective: every rank's ``obj``, in rank order (pickled, on the gloo meta group)."""
+        objs: list[Any] = [None] * dist.get_world_size()
+        self._guard("gathering objects", lambda: dist.all_gather_object(objs, obj, group=self._meta_group))
+        return objs
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's transport state for a checkpoint. Collective: completes every operation in flight first (as
+        ``world_view`` does at every evaluation; results wait in their handles and no clock moves), so what the
+        strategies hold in flight is plain data."""
+        self.drain()
+        return {"rank": self.rank, "world_size": dist.get_world_size(), "seq": self._seq, "steps": self.steps,
+                "order": list(self._order), "sent_bytes": dict(self.sent_bytes)}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if (d["rank"], d["world_size"]) != (self.rank, dist.get_world_size()):
+            raise ConfigError(f"--resume: checkpoint shard of rank {d['rank']} of {d['world_size']} loaded by rank "
+                              f"{self.rank} of {dist.get_world_size()}")
+        self._seq, self.steps = int(d["seq"]), int(d["steps"])
+        self._order = [tuple(o) for o in d["order"]]
+        self.sent_bytes = dict(d["sent_bytes"])
 
     # -- the whole world's ledger and clock -----------------------------------------------------------------------
     def gather_world(self) -> tuple[Ledger, SimClock]:
