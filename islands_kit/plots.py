@@ -9,7 +9,7 @@ title, and every figure with more than one series a legend.
 
 History records (one per evaluation, see ``islands_kit.run``): ``step``, ``tokens``, ``val_bpb``, ``sim_time_s``,
 ``cross_site_bytes`` (cumulative), ``balance_loss`` and ``max_over_mean_load`` (one value per layer) and, with several
-replicas, ``routing_js_bits``.
+replicas, ``routing_js_bits`` and ``routing_topk_overlap``.
 """
 from __future__ import annotations
 
@@ -196,12 +196,21 @@ def routing_load(history: History, x: str = "tokens", title: str | None = None) 
     axes[1].set_title("Balance score (aux loss / coef)")
     if has_js:
         xj, yj = _series(history, x, "routing_js_bits")
-        axes[2].plot(xj, yj, marker="o", ms=3, color="#9467bd", label="mean over layers")
+        axes[2].plot(xj, yj, marker="o", ms=3, color="#9467bd", label="JS divergence of expert loads (left)")
         _xlabel(axes[2], x)
         axes[2].set_ylabel("Jensen-Shannon divergence (bits)")
-        axes[2].set_title("Routing drift between replicas")
+        axes[2].set_title("Routing drift between replicas (mean over layers)")
         axes[2].grid(alpha=0.3)
-        axes[2].legend(fontsize=7)
+        handles = axes[2].get_lines()
+        if any(r.get("routing_topk_overlap") is not None for r in history):
+            right = axes[2].twinx()
+            xo, yo = _series(history, x, "routing_topk_overlap")
+            right.plot(xo, yo, marker="s", ms=3, color="#8c564b", label="top-k overlap per token (right)")
+            right.set_ylim(0.0, 1.05)
+            right.set_ylabel("top-k overlap (1 = same experts)")
+            right.set_xlabel(axes[2].get_xlabel())  # shared x axis (drawn once, below)
+            handles = handles + right.get_lines()
+        axes[2].legend(handles, [h.get_label() for h in handles], fontsize=7)
     fig.suptitle(title or "MoE routing load per layer")
     return fig
 

@@ -38,7 +38,7 @@ from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
 from islands_kit.sync.diloco import DiLoCo
-from islands_kit.sync.routing import RoutingSync, js_divergence
+from islands_kit.sync.routing import RoutingSync, js_divergence, topk_overlap
 from islands_kit.tracking import Tracker, dumps_strict, write_json_atomic
 
 
@@ -152,20 +152,25 @@ class Experiment:
         return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
 
     @torch.no_grad()
-    def routing_drift(self) -> float | None:
-        """Mean Jensen-Shannon divergence (bits) between island 0's routing distribution and each other local
-        island's on a fixed probe batch, averaged over layers (only where this process holds several islands)."""
+    def routing_drift(self) -> dict[str, float] | None:
+        """How far the local islands' routers have drifted apart, on a fixed probe batch, averaged over layers and
+        over the pairs (island 0, island i): ``routing_js_bits``, the Jensen-Shannon divergence (bits) between their
+        routing distributions (expert loads / tokens), and ``routing_topk_overlap``, the mean fraction of each token's
+        top-k experts that both choose (1 = identical routing). Only where this process holds several islands."""
         ids = sorted(self.islands)
         if len(ids) < 2 or self.cfg.model.n_experts == 1:
             return None
-        dists = []
+        dists, topk = [], []
         for i in ids:
             m = self.islands[i].model
             m.eval()
             m(self.probe_x)
             loads = m.routing_stats().loads
             dists.append(loads / loads.sum(-1, keepdim=True))
-        return float(torch.stack([js_divergence(dists[0], d).mean() for d in dists[1:]]).mean())
+            topk.append(m.routing_topk())
+        js = torch.stack([js_divergence(dists[0], d).mean() for d in dists[1:]]).mean()
+        overlap = [topk_overlap(a, b) for other in topk[1:] for a, b in zip(topk[0], other)]
+        return {"routing_js_bits": float(js), "routing_topk_overlap": sum(overlap) / len(overlap)}
 
     # -- the loop -----------------------------------------------------------------------------------------------
     def preempted(self, island: int, step: int) -> bool:
@@ -284,7 +289,7 @@ class Experiment:
             rec["max_over_mean_load"] = [round(float(v), 4) for v in stats.max_over_mean]
         drift = self.routing_drift()
         if drift is not None:
-            rec["routing_js_bits"] = drift
+            rec.update(drift)
         self.history.append(rec)
         self.val_curve.append([tokens, bpb])
         if tracker is not None:

@@ -26,6 +26,7 @@ def history(n_evals: int = 4, n_layers: int = 2, steps_per_eval: int = 10, bytes
                "max_over_mean_load": [1.5 + 0.1 * (k + l) for l in range(n_layers)]}
         if js:
             rec["routing_js_bits"] = 0.1 / k
+            rec["routing_topk_overlap"] = 1.0 - 0.05 * k
         out.append(rec)
     return out
 
@@ -104,10 +105,12 @@ def test_link_bytes_timeline_is_the_exact_staircase():
 def test_routing_load_panels_per_layer_and_drift():
     h = history(n_layers=3)
     fig = plots.routing_load(h)
-    assert_readable(fig, 3)
-    load_ax, bal_ax, js_ax = fig.axes
+    assert_readable(fig, 4)
+    load_ax, bal_ax, js_ax, overlap_ax = fig.axes  # the overlap shares the drift panel (right axis)
     assert "max / mean" in load_ax.get_ylabel() and "balance" in bal_ax.get_ylabel().lower()
-    assert "bits" in js_ax.get_ylabel()
+    assert "bits" in js_ax.get_ylabel() and "overlap" in overlap_ax.get_ylabel()
+    np.testing.assert_allclose(overlap_ax.get_lines()[0].get_ydata(), [r["routing_topk_overlap"] for r in h])
+    assert len(legend_texts(js_ax)) == 2
     assert legend_texts(load_ax)[:3] == ["layer 0", "layer 1", "layer 2"]
     np.testing.assert_allclose(load_ax.get_lines()[2].get_ydata(), [r["max_over_mean_load"][2] for r in h])
     np.testing.assert_allclose(bal_ax.get_lines()[0].get_ydata(), [r["balance_loss"][0] for r in h])

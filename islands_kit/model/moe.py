@@ -242,6 +242,7 @@ class MoE(nn.Module):
         self.last_loads: Tensor | None = None
         self.last_balance: Tensor | None = None
         self.last_max_over_mean: Tensor | None = None
+        self.last_topk: Tensor | None = None  # (N, k) experts chosen for each token in the last forward
 
     def forward(self, x_ND: Tensor) -> tuple[Tensor, Tensor]:
         """x_ND: (N, d) tokens. Returns the layer output (N, d) and its auxiliary loss (scalar, coefficients applied)."""
@@ -251,6 +252,7 @@ class MoE(nn.Module):
             aux = x_ND.new_zeros(())
             loads_E = torch.full((1,), float(N), device=x_ND.device)
             balance = torch.ones((), device=x_ND.device)
+            idx_NK = torch.zeros(N, 1, dtype=torch.long, device=x_ND.device)
         else:
             logits_NE = self.router(x_ND)
             probs_NE, idx_NK, gates_NK = route(logits_NE, self.expert_bias, self.top_k)
@@ -265,6 +267,7 @@ class MoE(nn.Module):
         if self.shared is not None:
             y_ND = y_ND + self.shared(x_ND)
         self.last_loads = loads_E.detach()
+        self.last_topk = idx_NK.detach()
         self.last_balance = balance
         self.last_max_over_mean = loads_E.max() / loads_E.mean()
         return y_ND, aux

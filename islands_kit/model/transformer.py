@@ -154,6 +154,13 @@ class ByteTransformer(nn.Module):
             max_over_mean=torch.stack([m.last_max_over_mean for m in moes]),  # type: ignore[misc]
         )
 
+    def routing_topk(self) -> list[Tensor]:
+        """Per layer, the (N, k) experts each token of the last forward was routed to."""
+        topk = [blk.moe.last_topk for blk in self.blocks]
+        if any(t is None for t in topk):
+            raise RuntimeError("routing_topk: no forward pass has run yet")
+        return topk  # type: ignore[return-value]
+
     def expert_bias(self) -> Tensor:
         """The balancing biases (n_layers, E) (a copy)."""
         return torch.stack([blk.moe.expert_bias for blk in self.blocks]).clone()
