@@ -445,13 +445,17 @@ class LinkModel:
         missing_at = ends + half + late  # declared missing if nothing good has arrived by then
         noticed = np.where(corrupt, np.minimum(arrive, missing_at), missing_at)  # checksum fails at arrival
         need = ~ok | (arrive > missing_at)
+        # the symbols of each group (data, then parity), without a pass over all symbols per group
+        members = np.split(np.argsort(group, kind="stable"), np.cumsum(np.bincount(group, minlength=G))[:-1])
         if m:  # parity covers the first m symbols of each group noticed missing; only the rest are re-requested
-            for g in range(G):
-                miss = np.flatnonzero(need & (group == g))
+            for g in np.unique(group[need]):
+                miss = members[g][need[members[g]]]
                 need[miss[np.argsort(noticed[miss], kind="stable")[:m]]] = False
 
         def decoded_at(g: int) -> float:  # when group g is complete: its need_k[g]-th symbol delivered
-            return float(np.partition(delivered_at[group == g], need_k[g] - 1)[need_k[g] - 1]) if m else math.inf
+            if not m:
+                return math.inf
+            return float(np.partition(delivered_at[members[g]], need_k[g] - 1)[need_k[g] - 1])
 
         queue: list[tuple[float, int, int]] = []  # (when the request reaches the sender, seq, symbol)
         seq = 0
