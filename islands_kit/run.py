@@ -318,7 +318,9 @@ class Experiment:
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
             wall_time_s=self.elapsed_s(),
+            # torch's CPU kernels split reductions by thread: results are bit-reproducible per seed *and* thread count
             versions={"python": platform.python_version(), "torch": torch.__version__,
+                      "torch_threads": torch.get_num_threads(),
                       "islands_kit": islands_kit.__version__},
             git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
             link=cfg.link.preset,
