@@ -21,7 +21,6 @@ takes the latest such step. A shard that is missing, truncated or foreign stops 
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from islands_kit.config import ConfigError
+from islands_kit.data import atomic_write_bytes
 
 if TYPE_CHECKING:
     from islands_kit.run import Experiment
@@ -129,12 +129,7 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
 def _write_atomic(path: Path, state: dict[str, Any]) -> Path:
     buf = io.BytesIO()
     torch.save(state, buf)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 

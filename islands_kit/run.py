@@ -30,7 +30,7 @@ from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.data import BatchStream, atomic_write_bytes, eval_windows, load_corpus, split_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
@@ -375,8 +375,4 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
 def write_outputs(out: Path, res: Result, history: list[dict[str, Any]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "result.json", dict(res))
-    tmp = out / "history.jsonl.tmp"
-    with open(tmp, "w") as f:
-        for rec in history:
-            f.write(dumps_strict(rec) + "\n")
-    os.replace(tmp, out / "history.jsonl")
+    atomic_write_bytes(out / "history.jsonl", "".join(dumps_strict(rec) + "\n" for rec in history).encode())

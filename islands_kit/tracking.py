@@ -23,13 +23,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to a temporary file in the same folder, fsync, then rename: readers never see a partial file.
 
     Strict JSON: a NaN/inf (a diverged run's bpb) is written as ``null``; :func:`load_result` reads it back as NaN."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(dumps_strict(obj, indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from islands_kit.data import atomic_write_bytes  # (data imports torch; compare needs neither)
+
+    atomic_write_bytes(Path(path), dumps_strict(obj, indent=1).encode())
 
 
 def dumps_strict(obj: Any, indent: int | None = None) -> str:
