@@ -383,10 +383,10 @@ class TorchDistTransport(Transport):
     def barrier(self) -> None:
         self._guard("barrier", lambda: dist.barrier(group=self._meta_group))
 
-    def gather_objects(self, obj: Any) -> list[Any]:
+    def gather_objects(self, obj: Any, what: str = "gathering objects") -> list[Any]:
         """Collective: every rank's ``obj``, in rank order (pickled, on the gloo meta group)."""
         objs: list[Any] = [None] * dist.get_world_size()
-        self._guard("gathering objects", lambda: dist.all_gather_object(objs, obj, group=self._meta_group))
+        self._guard(what, lambda: dist.all_gather_object(objs, obj, group=self._meta_group))
         return objs
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
@@ -414,8 +414,7 @@ class TorchDistTransport(Transport):
         self.drain()
         mine = {"island": self.island, "leader": self.is_leader, "sent": dict(self.sent_bytes),
                 "records": list(zip(self._order, self.ledger.timeline)), "clock": self.clock.state_dict()}
-        objs: list[Any] = [None] * dist.get_world_size()
-        self._guard("gathering the ledger", lambda: dist.all_gather_object(objs, mine, group=self._meta_group))
+        objs = self.gather_objects(mine, "gathering the ledger")
         ledger = Ledger()
         for _, (start, end, nbytes, src, dst, channel) in sorted(r for o in objs for r in o["records"]):
             ledger.record(channel, src, dst, nbytes, start, end)
