@@ -422,8 +422,7 @@ class LinkModel:
         k, m = cfg.fec_group, cfg.fec_parity
         G = -(-n // k)
         group = np.concatenate([np.arange(n) // k, np.repeat(np.arange(G), m)])  # symbol -> group
-        sizes = np.concatenate([data_sizes, np.repeat([int(data_sizes[g * k:(g + 1) * k].max()) for g in range(G)], m)
-                                if m else np.zeros(0, dtype=np.int64)]).astype(np.int64)
+        sizes = np.concatenate([data_sizes, np.repeat(np.maximum.reduceat(data_sizes, np.arange(0, n, k)), m)])
         N = len(sizes)
         need_k = np.bincount(group[:n], minlength=G)  # data chunks per group: what decoding needs
         # send order: each group's data chunks, then its parity, group by group (parity of early groups arrives early)
@@ -445,9 +444,9 @@ class LinkModel:
         missing_at = ends + half + late  # declared missing if nothing good has arrived by then
         noticed = np.where(corrupt, np.minimum(arrive, missing_at), missing_at)  # checksum fails at arrival
         need = ~ok | (arrive > missing_at)
-        # the symbols of each group (data, then parity), without a pass over all symbols per group
-        members = np.split(np.argsort(group, kind="stable"), np.cumsum(np.bincount(group, minlength=G))[:-1])
         if m:  # parity covers the first m symbols of each group noticed missing; only the rest are re-requested
+            # the symbols of each group (data, then parity), without a pass over all symbols per group
+            members = np.split(np.argsort(group, kind="stable"), np.cumsum(need_k + m)[:-1])
             for g in np.unique(group[need]):
                 miss = members[g][need[members[g]]]
                 need[miss[np.argsort(noticed[miss], kind="stable")[:m]]] = False
