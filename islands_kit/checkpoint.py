@@ -65,7 +65,7 @@ def latest_common_step(steps_per_rank: list[list[int]]) -> int | None:
 def _is_distributed(transport: Any) -> bool:
     return hasattr(transport, "gather_objects")
 # fields that may differ between the interrupted and the resumed invocation without changing any number
-_IGNORED = {"progress", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads"}
+_IGNORED = {"progress", "log_every", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads"}
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:

@@ -285,7 +285,8 @@ class ExperimentConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "islands_kit"
     wandb_group: str = ""
-    progress: bool = True
+    progress: bool = True  # live progress lines (step, tokens, tokens/s, ETA, eval bpb); false = quiet
+    log_every: int = 10  # train loss, throughput, link bytes and routing balance to wandb every N inner steps
 
     def __post_init__(self) -> None:
         self.validate()
@@ -303,6 +304,8 @@ class ExperimentConfig:
         if self.sync.strategy == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
         _check(self.threads >= 0, "threads", "must be >= 0 (0 = torch default)", self.threads)
+        _check(isinstance(self.log_every, int) and self.log_every >= 1, "log_every", "must be an integer >= 1",
+               self.log_every)
         _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)
         f = self.faults
         for name in ("preempt_island", "straggler_island"):

@@ -13,10 +13,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import os
 import platform
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -34,6 +32,7 @@ from islands_kit.data import BatchStream, atomic_write_bytes, eval_windows, load
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.progress import Progress, describe
 from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
@@ -124,6 +123,7 @@ class Experiment:
         self.diverged_reason: str | None = None
         self.val_curve: list[list[float]] = []
         self.wall_start = time.time()
+        self.progress: Progress | None = None  # set by run_experiment: live progress lines
         self.probe_x = self.eval_x[: min(8, len(self.eval_x))]
         # the one process that writes outputs (under torch.distributed: rank 0, which holds island 0)
         self.is_writer = min(self.islands) == 0 and getattr(self.transport, "is_writer", True)
@@ -215,15 +215,23 @@ class Experiment:
     def elapsed_s(self) -> float:
         return self.elapsed_before + time.time() - self.wall_start
 
+    def train_record(self, losses: dict[int, float]) -> dict[str, Any]:
+        """What the tracker logs every ``log_every`` steps: loss (mean and per island), tokens, simulated clock,
+        cumulative link bytes per channel (this process's ledger) and the first local island's routing balance."""
+        stats = self.islands[min(self.islands)].last_stats
+        rec: dict[str, Any] = {
+            "step": self.step, "tokens": self.tokens_total, "train_loss": sum(losses.values()) / max(1, len(losses)),
+            "island_loss": dict(losses), "sim_time_s": max(self.transport.clock.now.values()),
+            "link_bytes": {ch: e.bytes for ch, e in self.transport.ledger.channels.items()},
+        }
+        if stats is not None and self.cfg.model.n_experts > 1:
+            rec["balance_loss"] = [float(v) for v in stats.balance_loss]
+            rec["max_over_mean_load"] = [float(v) for v in stats.max_over_mean]
+        return rec
+
     def run(self, tracker: Tracker | None = None) -> Result:
         cfg = self.cfg
-        bar = None
-        if cfg.progress:
-            from tqdm.auto import tqdm
-
-            # only on a terminal: in an executed notebook every refresh would become a stderr output
-            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.experiment}", leave=False,
-                       disable=not sys.stderr.isatty())
+        progress = self.progress
         try:
             while self.step < cfg.steps:
                 losses = self.train_step()
@@ -231,9 +239,10 @@ class Experiment:
                 if bad:
                     raise Diverged("training loss is not finite on island(s) " +
                                    ", ".join(f"{i} ({v})" for i, v in sorted(bad.items())))
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{sum(losses.values()) / max(1, len(losses)):.3f}")
+                if progress is not None:
+                    progress.update(self.step, self.tokens_total, sum(losses.values()) / max(1, len(losses)))
+                if tracker is not None and self.step % cfg.log_every == 0:
+                    tracker.log_train(self.train_record(losses))
                 if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                     self.check_eval_state()
                     with self._world_view():
@@ -245,8 +254,6 @@ class Experiment:
             self.strategy.finalize(self.step)
         except (Diverged, NonFiniteError) as e:
             self._diverged(e)
-        if bar is not None:
-            bar.close()
         losses = {i: isl.last_loss for i, isl in self.islands.items()}
         with self._world_view():
             try:
@@ -293,7 +300,9 @@ class Experiment:
         self.history.append(rec)
         self.val_curve.append([tokens, bpb])
         if tracker is not None:
-            tracker.log(rec, step=self.step)
+            tracker.log_eval(rec)
+        if self.progress is not None and math.isfinite(bpb):
+            self.progress.eval(self.step, bpb)
 
     def result(self) -> Result:
         cfg = self.cfg
@@ -336,7 +345,6 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
 
     ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
-    os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     state = None
@@ -348,27 +356,36 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
     # $ISLANDS_KIT_KERNELS and to what the machine has
     backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
     with backend:
-        return _run(cfg, out_dir, transport, state)
+        return _run(cfg, out_dir, transport, state, resume)
 
 
 def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport | None,
-         state: dict[str, Any] | None) -> Result:
+         state: dict[str, Any] | None, resume: str | Path | None = None) -> Result:
     exp = Experiment(cfg, out_dir, transport)
     if state is not None:
         from islands_kit.checkpoint import restore
 
         restore(exp, state)
     is_writer = exp.is_writer
-    tracker = Tracker(cfg, out_dir) if (out_dir and is_writer) else None
+    progress = exp.progress = Progress(f"{cfg.experiment} s{cfg.seed}", cfg.steps, exp.tokens_per_step, exp.step,
+                                       quiet=not (cfg.progress and is_writer))
+    tracker = Tracker(cfg, out_dir, resume=resume) if (out_dir and is_writer) else None
+    progress.start(describe(cfg, out_dir))
+    failed = True
     try:
         res = exp.run(tracker)
         if out_dir and is_writer:
             write_outputs(Path(out_dir), res, exp.history)
         if tracker is not None:
-            tracker.summary(res)
+            tracker.finish(res, exp.history)
+        failed = False
     finally:
         if tracker is not None:
-            tracker.close()
+            sync = tracker.info().get("sync")
+            tracker.close(failed)
+    bpb = (f"diverged at step {res['diverged_at_step']}" if res.get("diverged_at_step") is not None
+           else f"final val bpb {res['final_val_bpb']:.4f} (xz on the same bytes {res['compressor_bpb']['xz']:.3f})")
+    progress.end(bpb + (f" | wandb offline run: {sync}" if tracker is not None and sync else ""))
     return res
 
 
