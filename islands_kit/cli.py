@@ -1,8 +1,9 @@
 """``islands-kit`` command line (also ``python -m islands_kit``).
 
     islands-kit run {baseline|two_site|eight_cell} [--preset NAME] [--set key=value ...] [--out DIR] [--resume DIR]
-    islands-kit notebook NAME [-p key value ...] [--out DIR]
-    islands-kit compare DIR [DIR ...]
+                    [--seeds S [S ...]] [--quiet]
+    islands-kit notebook NAME [-p key value ...] [--out DIR] [--quiet]
+    islands-kit compare DIR [DIR ...] [--format table|markdown|csv|json] [--reference RUN] [--allow-mismatch]
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from islands_kit.config import ConfigError, apply_overrides, parse_set
@@ -21,7 +23,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = get_preset(args.experiment, args.preset)
     if args.set:
         cfg = apply_overrides(cfg, parse_set(args.set))
-    out = Path(args.out) if args.out else Path("runs") / f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}"
+    if args.quiet:
+        cfg = apply_overrides(cfg, {"progress": False})
+    if not args.seeds:
+        out = Path(args.out) if args.out else Path("runs") / f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}"
+        _run_one(cfg, out, args.resume)
+        return 0
+    # a seed sweep: one run per seed in OUT/s<seed>, one wandb group, then the comparison with mean ± spread
+    if args.resume:
+        raise ConfigError("--resume: resume the runs of a sweep one at a time (--resume OUT/s<seed> --set seed=<seed>)")
+    seeds = list(dict.fromkeys(args.seeds))
+    for s in seeds:
+        if s < 0:
+            raise ConfigError(f"--seeds: every seed must be an integer >= 0 (got {s})")
+    root = Path(args.out) if args.out else Path("runs") / f"{cfg.experiment}-{cfg.preset}-seeds"
+    group = cfg.wandb_group or f"{cfg.experiment}-{cfg.preset}-seeds-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfgs = [apply_overrides(cfg, {"seed": s, "wandb_group": group}) for s in seeds]  # all validated before any run
+    dirs = [root / f"s{s}" for s in seeds]
+    for c, d in zip(cfgs, dirs):
+        _run_one(c, d, None)
+    if _is_writer():
+        from islands_kit.compare import report
+        from islands_kit.tracking import load_result
+
+        print(report([load_result(d) for d in dirs])[2])
+    return 0
+
+
+def _run_one(cfg, out: Path, resume: str | None) -> None:
     from islands_kit.run import run_experiment
 
     transport = None
@@ -29,7 +58,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from islands_kit.distributed import make_transport
 
         transport = make_transport(cfg)
-    res = run_experiment(cfg, out, transport, resume=args.resume)
+    res = run_experiment(cfg, out, transport, resume=resume)
     if res is not None and getattr(res, "get", None) and res.get("final_val_bpb") is not None and _is_writer():
         bpb = (f"DIVERGED at step {res['diverged_at_step']} ({res['diverged_reason']}), final_val_bpb=nan"
                if res.get("diverged_at_step") is not None else f"final_val_bpb={res['final_val_bpb']:.4f}")
@@ -37,7 +66,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")
-    return 0
 
 
 def _is_writer() -> bool:
@@ -53,16 +81,22 @@ def _cmd_notebook(args: argparse.Namespace) -> int:
             params[k] = json.loads(v)
         except json.JSONDecodeError:
             params[k] = v
-    out = run_notebook(args.name, params, args.out)
+    out = run_notebook(args.name, params, args.out, stream=not args.quiet)
     print(f"executed notebook -> {out}")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from islands_kit.tracking import compare_table, format_table, load_result
+    from islands_kit.compare import expand_run_dirs, report
+    from islands_kit.tracking import load_result
 
-    rows = compare_table([load_result(d) for d in args.dirs])
-    print(format_table(rows))
+    results = [load_result(d) for d in expand_run_dirs(args.dirs)]
+    text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+        print(f"compare: {len(results)} runs -> {args.output}")
+    else:
+        print(text)
     return 0
 
 
@@ -75,14 +109,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field by dotted path")
     r.add_argument("--out", default=None)
     r.add_argument("--resume", default=None, metavar="DIR", help="continue from DIR/checkpoint.pt (same config)")
+    r.add_argument("--seeds", type=int, nargs="+", metavar="S",
+                   help="a seed sweep: one run per seed into OUT/s<seed>, one wandb group, then mean ± spread")
+    r.add_argument("--quiet", action="store_true", help="no progress lines (also: ISLANDS_KIT_QUIET=1)")
     r.set_defaults(fn=_cmd_run)
     n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill")
     n.add_argument("name")
     n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"))
     n.add_argument("--out", default=None)
+    n.add_argument("--quiet", action="store_true", help="do not stream the notebook's output (progress) here")
     n.set_defaults(fn=_cmd_notebook)
     c = sub.add_parser("compare", help="table of the runs' result.json")
-    c.add_argument("dirs", nargs="+")
+    c.add_argument("dirs", nargs="+", help="run folders (a folder without result.json: every run folder under it)")
+    c.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json"])
+    c.add_argument("--reference", default=None, metavar="RUN",
+                   help="the reference run (a folder given) or experiment; default: the first baseline, else the first")
+    c.add_argument("--allow-mismatch", action="store_true",
+                   help="compare runs on different corpora or token budgets anyway (warns, marks the rows)")
+    c.add_argument("--output", default=None, metavar="FILE", help="write the table to FILE instead of printing it")
     c.set_defaults(fn=_cmd_compare)
     return ap
 

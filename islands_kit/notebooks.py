@@ -12,6 +12,8 @@ three experiment notebooks with shared parameters (the compare notebook).
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,6 +21,9 @@ from islands_kit.config import ConfigError, ExperimentConfig, _check, apply_over
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 EXPERIMENT_NOTEBOOKS = ("baseline", "two_site", "eight_cell")
+# the kernel's own log (a warning that its local TCP sockets are unencrypted, "KeyboardInterrupt caught in kernel" at
+# shutdown) says nothing about the notebook; in a nested run (the compare notebook) it would land in the outputs
+KERNEL_QUIET = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 def notebook_path(name: str) -> Path:
@@ -30,13 +35,17 @@ def notebook_path(name: str) -> Path:
 
 
 def run_notebook(name: str, params: dict[str, Any] | None = None, out_dir: str | Path | None = None,
-                 kernel_name: str = "python3") -> Path:
+                 kernel_name: str = "python3", stream: bool = False) -> Path:
     """Execute notebooks/NAME.ipynb with papermill; returns the executed notebook's path (OUT/NAME.ipynb).
 
     Parameters not declared in the notebook's ``parameters`` cell are refused before anything runs. ``out_dir``
     (default ``runs/notebook-NAME``) is passed to the notebook as its ``out_dir`` parameter (absolute) unless given
     in ``params``, and is the kernel's working folder. A ConfigError raised in the notebook is re-raised as a
-    ConfigError (other failures as papermill's ``PapermillExecutionError``); the executed copy is kept either way."""
+    ConfigError (other failures as papermill's ``PapermillExecutionError``); the executed copy is kept either way.
+
+    ``stream``: also write the notebook's stdout/stderr here as the cells produce them (the progress lines of a
+    training run), so the terminal running ``islands-kit notebook`` follows the run live; they are in the executed
+    notebook's output cells either way."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -55,7 +64,8 @@ def run_notebook(name: str, params: dict[str, Any] | None = None, out_dir: str |
     dst = out / f"{name}.ipynb"
     try:
         pm.execute_notebook(str(src), str(dst), parameters=params, kernel_name=kernel_name, cwd=str(out.resolve()),
-                            progress_bar=False)
+                            progress_bar=False, stdout_file=sys.stdout if stream else None,
+                            stderr_file=sys.stderr if stream else None, extra_arguments=KERNEL_QUIET)
     except PapermillExecutionError as e:
         if e.ename == "ConfigError":
             raise ConfigError(f"{e.evalue} [notebook {name}, cell {e.cell_index}; executed copy: {dst}]") from None

@@ -335,6 +335,8 @@ def offline_run_records(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
+    """A run's result.json (``path``: the file or its folder), checked for the contract's keys; a diverged run's
+    ``null`` bpb comes back as NaN, and ``dir`` records the folder as given (compare labels rows with it)."""
     p = Path(path)
     if p.is_dir():
         p = p / "result.json"
@@ -349,4 +351,5 @@ def load_result(path: str | Path) -> dict[str, Any]:
     if res["final_val_bpb"] is None:
         res["final_val_bpb"] = math.nan
     res["val_curve"] = [[t, math.nan if b is None else b] for t, b in res["val_curve"]]
+    res["dir"] = str(path if Path(path).is_dir() else Path(path).parent)  # the run's label in a comparison
     return res
