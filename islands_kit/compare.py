@@ -128,7 +128,7 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
             "cross_site_bytes": sent, "x_fewer_bytes": ref_bytes / sent if sent else math.inf,
             "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
             "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
-            "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref),
+            "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref), "reference_bytes": ref_bytes,
             "paired_with": run_label(paired), "mismatch": note,
         })
     return rows
