@@ -277,6 +277,12 @@ def balance_vs_load(runs: Mapping[str, History], x: str = "step", title: str | N
     return fig
 
 
+def _short_run(label: str) -> str:
+    """A run folder's last part, or its last two for a seed folder (``runs/demo/two_site/s1`` -> ``two_site/s1``)."""
+    parts = Path(label).parts
+    return "/".join(parts[-2:]) if len(parts) > 1 and parts[-1][:1] == "s" and parts[-1][1:].isdigit() else parts[-1]
+
+
 def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
     """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link (log scale) with the one
     reference run's bytes as a dotted line and each bar's "x fewer" against it, and compute utilisation."""
@@ -297,7 +303,7 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     axes[1].bar(pos, sent, color=cols)
     ref_mb = float(rows[0]["reference_bytes"]) / 1e6
     if ref_mb > 0:
-        axes[1].axhline(ref_mb, ls=":", color="0.3", label=f"reference: {Path(str(rows[0]['reference'])).name}")
+        axes[1].axhline(ref_mb, ls=":", color="0.3", label=f"reference: {_short_run(str(rows[0]['reference']))}")
         axes[1].legend(fontsize=8)
     axes[1].set_yscale("log")
     for p, r in zip(pos, rows):
@@ -312,7 +318,7 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     axes[2].set_ylabel("compute utilisation (% of simulated time busy)")
     axes[2].set_title("Time spent computing")
     for ax in axes:
-        ax.set_xticks(pos, labels)
+        ax.set_xticks(pos, labels, fontsize=8 if several else None)
         ax.set_xlabel("experiment")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title or "baseline vs two_site vs eight_cell")
