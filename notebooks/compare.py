@@ -40,13 +40,14 @@ wandb_project = "islands_kit"
 wandb_group = ""  # empty means compare-<preset>-s<seed>; shared by the three runs
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite
 experiments = ["baseline", "two_site", "eight_cell"]
+overrides = {}  # any config field by its --set key, for every experiment, e.g. {"optim.lr": 0.003}
 
 # %%
 from islands_kit import plots
 from islands_kit.notebooks import comparison_report, comparison_setup, ddp_bytes_per_step, load_run, run_comparison
 
 shared, out = comparison_setup(experiments, preset, seed, steps, corpus, link, wandb_mode, wandb_project, wandb_group,
-                               out_dir)
+                               out_dir, overrides)
 print(f"shared parameters: {shared}\noutput: {out}")
 
 # %% [markdown]
