@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -73,14 +72,9 @@ def _is_writer() -> bool:
 
 
 def _cmd_notebook(args: argparse.Namespace) -> int:
-    from islands_kit.notebooks import run_notebook
+    from islands_kit.notebooks import parse_cli_parameters, run_notebook
 
-    params = {}
-    for k, v in args.param or []:
-        try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
+    params = parse_cli_parameters(args.name, args.param or [])
     out = run_notebook(args.name, params, args.out, stream=not args.quiet)
     print(f"executed notebook -> {out}")
     return 0
@@ -138,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"islands-kit: error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:  # e.g. DistributedError: a peer died or never answered
-        if type(e).__name__ != "DistributedError":
+    except RuntimeError as e:  # DistributedError: a peer died or never answered; NotebookError: a cell raised
+        if type(e).__name__ not in ("DistributedError", "NotebookError"):
             raise
         print(f"islands-kit: error: {e}", file=sys.stderr)
         return 1

@@ -40,6 +40,7 @@ wandb_mode = "offline"  # offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
+overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 
 # %%
 from islands_kit import plots
@@ -49,7 +50,7 @@ from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run,
 cfg = notebook_config("baseline", preset, seed, steps, {
     "data.corpus": corpus, "link.preset": link,
     "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
-})
+}, overrides)
 out = resolve_out_dir(out_dir, cfg)
 print(config_summary(cfg))
 

@@ -43,6 +43,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # empty means compare-<preset>-<date>-<time>: one group per comparison
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite
 experiments = ["baseline", "two_site", "eight_cell"]
+overrides = {}  # any config field by its --set key, for every experiment, e.g. {"optim.lr": 0.003}
 
 # %%
 from islands_kit import plots
@@ -50,7 +51,7 @@ from islands_kit.notebooks import (comparison_report, comparison_setup, comparis
                                    load_run, run_comparison, seed_groups)
 
 shared, out = comparison_setup(experiments, preset, seed, steps, corpus, link, wandb_mode, wandb_project, wandb_group,
-                               out_dir, seeds)
+                               out_dir, overrides, seeds)
 print(f"shared parameters: {shared}\noutput: {out}")
 
 # %% [markdown]

@@ -41,6 +41,7 @@ wandb_mode = "offline"  # offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
+overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 # eight_cell knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
 exchanges_per_window = None  # how many times each fragment is exchanged per window
@@ -56,7 +57,7 @@ cfg = notebook_config("eight_cell", preset, seed, steps, {
     "data.corpus": corpus, "link.preset": link,
     "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
     "sync.H": H, "sync.exchanges_per_window": exchanges_per_window, "sync.delay": delay, "sync.codec": codec,
-})
+}, overrides)
 out = resolve_out_dir(out_dir, cfg)
 print(config_summary(cfg))
 

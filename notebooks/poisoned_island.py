@@ -50,31 +50,19 @@ attack_noise_std = 1.0  # noise: standard deviation relative to the honest updat
 defense = "auto"  # auto | clip | trimmed_mean | median; auto is clip for two sites
 out_dir = ""  # empty means runs/poisoned_island-<preset>-s<seed>; one folder per run inside
 wandb_mode = "disabled"  # offline | online | disabled
+overrides = {}  # any config field by its --set key, for all three runs, e.g. {"sync.H": 20}
 
 # %%
-from pathlib import Path
-
-import pandas as pd
-
 from islands_kit import plots
 from islands_kit.faults import detection_summary
-from islands_kit.notebooks import config_summary, load_run, notebook_config, resolve_out_dir
+from islands_kit.notebooks import (config_summary, format_rows, load_run, poisoned_island_setup,
+                                   poisoned_island_table)
 
-common = {"wandb_mode": wandb_mode, "wandb_group": f"poisoned_island-{preset}-s{seed}"}
-clean_cfg = notebook_config("two_site", preset, seed, steps, common)
-start = attack_start if attack_start >= 0 else int(0.4 * clean_cfg.steps)
-faults = {"faults.attack": attack, "faults.attack_island": attack_island, "faults.attack_start": start,
-          "faults.attack_scale": attack_scale, "faults.attack_noise_std": attack_noise_std}
-runs = {
-    "clean": clean_cfg,
-    "attacked": notebook_config("two_site", preset, seed, steps, {**common, **faults, "faults.defense": "none"}),
-    "defended": notebook_config("two_site", preset, seed, steps, {**common, **faults, "faults.defense": defense}),
-}
-labels = {"clean": "clean", "attacked": f"{attack} from site {attack_island}, no defence",
-          "defended": f"{attack} from site {attack_island}, defence {defense}"}
-out = resolve_out_dir(out_dir, Path("runs") / f"poisoned_island-{preset}-s{seed}")
-print(config_summary(clean_cfg))
-print(f"attack {attack} from island {attack_island} from step {start} on; defence {defense}")
+setup = poisoned_island_setup(preset, seed, steps, attack, attack_island, attack_start, attack_scale, attack_noise_std,
+                              defense, wandb_mode, out_dir, overrides)
+runs, labels, out = setup["runs"], setup["labels"], setup["out"]
+print(config_summary(runs["clean"]))
+print(f"attack {attack} from island {attack_island} from step {setup['start']} on; defence {defense}")
 
 # %% [markdown]
 # ## Train the three runs
@@ -101,8 +89,7 @@ for name, cfg in runs.items():
 histories = {labels[k]: load_run(out / k)["history"] for k in results}
 fig = plots.bpb_curves(histories, x="tokens", title=f"{attack} from site {attack_island}")
 ax = fig.axes[0]
-ax.axvline(start * clean_cfg.model.seq_len * sum(i.batch_size for i in clean_cfg.islands), color="grey", ls=":",
-           label="attack starts")
+ax.axvline(setup["start_tokens"], color="grey", ls=":", label="attack starts")
 ax.set_yscale("log")
 ax.legend(fontsize=8)
 png = plots.show(fig, out / "bpb_curves.png")
@@ -111,17 +98,7 @@ png = plots.show(fig, out / "bpb_curves.png")
 # ## Final bpb
 
 # %%
-clean_bpb = results["clean"]["final_val_bpb"]
-
-
-def versus_clean(r):
-    if r["diverged_at_step"] is not None:
-        return f"diverged at step {r['diverged_at_step']}"
-    return f"{r['final_val_bpb'] / clean_bpb - 1:+.2%}"
-
-
-pd.DataFrame([{"run": labels[k], "final bpb": r["final_val_bpb"], "vs clean": versus_clean(r),
-               "flags": len(r["faults_report"])} for k, r in results.items()])
+print(poisoned_island_table(results, labels))
 
 # %% [markdown]
 # ## What the defence flagged
@@ -133,7 +110,8 @@ pd.DataFrame([{"run": labels[k], "final bpb": r["final_val_bpb"], "vs clean": ve
 
 # %%
 defended = results["defended"]
-pd.DataFrame(defended["faults_report"])
+print(format_rows(defended["faults_report"]))
 
 # %%
-pd.DataFrame(detection_summary(defended["faults_report"], runs["defended"])).T
+summary = detection_summary(defended["faults_report"], runs["defended"])
+print(format_rows([{"fragment": p, **s} for p, s in summary.items()]))

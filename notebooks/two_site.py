@@ -42,6 +42,7 @@ wandb_mode = "offline"  # offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
+overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 # two_site knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
 n_fragments = None  # P: fragments, each synced once per window at its own offset
@@ -61,7 +62,7 @@ cfg = notebook_config("two_site", preset, seed, steps, {
     "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
     "sync.H": H, "sync.n_fragments": n_fragments, "sync.tau": tau, "sync.alpha": alpha, "sync.codec": codec,
     "sync.outer_lr": outer_lr, "sync.routing_sync": routing_sync,
-})
+}, overrides)
 out = resolve_out_dir(out_dir, cfg)
 print(config_summary(cfg))
 

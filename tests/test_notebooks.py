@@ -18,8 +18,9 @@ import pytest
 
 from islands_kit import cli, tour
 from islands_kit.config import ConfigError
-from islands_kit.notebooks import (NOTEBOOK_DIR, comparison_report, comparison_setup, load_run, notebook_config,
-                                   resolve_out_dir, run_notebook)
+from islands_kit.notebooks import (NOTEBOOK_DIR, NotebookError, check_parameters, comparison_report, comparison_setup,
+                                   format_rows, load_run, notebook_config, parse_cli_parameters,
+                                   poisoned_island_setup, poisoned_island_table, resolve_out_dir, run_notebook)
 from islands_kit.presets import get_preset
 from islands_kit.tracking import RESULT_KEYS
 
@@ -78,7 +79,8 @@ def test_notebooks_match_their_generator():
 def test_experiment_notebooks_declare_their_knobs():
     import papermill as pm
 
-    common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link"}
+    common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link",
+              "overrides"}
     knobs = {"baseline": set(), "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync"},
              "eight_cell": {"H", "exchanges_per_window", "delay", "codec"}}
     for name, own in knobs.items():
@@ -97,6 +99,74 @@ def test_notebook_config_overrides_and_preset_defaults():
     assert cfg.sync.codec == "int8"
     assert cfg.link.preset == "intra-dc" and cfg.link.rtt_s == 50e-6
     assert notebook_config("baseline", "smoke", 0, 7, {}).steps == 7
+
+
+def test_notebook_overrides_parameter_sets_any_field_and_refuses_a_double_setting():
+    cfg = notebook_config("two_site", "smoke", 0, 0, {"sync.H": None}, {"optim.lr": 0.003, "threads": 1,
+                                                                          "sync.H": 4})
+    assert cfg.optim.lr == 0.003 and cfg.threads == 1 and cfg.sync.H == 4
+    with pytest.raises(ConfigError, match=r"^overrides: 'sync.H' is also set by a named parameter"):
+        notebook_config("two_site", "smoke", 0, 0, {"sync.H": 6}, {"sync.H": 4})
+    with pytest.raises(ConfigError, match=r"^overrides: 'seed' is also set"):
+        notebook_config("two_site", "smoke", 0, 0, {}, {"seed": 4})
+    with pytest.raises(ConfigError, match=r"^overrides: must be a mapping"):
+        notebook_config("two_site", "smoke", 0, 0, {}, ["optim.lr", 0.1])
+    with pytest.raises(ConfigError, match=r"^optim\.lrr: unknown key"):
+        notebook_config("two_site", "smoke", 0, 0, {}, {"optim.lrr": 0.1})
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"out_dir": 5}, r"^out_dir: must be a string \(notebook two_site, default ''\) \(got 5\)$"),
+    ({"steps": "ten"}, r"^steps: must be an integer"),
+    ({"steps": True}, r"^steps: must be an integer"),
+    ({"overrides": [1]}, r"^overrides: must be a mapping"),
+    ({"routing_sync": 1}, None),  # default None: any literal passes here, the validation cell judges it
+    ({"seed": 1.5}, r"^seed: must be an integer"),
+])
+def test_notebook_parameters_are_type_checked_before_any_kernel(params, match):
+    if match is None:
+        check_parameters("two_site", params)
+    else:
+        with pytest.raises(ConfigError, match=match):
+            check_parameters("two_site", params)
+
+
+def test_cli_parameters_keep_text_for_string_parameters():
+    params = parse_cli_parameters("two_site", [("out_dir", "5"), ("steps", "7"), ("codec", "int8"), ("H", "4"),
+                                               ("overrides", '{"optim.lr": 0.003}')])
+    assert params == {"out_dir": "5", "steps": 7, "codec": "int8", "H": 4, "overrides": {"optim.lr": 0.003}}
+    check_parameters("two_site", params)
+
+
+def test_cli_notebook_bad_type_is_one_line(tmp_path, capsys):
+    assert cli.main(["notebook", "two_site", "-p", "steps", "ten", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("islands-kit: error: steps: must be an integer")
+    assert not (tmp_path / "two_site.ipynb").exists()  # refused before any kernel started
+
+
+def test_format_rows_and_poisoned_island_helpers(tmp_path):
+    text = format_rows([{"a": 1, "b": 0.5}, {"a": 22, "c": None}])
+    assert text.splitlines() == ["a   b       c", "1   0.5000", "22"]
+    setup = poisoned_island_setup("smoke", 0, 0, "scale", 1, -1, 100.0, 1.0, "auto", "disabled", tmp_path,
+                                  {"sync.H": 4})
+    clean, attacked, defended = (setup["runs"][k] for k in ("clean", "attacked", "defended"))
+    assert setup["start"] == int(0.4 * clean.steps) and clean.sync.H == attacked.sync.H == 4
+    assert clean.faults.attack == "none" and attacked.faults.defense == "none" and defended.faults.defense == "auto"
+    assert attacked.faults.attack_start == setup["start"] == defended.faults.attack_start
+    assert setup["start_tokens"] == setup["start"] * clean.model.seq_len * sum(i.batch_size for i in clean.islands)
+    with pytest.raises(ConfigError, match="^faults.attack:"):
+        poisoned_island_setup("smoke", 0, 0, "bribe", 1, -1, 100.0, 1.0, "auto", "disabled", tmp_path)
+    with pytest.raises(ConfigError, match="^attack_start:"):
+        poisoned_island_setup("smoke", 0, 0, "scale", 1, -2, 100.0, 1.0, "auto", "disabled", tmp_path)
+    results = {"clean": {"final_val_bpb": 2.0, "faults_report": []},
+               "attacked": {"final_val_bpb": 3.0, "faults_report": []},
+               "defended": {"final_val_bpb": None, "diverged_at_step": 7, "faults_report": [{}, {}]}}
+    lines = poisoned_island_table(results, {k: k for k in results}).splitlines()
+    assert lines[0].split() == ["run", "final", "bpb", "vs", "clean", "flags"]
+    assert lines[1].split() == ["clean", "2.0000", "+0.00%", "0"]
+    assert lines[2].split() == ["attacked", "3.0000", "+50.00%", "0"]
+    assert lines[3].split() == ["defended", "diverged", "at", "step", "7", "2"]
 
 
 @pytest.mark.parametrize("experiment,steps,overrides,field", [
@@ -273,3 +343,14 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
                 "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",
                 "tour_mixing_matrices.png", "tour_link_tails_intra-dc.png", "tour_link_tails_leo-satellite.png"):
         assert_png(tmp_path / png)
+
+
+def test_other_errors_in_a_notebook_are_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(NotebookError, match=r"^FileExistsError: .*\[notebook compare, cell \d+; executed copy: "):
+        run_notebook("compare", {"preset": "smoke", "out_dir": str(blocker)}, tmp_path / "x")
+    assert cli.main(["notebook", "compare", "-p", "preset", "smoke", "-p", "out_dir", str(blocker),
+                     "--out", str(tmp_path / "y")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "FileExistsError" in err and "compare.ipynb" in err
