@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,7 +197,18 @@ def test_bad_preset_and_unknown_notebook_parameter(tmp_path):
 def test_comparison_setup_validates_every_experiment_and_shares_a_group(tmp_path, monkeypatch):
     shared, out = comparison_setup(["baseline", "two_site"], "smoke", 1, 0, "shakespeare", "transpacific-25g",
                                    "disabled", "p", "", tmp_path / "c")
-    assert shared["wandb_group"] == "compare-smoke-s1" and out == (tmp_path / "c").resolve() and out.is_dir()
+    # one wandb group per comparison run (one `make demo`), named by preset and start time
+    assert re.fullmatch(r"compare-smoke-\d{8}-\d{6}", shared["wandb_group"]), shared["wandb_group"]
+    assert out == (tmp_path / "c").resolve() and out.is_dir()
+    monkeypatch.chdir(tmp_path)
+    shared, out = comparison_setup(["baseline"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled", "p",
+                                   "mine", "", seeds=[2, 0])
+    assert shared["wandb_group"] == "mine" and shared["seed"] == 2
+    assert out == tmp_path.resolve() / "runs" / "compare-smoke-seeds-2-0"
+    for bad in ([1, 1], [0, -1], [0.5]):
+        with pytest.raises(ConfigError, match="seeds"):
+            comparison_setup(["baseline"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled", "p", "",
+                             tmp_path, seeds=bad)
     with pytest.raises(ConfigError, match="experiments"):
         comparison_setup(["baseline", "ten_cell"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled",
                          "p", "", tmp_path)
@@ -211,10 +223,12 @@ def test_comparison_report_refuses_unequal_tokens(tmp_path):
             "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
     other = dict(base, experiment="two_site", cross_site_bytes=10, final_val_bpb=4.4)
     rows, text = comparison_report([base, other], tmp_path)
-    assert rows[1]["x_less_than_ddp"] == 100 and abs(rows[1]["bpb_vs_baseline"] - 1.1) < 1e-12
+    assert rows[1]["x_fewer_bytes"] == 100 and abs(rows[1]["bpb_vs_ref"] - 1.1) < 1e-12
     assert json.loads((tmp_path / "compare.json").read_text()) == rows
     assert (tmp_path / "compare.txt").read_text().strip() == text
-    with pytest.raises(ValueError, match="tokens"):
+    assert (tmp_path / "compare.md").read_text().startswith("| run | experiment |")
+    assert (tmp_path / "compare.csv").read_text().startswith("run,experiment,")
+    with pytest.raises(ValueError, match="token budget: the runs differ"):
         comparison_report([base, dict(other, tokens=200)], tmp_path)
 
 
@@ -272,10 +286,39 @@ def test_link_durations_no_noise_equals_the_closed_form():
 # Executed for real
 
 
+def stream_text(path: Path, name: str = "stdout") -> list[str]:
+    """The ``name`` stream outputs of an executed notebook, one string per code cell."""
+    nb = nbformat.read(path, as_version=4)
+    return ["".join(o.text for o in c.outputs if o.output_type == "stream" and o.name == name)
+            for c in nb.cells if c.cell_type == "code"]
+
+
+PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
+                           r"loss [\d.]+( \| val bpb (\d\.\d{3}) @(\d+))?$")
+
+
 def test_compare_notebook_runs_the_three_experiments(tmp_path):
     out = tmp_path / "demo"
-    executed = run_notebook("compare", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled"}, out)
+    executed = run_notebook("compare", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled",
+                                        "overrides": {"progress": True}}, out)
     assert executed == out / "compare.ipynb" and executed.is_file()
+    # progress: each experiment notebook's training cell holds its live lines (step, tokens, tok/s, ETA, latest
+    # eval bpb) and the compare notebook, which streams them, holds them too, between a start and an end line per run
+    compare_out = "".join(stream_text(executed))
+    for i, exp in enumerate(("baseline", "two_site", "eight_cell")):
+        train_cell = next(t for t in stream_text(out / exp / f"{exp}.ipynb") if f"[{exp} s0] start" in t)
+        lines = [m for m in map(PROGRESS_LINE.match, train_cell.splitlines()) if m]
+        assert len(lines) >= 5 and lines[-1].group(2) == "24", train_cell
+        evals = [(int(m.group(5)), float(m.group(4))) for m in lines if m.group(3)]
+        hist = [json.loads(x) for x in (out / exp / "history.jsonl").read_text().splitlines()]
+        assert evals[-1] == (24, round(hist[-1]["val_bpb"], 3))  # the latest eval bpb, in bits per byte
+        assert f"[{exp} s0] done in" in train_cell
+        assert f"=== [{i + 1}/3] {exp}: notebooks/{exp}.ipynb" in compare_out and f"=== [{i + 1}/3] {exp} done in" in compare_out
+        assert all(m.group(0) in compare_out for m in lines)
+        # no kernel noise (its own log, warnings) in any output cell
+        assert not any(stream_text(out / exp / f"{exp}.ipynb", "stderr")), stream_text(out / exp / f"{exp}.ipynb", "stderr")
+    assert not any(stream_text(executed, "stderr")), stream_text(executed, "stderr")
+    assert "wandb: disabled" in compare_out
     results = {}
     for exp in ("baseline", "two_site", "eight_cell"):
         d = out / exp
@@ -285,13 +328,14 @@ def test_compare_notebook_runs_the_three_experiments(tmp_path):
         assert set(RESULT_KEYS) <= set(res)
         assert res["experiment"] == exp and res["preset"] == "smoke" and res["seed"] == 0
         assert math.isfinite(res["final_val_bpb"]) and res["final_val_bpb"] < 8.5
-        assert res["config"]["wandb_group"] == "compare-smoke-s0"
+        assert re.fullmatch(r"compare-smoke-\d{8}-\d{6}", res["config"]["wandb_group"])
         assert len(run["history"]) >= 1 and run["history"][-1]["final"] is True
         for png in EXPERIMENT_PNGS:
             assert_png(d / png)
     assert_png(out / "two_site" / "fragment_timeline.png")
     assert_png(out / "eight_cell" / "butterfly_timeline.png")
     assert len({r["tokens"] for r in results.values()}) == 1  # equal total training tokens
+    assert len({r["config"]["wandb_group"] for r in results.values()}) == 1  # one group for the comparison
     assert results["two_site"]["cross_site_bytes"] < results["baseline"]["cross_site_bytes"]
     for png in ("compare_bpb_vs_tokens.png", "compare_bpb_vs_sim_time.png", "compare_link_bytes.png",
                 "compare_summary.png"):
