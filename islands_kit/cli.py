@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from islands_kit.config import ConfigError, apply_overrides, parse_set
+from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides, parse_set
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -49,7 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(cfg, out: Path, resume: str | None) -> None:
+def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
     from islands_kit.run import run_experiment
 
     transport = None

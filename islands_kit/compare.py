@@ -32,7 +32,8 @@ from typing import Any, Sequence
 
 FORMATS = ("table", "markdown", "csv", "json")
 # config fields that change no number of a run: left out when grouping the seeds of one configuration
-_NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads", "checkpoint_every"}
+_NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads",
+               "checkpoint_every"}
 
 
 class ComparisonError(ValueError):
@@ -80,8 +81,8 @@ def check_comparable(results: Sequence[dict[str, Any]], allow_mismatch: bool = F
         for i in odd:
             notes[i] = (notes[i] + ", " if notes[i] else "") + f"different {what}"
     if problems:
-        msg = "compare: runs on " + " and ".join(p.split(":")[0] for p in problems) + " that differ are not comparable: "
-        msg += "; ".join(problems)
+        what = " and ".join(p.split(":")[0] for p in problems)
+        msg = f"compare: runs on {what} that differ are not comparable: " + "; ".join(problems)
         if not allow_mismatch:
             raise ComparisonError(msg + " (--allow-mismatch compares them anyway, marking the rows)")
         warnings.warn(msg + " (compared anyway: rows marked)", RuntimeWarning, stacklevel=3)
@@ -143,7 +144,7 @@ def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any
         groups.setdefault(json.dumps(cfg, sort_keys=True, default=str), []).append(i)
     names = [rows[idx[0]]["experiment"] for idx in groups.values()]
     out = []
-    for (key, idx), name in zip(groups.items(), names):
+    for idx, name in zip(groups.values(), names):
         label = name if names.count(name) == 1 else f"{name} ({rows[idx[0]]['run']})"
         sel = [rows[i] for i in idx]
         out.append({
@@ -188,8 +189,9 @@ def _x(v: float) -> str:
 
 RUN_COLUMNS = [
     ("run", lambda r: r["run"]), ("experiment", lambda r: r["experiment"]), ("corpus", lambda r: str(r["corpus"])),
-    ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"), ("seed", lambda r: str(r["seed"])),
-    ("bpb", _bpb), ("bpb / ref", lambda r: f"{r['bpb_vs_ref']:.4f}"), ("link bytes", lambda r: _bytes(r["cross_site_bytes"])),
+    ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"),
+    ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / ref", lambda r: f"{r['bpb_vs_ref']:.4f}"),
+    ("link bytes", lambda r: _bytes(r["cross_site_bytes"])),
     ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes"])), ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
     ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%"), ("note", lambda r: r["mismatch"]),
 ]
@@ -253,7 +255,8 @@ def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str
         return rows, seeds if swept else [], dumps_strict({"runs": rows, "seeds": seeds if swept else []}, indent=1)
     text = render(rows, fmt)
     if swept:
-        text += "\n\n" + ("mean ± sample std over seeds:\n" if fmt == "table" else "") + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS)
+        head = "mean ± sample std over seeds:\n" if fmt == "table" else ""
+        text += "\n\n" + head + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS)
     if fmt != "csv":
         text += "\n\n" + reference_note(rows)
     return rows, seeds if swept else [], text

@@ -12,7 +12,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 RESULT_KEYS = (
     "experiment", "preset", "seed", "corpus", "corpus_sha256", "tokens", "steps", "params_total", "params_active",
@@ -80,8 +80,8 @@ def wandb_settings(mode: str) -> Any:
     no system-metrics sampler competing with training for the CPU."""
     import wandb
 
-    return wandb.Settings(mode=mode, silent=True, show_info=False, show_warnings=False, console="off",
-                          x_disable_stats=True, save_code=False)
+    return wandb.Settings(mode=mode, silent=True, show_info=False, show_warnings=False,  # type: ignore[arg-type]
+                          console="off", x_disable_stats=True, save_code=False)
 
 
 def sync_command(wandb_dir: str | Path, run_id: str | None = None) -> str:
@@ -136,7 +136,8 @@ class Tracker:
         self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
                               name=f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}", tags=run_tags(cfg),
                               config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
-                              resume="allow" if run_id else None, reinit="create_new", settings=wandb_settings(self.mode))
+                              resume="allow" if run_id else None, reinit="create_new",
+                              settings=wandb_settings(self.mode))
         r = self.run
         r.define_metric("tokens")
         r.define_metric("sim_time_s")
@@ -206,12 +207,15 @@ class Tracker:
         sent = res["cross_site_bytes"]
         r.summary["x_fewer_bytes_than_ddp"] = res["ddp_equivalent_bytes"] / sent if sent else None
         cols = ["step", "tokens", "sim_time_s", "val_bpb", "train_loss", "cross_site_bytes", "final"]
-        table = wandb.Table(columns=cols, data=[[_finite(h.get(c)) for c in cols] for h in history])
+        table = wandb.Table(columns=list[Any](cols), data=[[_finite(h.get(c)) for c in cols] for h in history])
         figures = self.draw_figures(res, history)
-        r.log({"eval_history": table, **{f"figures/{p.stem}": wandb.Image(str(p)) for p in figures}})
+        logged: dict[str, Any] = {"eval_history": table}
+        logged.update({f"figures/{p.stem}": wandb.Image(str(p)) for p in figures})
+        r.log(logged)
         art = wandb.Artifact(f"result-{res['experiment']}-{r.id}", type="run-result",
                              description=f"{res['experiment']} {res['preset']} seed {res['seed']}: result.json, "
-                                         "history.jsonl and figures", metadata={"final_val_bpb": _finite(res["final_val_bpb"])})
+                                         "history.jsonl and figures",
+                             metadata={"final_val_bpb": _finite(res["final_val_bpb"])})
         for name in ("result.json", "history.jsonl"):
             if (self.out_dir / name).exists():
                 art.add_file(str(self.out_dir / name), name=name)
@@ -234,7 +238,7 @@ class Tracker:
             out.append(plots.save(plots.bpb_curves(runs, x=x, floors=res["compressor_bpb"]), self.out_dir / name))
         ddp_per_step = {res["experiment"]: float(res["ddp_equivalent_bytes"]) / max(int(res["steps"]), 1)}
         out.append(plots.save(plots.link_bytes(runs, ddp_bytes_per_step=ddp_per_step,
-                                               timelines={res["experiment"]: res.get("link_timeline")}),
+                                               timelines={res["experiment"]: res.get("link_timeline") or []}),
                               self.out_dir / "link_bytes.png"))
         if all("balance_loss" in h for h in history):
             out.append(plots.save(plots.routing_load(history), self.out_dir / "routing_load.png"))
@@ -247,8 +251,8 @@ class Tracker:
 
 
 def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: str, out_dir: str | Path,
-                   figures: list[Path] = (), files: list[Path] = (), seed_rows: list[dict[str, Any]] = ()
-                   ) -> dict[str, Any]:
+                   figures: Sequence[Path] = (), files: Sequence[Path] = (),
+                   seed_rows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """One wandb run of ``job_type="comparison"`` in the comparison's group: the comparison table (and the per-
     experiment seed aggregate) as ``wandb.Table``, the comparison figures as images, ``files`` as an artifact.
     Returns the run's info (id, mode, sync command), or ``{"mode": "disabled"}``."""
@@ -282,7 +286,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     import wandb
 
     cols = list(rows[0]) if rows else []
-    return wandb.Table(columns=cols, data=[[_cell(r.get(c)) for c in cols] for r in rows])
+    return wandb.Table(columns=list[Any](cols), data=[[_cell(r.get(c)) for c in cols] for r in rows])
 
 
 def _cell(v: Any) -> Any:
@@ -327,7 +331,7 @@ def offline_run_records(path: str | Path) -> list[dict[str, Any]]:
         pos += head + length
         buf = chunk if kind in (1, 2) else buf + chunk
         if kind in (1, 4):
-            rec = wandb_internal_pb2.Record()
+            rec = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
             rec.ParseFromString(buf)
             out.append(MessageToDict(rec))
             buf = b""
