@@ -91,6 +91,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"compare: {len(results)} runs -> {args.output}")
     else:
         print(text)
+        if args.format == "table":  # where the runs' wandb runs are (and a comparison's: PARENT/wandb)
+            from islands_kit.tracking import offline_runs_hint
+
+            dirs = [Path(r["dir"]) for r in results]
+            roots = dirs + [w for w in dict.fromkeys(d.parent / "wandb" for d in dirs) if w.is_dir()]
+            hint = offline_runs_hint(roots)
+            if hint:
+                print("\n" + hint)
     return 0
 
 

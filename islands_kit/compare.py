@@ -264,11 +264,12 @@ def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str
 
 def expand_run_dirs(paths: Sequence[str | Path]) -> list[Path]:
     """Run folders: each path holding a result.json (or a result.json file) as is; a folder without one stands for
-    every folder below it that holds one (a seed sweep's ``OUT/s<seed>``, a comparison's ``OUT/<experiment>``)."""
+    every folder below it that holds one (a seed sweep's ``OUT/s<seed>``, a comparison's ``OUT/<experiment>`` or
+    ``OUT/<experiment>/s<seed>``), in path order."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir() and not (p / "result.json").exists():
-            found = sorted(q.parent for q in p.glob("*/result.json"))
+            found = sorted(q.parent for q in p.rglob("result.json"))
             if not found:
                 raise FileNotFoundError(f"compare: no result.json in {p} or in its subfolders")
             out += found

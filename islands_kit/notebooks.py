@@ -374,18 +374,15 @@ def comparison_to_wandb(rows: list[dict[str, Any]], shared: Mapping[str, Any], o
 
 def wandb_locations(out_dir: str | Path, project: str, group: str, mode: str, compare_id: str | None = None) -> str:
     """Where the wandb runs under ``out_dir`` are, and how to upload them (offline) or find them (online)."""
+    from islands_kit.tracking import offline_runs_hint
+
     if mode == "disabled":
         return "wandb: disabled (wandb_mode=disabled or WANDB_MODE=disabled): no wandb runs were written"
+    where = f"project {project!r}, group {group!r}"
     if mode == "online":
-        return f"wandb: online runs in project {project!r}, group {group!r}" + (
-            f" (comparison run {compare_id})" if compare_id else "")
-    folders = sorted({p.parent for p in Path(out_dir).rglob("offline-run-*") if p.is_dir()})
-    n = sum(1 for f in folders for _ in f.glob("offline-run-*"))
-    return "\n".join([f"wandb: {n} offline runs (project {project!r}, group {group!r}) under:",
-                      *(f"  {f}" for f in folders),
-                      "upload them after `wandb login` with:",
-                      "  wandb sync " + (" ".join(str(f / "offline-run-*") for f in folders) if len(folders) <= 2
-                                         else f"$(find {Path(out_dir)} -type d -name 'offline-run-*')")])
+        return f"wandb: online runs in {where}" + (f" (comparison run {compare_id})" if compare_id else "")
+    hint = offline_runs_hint([Path(out_dir)]) or f"wandb: no offline runs under {out_dir}"
+    return hint.replace(" under:", f" ({where}) under:", 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -91,6 +91,21 @@ def sync_command(wandb_dir: str | Path, run_id: str | None = None) -> str:
     return f"wandb sync {Path(wandb_dir) / 'wandb' / pattern}"
 
 
+def offline_runs_hint(roots: Sequence[str | Path]) -> str | None:
+    """Where the offline wandb runs under ``roots`` are and the one command that uploads them all (None if there
+    are none)."""
+    runs = sorted({p for r in roots if Path(r).is_dir() for p in Path(r).rglob("offline-run-*") if p.is_dir()})
+    if not runs:
+        return None
+    folders = sorted({p.parent for p in runs})
+    if len(folders) <= 2:
+        cmd = "wandb sync " + " ".join(str(f / "offline-run-*") for f in folders)
+    else:
+        cmd = f"wandb sync $(find {' '.join(str(r) for r in roots)} -type d -name 'offline-run-*')"
+    return "\n".join([f"wandb: {len(runs)} offline run{'s' if len(runs) != 1 else ''} under:", *(f"  {f}" for f in folders),
+                      "upload them after `wandb login` with:", f"  {cmd}"])
+
+
 def previous_wandb_run(resume: str | Path | None) -> dict[str, Any] | None:
     """The ``wandb_run.json`` beside the checkpoint ``resume`` (a folder or a checkpoint file), if there is one."""
     if resume is None:
