@@ -134,3 +134,28 @@ def test_offline_run_records_refuses_other_files(tmp_path):
         offline_run_records(tmp_path / "x.wandb")
     with pytest.raises(FileNotFoundError, match="no .wandb file"):
         offline_run_records(tmp_path / "empty") if (tmp_path / "empty").mkdir() is None else None
+
+
+def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
+    from islands_kit.compare import compare_table
+    from islands_kit.notebooks import comparison_report, comparison_to_wandb
+
+    base = {"experiment": "baseline", "seed": 0, "preset": "smoke", "tokens": 100, "final_val_bpb": 4.0,
+            "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
+    runs = [base, dict(base, experiment="two_site", cross_site_bytes=10, final_val_bpb=4.4)]
+    rows, _ = comparison_report(runs, tmp_path)
+    shared = {"wandb_project": "p", "wandb_group": "compare-x", "wandb_mode": "offline"}
+    text = comparison_to_wandb(rows, shared, tmp_path)
+    (run_dir,) = offline_dirs(tmp_path)
+    assert f"wandb sync {tmp_path / 'wandb'}/offline-run-*" in text and "group 'compare-x'" in text
+    recs = by_type(offline_run_records(run_dir))
+    assert recs["run"][0]["jobType"] == "comparison" and recs["run"][0]["runGroup"] == "compare-x"
+    (logged,) = [items(h) for h in recs["history"]]
+    assert logged["comparison/_type"] == "table-file" and logged["comparison/nrows"] == 2
+    table_file = run_dir / "files" / logged["comparison/path"]
+    table = json.loads(table_file.read_text())
+    assert table["columns"] == list(compare_table(runs)[0])
+    assert [r[table["columns"].index("x_fewer_bytes")] for r in table["data"]] == [1.0, 100.0]
+    arts = {a["type"]: a for a in recs["artifact"]}
+    names = {e["path"] for e in arts["comparison"]["manifest"]["contents"]}
+    assert {"compare.json", "compare.md", "compare.csv", "compare.txt"} <= names
