@@ -40,12 +40,13 @@ def format_duration(s: float) -> str:
 class Progress:
     """Progress of one run of ``total_steps`` inner steps of ``tokens_per_step`` tokens each.
 
-    ``update(step, tokens, loss)`` after every inner step; ``eval(step, bpb)`` after every evaluation. Throughput and
-    ETA are measured from the first update of this process (a resumed run does not count the steps it skipped)."""
+    ``update(step, tokens, loss)`` after every inner step; ``eval(step, bpb)`` after every evaluation (every
+    ``eval_every`` steps and at the end). Throughput and ETA are measured from the first update of this process (a
+    resumed run does not count the steps it skipped)."""
 
     def __init__(self, label: str, total_steps: int, tokens_per_step: int, start_step: int = 0, quiet: bool = False,
                  stream: IO[str] | None = None, tty: bool | None = None, line_interval_s: float = 30.0,
-                 tty_interval_s: float = 0.5) -> None:
+                 tty_interval_s: float = 0.5, eval_every: int = 0) -> None:
         self.label = label
         self.total = int(total_steps)
         self.tokens_per_step = int(tokens_per_step)
@@ -63,6 +64,7 @@ class Progress:
         self.t0 = time.perf_counter()
         self._last_print = -float("inf")
         self._every = max(1, self.total // 10)
+        self.eval_every = eval_every  # steps followed by an evaluation get their line from eval(), not update()
         self._dirty_tty = False
 
     # -- events ---------------------------------------------------------------------------------------------------
@@ -79,7 +81,9 @@ class Progress:
         if self.tty:
             if now - self._last_print >= self.tty_interval_s or step == self.total:
                 self._emit(now)
-        elif step % self._every == 0 or step == self.total or now - self._last_print >= self.line_interval_s:
+        elif step == self.total or (self.eval_every and step % self.eval_every == 0):
+            return  # an evaluation follows; its line says the same and more
+        elif step % self._every == 0 or now - self._last_print >= self.line_interval_s:
             self._emit(now)
 
     def eval(self, step: int, bpb: float) -> None:

@@ -368,7 +368,7 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
         restore(exp, state)
     is_writer = exp.is_writer
     progress = exp.progress = Progress(f"{cfg.experiment} s{cfg.seed}", cfg.steps, exp.tokens_per_step, exp.step,
-                                       quiet=not (cfg.progress and is_writer))
+                                       quiet=not (cfg.progress and is_writer), eval_every=cfg.eval_every)
     tracker = Tracker(cfg, out_dir, resume=resume) if (out_dir and is_writer) else None
     progress.start(describe(cfg, out_dir))
     failed = True

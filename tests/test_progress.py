@@ -49,6 +49,20 @@ def test_lines_off_a_terminal_say_step_tokens_rate_eta_and_bpb(clock):
     assert out.getvalue().splitlines()[-1] == "[two_site s0] done in 50.0s: final val bpb 3.0000"
 
 
+def test_an_evaluation_step_gets_one_line(clock):
+    out = io.StringIO()
+    p = Progress("x", total_steps=20, tokens_per_step=10, stream=out, tty=False, line_interval_s=1e9, eval_every=10)
+    for step in range(1, 21):
+        clock.t += 1
+        p.update(step, step * 10, 1.0)
+        if step % 10 == 0:
+            p.eval(step, 2.0 - step / 100)
+    steps = [re.search(r"step (\d+)/20 .*", x).group(0) for x in out.getvalue().splitlines()]
+    assert [s.split("/")[0] for s in steps] == ["step 1", "step 2", "step 4", "step 6", "step 8", "step 10", "step 12",
+                                                "step 14", "step 16", "step 18", "step 20"]
+    assert steps[5].endswith("val bpb 1.900 @10") and steps[-1].endswith("val bpb 1.800 @20")
+
+
 def test_a_terminal_gets_one_line_rewritten_in_place(clock):
     out = io.StringIO()
     p = Progress("b", total_steps=10, tokens_per_step=10, stream=out, tty=True, tty_interval_s=1.0)
