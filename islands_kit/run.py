@@ -6,7 +6,9 @@ Per inner step, for every island this process holds:
   sync strategy (DiLoCo fragments / butterfly exchanges) → evaluation every ``eval_every`` steps.
 Evaluation scores the strategy's evaluation parameters (the global model for DiLoCo) on fixed held-out bytes.
 At the end every transfer in flight completes, the final model is scored on *all* validation bytes, and
-``result.json`` + ``history.jsonl`` are written.
+``result.json`` + ``history.jsonl`` are written. Along the way the writer process prints progress lines
+(``progress.Progress``) and logs to wandb (``tracking.Tracker``: train records every ``log_every`` steps, every
+evaluation, and at the end the summary, figures and artifact).
 """
 from __future__ import annotations
 
