@@ -261,8 +261,27 @@ class Tracker:
 
     def close(self, failed: bool = False) -> None:
         if self.run is not None:
+            sync_file = self.run.settings.sync_file
             self.run.finish(exit_code=1 if failed else 0)
             self.run = None
+            if self.mode == "offline":
+                wait_for_offline_run(sync_file)
+
+
+def wait_for_offline_run(path: str | Path, timeout_s: float = 30.0) -> bool:
+    """Wait until an offline run's file holds its exit record: ``run.finish()`` can return while wandb's service
+    process is still writing it, and whoever reads or syncs the run next (a test, ``wandb sync`` in the same script)
+    should find it whole. True once complete; False after ``timeout_s`` (the run is then left as it is)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if any("exit" in r for r in offline_run_records(path)):
+                return True
+        except (OSError, ValueError):
+            pass  # not created or not readable yet
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: str, out_dir: str | Path,
@@ -293,7 +312,10 @@ def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: s
         info = {"id": run.id, "mode": mode, "sync_dir": str(run.settings.sync_dir),
                 "sync": sync_command(out, run.id) if mode == "offline" else None}
     finally:
+        sync_file = run.settings.sync_file
         run.finish()
+    if mode == "offline":
+        wait_for_offline_run(sync_file)
     return info
 
 
