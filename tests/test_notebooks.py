@@ -37,6 +37,7 @@ def _env(monkeypatch):
     # oversubscribed OpenMP threads make the smoke runs many times slower
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("ISLANDS_KIT_QUIET", raising=False)  # a test below asks for progress lines
 
 
 def assert_png(p: Path) -> None:

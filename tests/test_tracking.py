@@ -20,6 +20,7 @@ pytest.importorskip("wandb")
 def no_wandb_env(monkeypatch):
     """The config decides: no WANDB_MODE in the environment (conftest sets it to disabled for everything else)."""
     monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("ISLANDS_KIT_QUIET", raising=False)  # the end-of-run line is checked
 
 
 def smoke(experiment: str = "two_site", **over) -> object:
