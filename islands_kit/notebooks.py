@@ -272,8 +272,9 @@ def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: 
         _check(exp in EXPERIMENT_NOTEBOOKS, "experiments", "each must be one of " + "|".join(EXPERIMENT_NOTEBOOKS), exp)
     seeds = sweep_seeds(seed, seeds)
     group = wandb_group or f"compare-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    shared = dict(preset=preset, seed=seeds[0], steps=steps, corpus=corpus, link=link, wandb_mode=wandb_mode,
-                  wandb_project=wandb_project, wandb_group=group, overrides=check_overrides(overrides))
+    shared: dict[str, Any] = dict(preset=preset, seed=seeds[0], steps=steps, corpus=corpus, link=link,
+                                  wandb_mode=wandb_mode, wandb_project=wandb_project, wandb_group=group,
+                                  overrides=check_overrides(overrides))
     for exp in experiments:
         for s in seeds:
             notebook_config(exp, preset, s, steps, {"data.corpus": corpus, "link.preset": link, "wandb_mode": wandb_mode,
@@ -303,7 +304,7 @@ def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_di
     executed notebook)."""
     out = Path(out_dir)
     seeds = sweep_seeds(shared["seed"], seeds)
-    dirs = {}
+    dirs: dict[str, Path] = {}
     total = len(experiments) * len(seeds)
     for exp in experiments:
         for s in seeds:
