@@ -1,8 +1,14 @@
 """``islands-kit`` command line (also ``python -m islands_kit``).
 
-    islands-kit run {baseline|two_site|eight_cell} [--preset NAME] [--set key=value ...] [--out DIR] [--resume DIR]
+    islands-kit run [EXPERIMENT] [--preset NAME] [--config FILE] [--set key=value ...] [--out DIR] [--force]
+                    [--resume DIR] [--dry-run]
+    islands-kit config [EXPERIMENT] [--preset NAME] [--config FILE] [--set key=value ...]
     islands-kit notebook NAME [-p key value ...] [--out DIR]
     islands-kit compare DIR [DIR ...]
+
+Experiments: baseline (synchronous data-parallel), two_site (Streaming DiLoCo between two sites), eight_cell
+(butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), gpu.
+``islands-kit config EXPERIMENT`` prints every config field with its value, default and help.
 """
 from __future__ import annotations
 
@@ -11,16 +17,66 @@ import os
 import sys
 from pathlib import Path
 
-from islands_kit.config import ConfigError, apply_overrides, parse_set
+from islands_kit import __version__
+from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+
+
+def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
+    """The config a ``run``/``config`` invocation means: ``--resume`` restores the checkpoint's (only the fields
+    listed in ``checkpoint.RESUMABLE`` may be changed with ``--set``); else ``--config FILE`` laid over the preset,
+    or the preset alone; then ``--set`` overrides, in order."""
+    from islands_kit.configfile import config_from_file, load_config_file
+    from islands_kit.presets import get_preset
+
+    if getattr(args, "resume", None):
+        return _resume_config(args)
+    if args.config:
+        cfg = config_from_file(load_config_file(args.config), args.experiment, args.preset)
+    elif args.experiment:
+        cfg = get_preset(args.experiment, args.preset or "smoke")
+    else:
+        raise ConfigError(f"experiment: name one ({'|'.join(EXPERIMENTS)}) or give --config FILE")
+    return apply_overrides(cfg, parse_set(args.set)) if args.set else cfg
+
+
+def _resume_config(args: argparse.Namespace) -> ExperimentConfig:
+    from islands_kit.checkpoint import RESUMABLE, read_config
+
+    data, step = read_config(args.resume)
+    cfg = ExperimentConfig.from_dict(data)
+    if args.config:
+        raise ConfigError("--config: --resume restores the configuration from the checkpoint; drop --config")
+    # retyping the original command is harmless: experiment, preset and --set values must then match the checkpoint
+    for name, given in (("experiment", args.experiment), ("preset", args.preset)):
+        if given and given != getattr(cfg, name):
+            raise ConfigError(f"{name}: the checkpoint in {args.resume} is a {getattr(cfg, name)} run (got {given!r})")
+    sets = parse_set(args.set) if args.set else {}
+    for key, value in sets.items():
+        if key not in RESUMABLE and apply_overrides(cfg, {key: value}).to_dict() != cfg.to_dict():
+            raise ConfigError(f"{key}: cannot change on --resume (the checkpoint was trained with another value); "
+                              f"changeable: {', '.join(RESUMABLE)}")
+    cfg = apply_overrides(cfg, sets)
+    if cfg.steps <= step:
+        raise ConfigError(f"steps: must be > the checkpoint's step {step} to resume (got {cfg.steps})")
+    return cfg
+
+
+def _out_dir(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
+    if args.out:
+        return Path(args.out)
+    if args.resume:
+        return Path(args.resume) if Path(args.resume).is_dir() else Path(args.resume).parent
+    return Path("runs") / f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from islands_kit.presets import get_preset
-
-    cfg = get_preset(args.experiment, args.preset)
-    if args.set:
-        cfg = apply_overrides(cfg, parse_set(args.set))
-    out = Path(args.out) if args.out else Path("runs") / f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}"
+    cfg = resolve_config(args)
+    out = _out_dir(args, cfg)
+    if (out / "result.json").exists() and not args.force:
+        raise ConfigError(f"--out: {out} holds a finished run (result.json); choose another --out, or pass --force "
+                          "to overwrite it")
+    if args.dry_run:
+        return _dry_run(cfg, out, args.resume)
     from islands_kit.run import run_experiment
 
     transport = None
@@ -36,6 +92,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")
+    return 0
+
+
+def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
+    """Validate everything a run checks before training (config, corpus, checkpoint) and say what would run."""
+    from islands_kit.data import check_corpus_spec
+    from islands_kit.notebooks import config_summary
+
+    check_corpus_spec(cfg.data.corpus)
+    print(config_summary(cfg))
+    where = f"resume {resume} and write {out}" if resume else f"write {out}"
+    print(f"dry run: valid; would {where}/result.json (nothing trained)")
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    from islands_kit.configfile import format_config
+
+    sys.stdout.write(format_config(resolve_config(args)))
     return 0
 
 
@@ -60,16 +135,43 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+_CONFIG_EPILOG = """\
+experiments: baseline | two_site | eight_cell
+presets:     smoke (seconds, tests) | demo (minutes on 2 CPU cores) | gpu
+config:      `islands-kit config EXPERIMENT` lists every field (--set KEY=VALUE takes its dotted key, e.g.
+             sync.H=100, islands.1.batch_size=8); `--config FILE` takes that listing back (YAML or JSON), or a
+             run's result.json to rerun it exactly
+"""
+
+
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    from islands_kit.presets import PRESETS
+
+    p.add_argument("experiment", nargs="?", choices=EXPERIMENTS, help="optional with --config FILE or --resume DIR")
+    p.add_argument("--preset", default=None, choices=PRESETS, help="named preset (default smoke)")
+    p.add_argument("--config", default=None, metavar="FILE", help="YAML/JSON config (or a result.json) over the preset")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field by dotted path (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="islands-kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"islands-kit {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="train one experiment and write DIR/result.json")
-    r.add_argument("experiment", choices=["baseline", "two_site", "eight_cell"])
-    r.add_argument("--preset", default="smoke")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field by dotted path")
-    r.add_argument("--out", default=None)
-    r.add_argument("--resume", default=None, metavar="DIR", help="continue from DIR/checkpoint.pt (same config)")
+    r = sub.add_parser("run", help="train one experiment and write DIR/result.json", epilog=_CONFIG_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _config_arguments(r)
+    r.add_argument("--out", default=None, help="output folder (default runs/EXPERIMENT-PRESET-sSEED; the --resume "
+                   "folder when resuming)")
+    r.add_argument("--force", action="store_true", help="overwrite a finished run in --out")
+    r.add_argument("--resume", default=None, metavar="DIR", help="continue from DIR's checkpoint with its config "
+                   "(--set only for: steps, threads, checkpoint_every, progress, wandb_*)")
+    r.add_argument("--dry-run", action="store_true", help="validate and print what would run, train nothing")
     r.set_defaults(fn=_cmd_run)
+    g = sub.add_parser("config", help="print the resolved config (YAML: every field with its default and help)",
+                       epilog=_CONFIG_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _config_arguments(g)
+    g.set_defaults(fn=_cmd_config, resume=None)
     n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill")
     n.add_argument("name")
     n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"))
