@@ -30,7 +30,8 @@ from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.data import BatchStream, atomic_write_bytes, eval_windows, load_corpus, split_bytes
+from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
