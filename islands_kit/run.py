@@ -345,7 +345,7 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
         from islands_kit.checkpoint import load_checkpoint
 
         state = load_checkpoint(resume, transport)
-    # model.kernels = torch|triton forces the expert-GEMM path for this run only; auto leaves the choice to
+    # model.kernels = torch|triton forces the expert-GEMM and codec paths for this run only; auto leaves the choice to
     # $ISLANDS_KIT_KERNELS and to what the machine has
     backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
     with backend:

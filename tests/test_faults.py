@@ -14,7 +14,8 @@ import torch
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import LocalTransport, weighted_mean
-from islands_kit.config import CODECS, ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
+from islands_kit.codec_registry import CODECS
+from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
 from islands_kit.faults import (Adversary, Defense, default_trim, detection_summary, install, trimmed_mean,
                                 trimmed_mean_reference, weighted_median, weighted_median_reference)
 from islands_kit.presets import preset_dict

@@ -1,4 +1,5 @@
-"""Optional kernels: Triton where it can run, a plain torch reference everywhere (and the reference is the spec).
+"""Optional kernels: Triton where it can run, a plain torch definition everywhere (and the torch code is the spec:
+``reference.py`` for the model kernels, ``islands_kit.comm.codecs`` for the codec kernel).
 
 Public API::
 
