@@ -68,7 +68,7 @@ class DiLoCo(SyncStrategy):
         self.present: dict[int, bool] = {i: True for i in self.ids}
         self.names = fragments
         self.n_syncs = 0
-        # Hooks for fault studies (islands_kit/faults.py): ``tamper(step, island, fragment, delta) -> delta`` lets an
+        # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
         # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
         # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
         self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
