@@ -1,5 +1,8 @@
 """Wire codecs: pure encode/decode of a float tensor to the exact bytes that cross the link, with error feedback.
 
+(Over 400 lines on purpose: the wire-format specification below and the code that implements it are meant to be read
+side by side; a quarter of the file is that specification.)
+
 Quantisation happens here, at the transport boundary (as torchft's ``allreduce_quantized`` does under its collective):
 a sync strategy hands a tensor to :meth:`Codec.encode`, the transport carries ``Payload.data`` (a 1-D ``uint8`` tensor
 whose length *is* the byte count the ledger charges) and the receiver calls :meth:`Codec.decode`.
