@@ -246,3 +246,31 @@ def test_mxfp8_flag_changes_expert_matmuls_only_slightly():
     a, b = m0(x).logits, m1(x).logits
     assert not torch.equal(a, b)
     assert torch.allclose(a, b, atol=0.1 * a.abs().max().item())
+
+
+def test_mxfp8_expert_ffn_quantises_both_operands_to_mx_not_bf16():
+    """With mxfp8 the expert SwiGLU equals plain grouped matmuls of MX-quantised operands (OCP MX reference: E4M3
+    elements, one power-of-two scale per 32 values along the contraction dim) — and not of bf16-cast operands: E4M3
+    keeps 3 mantissa bits where bf16 keeps 7, so the MX error against fp32 is several times the bf16 one."""
+    import torch.nn.functional as F
+
+    from islands_kit import kernels
+    from islands_kit.kernels.reference import grouped_mm_reference, mx_qdq_reference
+    from islands_kit.model.moe import expert_ffn
+
+    torch.manual_seed(0)
+    gs = torch.tensor([3, 0, 5, 2])
+    x, w1, w3, w2 = torch.randn(10, 64), torch.randn(4, 64, 96), torch.randn(4, 64, 96), torch.randn(4, 96, 64)
+
+    def swiglu(cast_x, cast_w):
+        mm = lambda a, w: grouped_mm_reference(cast_x(a), cast_w(w), gs)  # noqa: E731
+        return mm(F.silu(mm(x, w1)) * mm(x, w3), w2)
+
+    with kernels.set_backend("torch"):
+        got = expert_ffn(x, w1, w2, w3, gs, mxfp8=True)
+    mx = swiglu(lambda a: mx_qdq_reference(a, 32, -1), lambda w: mx_qdq_reference(w, 32, 1))
+    bf16 = swiglu(lambda a: a.bfloat16().float(), lambda w: w.bfloat16().float())
+    exact = swiglu(lambda a: a, lambda w: w)
+    torch.testing.assert_close(got, mx, rtol=1e-5, atol=1e-4)  # the grouped matmuls' summation order only
+    err_mx, err_bf16 = (got - exact).abs().max().item(), (bf16 - exact).abs().max().item()
+    assert err_mx > 4 * err_bf16 and not torch.allclose(got, bf16, rtol=1e-3, atol=1e-2)
