@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 OUT    ?= runs/demo
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test clean
 
 install: $(VENV)/.installed
 

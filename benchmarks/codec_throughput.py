@@ -14,7 +14,7 @@ import time
 import torch
 
 from islands_kit.comm.codecs import get_codec
-from islands_kit.config import CODECS
+from islands_kit.codec_registry import CODECS
 
 
 def _timed(fn, device: str) -> float:

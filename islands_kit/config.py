@@ -11,6 +11,8 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from islands_kit.codec_registry import CODECS
+
 
 class ConfigError(ValueError):
     """A configuration value broke a rule; the message names the field and the rule."""
@@ -100,7 +102,6 @@ class OptimConfig:
         _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
 
 
-CODECS = ("fp32", "bf16", "int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2")
 
 
 @dataclass

@@ -30,7 +30,8 @@ from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.data import BatchStream, atomic_write_bytes, eval_windows, load_corpus, split_bytes
+from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
@@ -344,7 +345,7 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
         from islands_kit.checkpoint import load_checkpoint
 
         state = load_checkpoint(resume, transport)
-    # model.kernels = torch|triton forces the expert-GEMM path for this run only; auto leaves the choice to
+    # model.kernels = torch|triton forces the expert-GEMM and codec paths for this run only; auto leaves the choice to
     # $ISLANDS_KIT_KERNELS and to what the machine has
     backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
     with backend:
