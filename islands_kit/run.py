@@ -30,7 +30,7 @@ from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
@@ -87,7 +87,7 @@ class Experiment:
         self.out_dir = Path(out_dir) if out_dir else None
         torch.manual_seed(cfg.seed)
         # -- data ------------------------------------------------------------------------------------------------
-        self.corpus = load_corpus(cfg.data.corpus)
+        self.corpus = load_data_corpus(cfg.data)
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
         self.eval_x, self.eval_y = eval_windows(self.val, T, cfg.data.eval_bytes)
