@@ -6,6 +6,7 @@
     islands-kit notebook NAME [-p key value ...] [--out DIR]
     islands-kit compare DIR [DIR ...]
     islands-kit corpora [NAME ...]
+    islands-kit sample RUN_DIR [--prompt TEXT] [--temperature T] [--top-k K] [--max-bytes N] [--seed S]
 
 Experiments: baseline (synchronous data-parallel), two_site (Streaming DiLoCo between two sites), eight_cell
 (butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), gpu.
@@ -123,6 +124,19 @@ def _cmd_corpora(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sample(args: argparse.Namespace) -> int:
+    """Bytes sampled from a finished run's model (the deployed one, or ``--island I``'s replica)."""
+    from islands_kit.sampling import generate, load_model
+
+    model, meta = load_model(args.run_dir, args.island)
+    prompt = args.prompt.encode("utf-8")
+    out = generate(model, prompt, max_bytes=args.max_bytes, temperature=args.temperature, top_k=args.top_k,
+                   seed=args.seed)
+    print(f"# {meta['which']} model of {meta['experiment']} after step {meta['step']}", file=sys.stderr)
+    sys.stdout.write((prompt + out).decode("utf-8", "replace") + "\n")
+    return 0
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     from islands_kit.configfile import format_config
 
@@ -193,6 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"))
     n.add_argument("--out", default=None)
     n.set_defaults(fn=_cmd_notebook)
+    s = sub.add_parser("sample", help="generate bytes from a finished run's saved model")
+    s.add_argument("run_dir", metavar="RUN_DIR")
+    s.add_argument("--prompt", default="\n", help="text the sample continues (UTF-8; default a newline)")
+    s.add_argument("--max-bytes", type=int, default=256, help="bytes to generate")
+    s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (0 = greedy)")
+    s.add_argument("--top-k", type=int, default=0, help="sample among the k most likely bytes (0 = all 256)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--island", type=int, default=None, help="an island's replica instead of the deployed model")
+    s.set_defaults(fn=_cmd_sample)
     k = sub.add_parser("corpora", help="fetch, verify (sha256) and cache the registered corpora for offline runs")
     k.add_argument("names", nargs="*", metavar="NAME", help="default: all of them")
     k.set_defaults(fn=_cmd_corpora)

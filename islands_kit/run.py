@@ -365,6 +365,10 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
         res = exp.run(tracker)
         if out_dir and is_writer:
             write_outputs(Path(out_dir), res, exp.history)
+        if out_dir:  # the final weights: every island's replica and the deployed model (islands_kit.sampling)
+            from islands_kit.sampling import save_final_models
+
+            save_final_models(exp, out_dir)
         if tracker is not None:
             tracker.summary(res)
     finally:

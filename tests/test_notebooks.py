@@ -336,6 +336,7 @@ def test_cli_notebook_reports_a_bad_parameter(tmp_path, capsys):
 
 def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys):
     argv = ["notebook", "tour", "-p", "tiny_steps", "10", "-p", "race_steps", "30", "-p", "n_transfers", "40",
+            "-p", "sample_steps", "4",
             "-p", "links", '["intra-dc", "leo-satellite"]', "--out", str(tmp_path)]
     assert cli.main(argv) == 0
     assert "executed notebook" in capsys.readouterr().out
@@ -344,6 +345,10 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
     assert all(c.execution_count is not None for c in code)
     injected = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
     assert 'links = ["intra-dc", "leo-satellite"]' in injected.source and "tiny_steps = 10" in injected.source
+    # the sampling section printed the model it loaded and its samples
+    sampled = "".join(o.get("text", "") for o in code[-1]["outputs"] if o.get("output_type") == "stream")
+    assert "deployed model of two_site after step 4" in sampled and "--- greedy\nROMEO:" in sampled
+    assert (tmp_path / "sample_run" / "model.pt").is_file()
     for png in ("tour_bpb_ladder.png", "tour_routing_states.png", "tour_balance_vs_load.png",
                 "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",
                 "tour_mixing_matrices.png", "tour_link_tails_intra-dc.png", "tour_link_tails_leo-satellite.png"):
