@@ -301,6 +301,8 @@ class Experiment:
         led = self.transport.ledger
         clock = self.transport.clock
         n = len(cfg.islands)
+        # every transfer on the link, written to its own file (LINK_TIMELINE) rather than into result.json
+        self.link_timeline = [[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline]
         fragments_stats = {}
         if hasattr(self.transport, "transfer_stats"):
             fragments_stats = self.transport.transfer_stats("fragments")
@@ -309,13 +311,14 @@ class Experiment:
             corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
             params_total=self.params_total, params_active=self.params_active,
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
-            compressor_bpb=compressor_bpb(bytes(self.val.numpy().tobytes())),
+            # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split
+            compressor_bpb=compressor_bpb(bytes(self.final_y.to(torch.uint8).flatten().numpy().tobytes())),
+            compressor_bpb_all_val=compressor_bpb(bytes(self.val.numpy().tobytes())),
             cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
             gradient_bytes=led.bytes("gradients"),
             ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
             routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
-            link_timeline=[[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline],
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
             wall_time_s=self.elapsed_s(),
@@ -364,7 +367,7 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     try:
         res = exp.run(tracker)
         if out_dir and is_writer:
-            write_outputs(Path(out_dir), res, exp.history)
+            write_outputs(Path(out_dir), res, exp.history, exp.link_timeline)
         if out_dir:  # the final weights: every island's replica and the deployed model (islands_kit.sampling)
             from islands_kit.sampling import save_final_models
 
@@ -377,7 +380,13 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     return res
 
 
-def write_outputs(out: Path, res: Result, history: list[dict[str, Any]]) -> None:
+LINK_TIMELINE = "link_timeline.jsonl"  # one transfer per line: [start_s, end_s, bytes, src, dst, channel]
+
+
+def write_outputs(out: Path, res: Result, history: list[dict[str, Any]],
+                  link_timeline: list[list[Any]] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "result.json", dict(res))
     atomic_write_bytes(out / "history.jsonl", "".join(dumps_strict(rec) + "\n" for rec in history).encode())
+    if link_timeline is not None:
+        atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in link_timeline).encode())
