@@ -22,7 +22,7 @@ from typing import Any
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def field_help(cls: type) -> dict[str, str]:
     """``{field: help}`` for a config dataclass: the ``# comment`` at the end of each field's line ('' if none)."""
     src = inspect.getsource(cls)

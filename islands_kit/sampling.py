@@ -74,7 +74,7 @@ def load_model(run_dir: str | Path, island: int | None = None) -> tuple[torch.nn
                           f"found: {', '.join(have) or 'none'})")
     try:
         payload = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated file, not a torch file, a pickled object weights_only refuses
+    except Exception as e:  # noqa: BLE001 - truncated file, not a torch file, an object weights_only refuses
         raise ConfigError(f"sample: {p} is not a model file ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"sample: {p} is not an {FORMAT} file")

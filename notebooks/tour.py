@@ -189,6 +189,7 @@ model, meta = load_model(out / "sample_run")
 print(f"{meta['which']} model of {meta['experiment']} after step {meta['step']}: "
       f"final bpb {sample_result['final_val_bpb']:.3f}")
 prompt = sample_prompt.encode()
-for label, kw in {"greedy": dict(temperature=0.0), "T=0.8, top-5": dict(temperature=0.8, top_k=5, seed=seed)}.items():
+settings = {"greedy": {"temperature": 0.0}, "T=0.8, top-5": {"temperature": 0.8, "top_k": 5, "seed": seed}}
+for label, kw in settings.items():
     text = (prompt + generate(model, prompt, max_bytes=200, **kw)).decode("utf-8", "replace")
     print(f"--- {label}\n{text}")

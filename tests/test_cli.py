@@ -11,8 +11,8 @@ import yaml
 
 from islands_kit import __version__, config
 from islands_kit.cli import build_parser, main
-from islands_kit.configfile import config_rows, field_help, format_config
 from islands_kit.config import ExperimentConfig, apply_overrides
+from islands_kit.configfile import config_rows, field_help
 from islands_kit.presets import PRESETS, get_preset
 
 CONFIG_CLASSES = (config.ExperimentConfig, config.DataConfig, config.ModelConfig, config.OptimConfig,

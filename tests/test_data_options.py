@@ -16,7 +16,7 @@ from islands_kit.data import hf, load_corpus
 from islands_kit.presets import get_preset
 
 pa = pytest.importorskip("pyarrow")
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.parquet as pq
 
 
 @pytest.fixture(autouse=True)
@@ -65,10 +65,10 @@ def test_hub_split_and_streaming_with_max_bytes(hub_dir):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(split="dev"), r"^data\.split: hub dataset .* has no split 'dev'"),
-    (dict(split="dev", streaming=True, max_bytes=100), r"^data\.split: hub dataset .* has no split 'dev'"),
-    (dict(text_field="body"), r"^data\.text_field: must name a column of the dataset \(columns: \['content'\]\)"),
-    (dict(text_field="body", streaming=True, max_bytes=100), r"^data\.text_field: must name a column"),
+    ({"split": "dev"}, r"^data\.split: hub dataset .* has no split 'dev'"),
+    ({"split": "dev", "streaming": True, "max_bytes": 100}, r"^data\.split: hub dataset .* has no split 'dev'"),
+    ({"text_field": "body"}, r"^data\.text_field: must name a column of the dataset \(columns: \['content'\]\)"),
+    ({"text_field": "body", "streaming": True, "max_bytes": 100}, r"^data\.text_field: must name a column"),
 ])
 def test_hub_errors_name_the_field(hub_dir, kwargs, match):
     kwargs.setdefault("text_field", "content")

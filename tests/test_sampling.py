@@ -30,7 +30,7 @@ def test_run_saves_every_replica_and_the_deployed_model(two_site_run):
     res = json.loads((two_site_run / "result.json").read_text())
     files = [DEPLOYED] + [island_file(i) for i in range(res["n_islands"])]
     payloads = {f: torch.load(two_site_run / f, map_location="cpu", weights_only=True) for f in files}
-    for f, p in payloads.items():
+    for p in payloads.values():
         assert p["format"] == "islands_kit.model/1" and p["step"] == 8 and p["experiment"] == "two_site"
         assert p["model_config"] == res["config"]["model"]
     a, b, g = (payloads[f]["state_dict"] for f in (island_file(0), island_file(1), DEPLOYED))
@@ -67,8 +67,8 @@ def test_generate_follows_the_logits(two_site_run):
     assert s1 != generate(model, prompt, max_bytes=64, seed=2)
     long = generate(model, b"x" * 100, max_bytes=4, temperature=0)  # longer than seq_len: the last seq_len bytes
     assert long == generate(model, b"x" * model.cfg.seq_len, max_bytes=4, temperature=0)
-    for kw, field in ((dict(temperature=-1.0), "temperature"), (dict(top_k=300), "top_k"),
-                      (dict(max_bytes=0), "max_bytes")):
+    for kw, field in (({"temperature": -1.0}, "temperature"), ({"top_k": 300}, "top_k"),
+                      ({"max_bytes": 0}, "max_bytes")):
         with pytest.raises(ConfigError, match=f"^{field}:"):
             generate(model, prompt, **kw)
 
