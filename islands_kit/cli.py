@@ -2,7 +2,7 @@
 
     islands-kit run [EXPERIMENT] [--preset NAME] [--config FILE] [--set key=value ...] [--out DIR] [--force]
                     [--resume DIR] [--dry-run]
-    islands-kit config [EXPERIMENT] [--preset NAME] [--config FILE] [--set key=value ...]
+    islands-kit config [EXPERIMENT] [--preset NAME] [--config FILE] [--set key=value ...] [--resume DIR]
     islands-kit notebook NAME [-p key value ...] [--out DIR]
     islands-kit compare DIR [DIR ...]
     islands-kit corpora [NAME ...]
@@ -201,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("config", help="print the resolved config (YAML: every field with its default and help)",
                        epilog=_CONFIG_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _config_arguments(g)
-    g.set_defaults(fn=_cmd_config, resume=None)
+    g.add_argument("--resume", default=None, metavar="DIR", help="the config a --resume DIR run would use")
+    g.set_defaults(fn=_cmd_config)
     n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill")
     n.add_argument("name")
     n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"))

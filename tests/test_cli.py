@@ -133,6 +133,9 @@ def test_resume_restores_the_config_from_the_checkpoint(tmp_path, capsys):
                  "steps=20", "--dry-run", "--out", str(tmp_path / "c")]) == 0  # retyped and equal: accepted
     assert main(["run", "--resume", str(a), "--set", "steps=20", "--dry-run", "--out", str(tmp_path / "c")]) == 0
     assert "steps 20 x" in capsys.readouterr().out
+    assert main(["config", "--resume", str(a), "--set", "steps=20"]) == 0
+    restored = yaml.safe_load(capsys.readouterr().out)
+    assert restored == dict(full["config"], steps=20)
     assert main(["run", "--resume", str(a)]) == 2  # the default --out is the resumed folder: finished, refused
     assert "holds a finished run" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
