@@ -1,5 +1,8 @@
 """Wide-area link model: how long a payload takes to cross a slow, jittery, lossy link between two islands.
 
+(Over 400 lines on purpose: one model whose specification, below, is a fifth of the file; its parts — wire calendar,
+slow start, chunked resends, FEC — share state per direction and read best together.)
+
 Model (one ``LinkModel`` per link; all times in seconds on the simulated clock)
 -------------------------------------------------------------------------------
 * Directions. The link is full duplex: each directed pair (src, dst) has its own *wire* with its own bandwidth, busy
