@@ -210,7 +210,8 @@ class IslandConfig:
         _check(self.micro_batch_size >= 1, where + ".micro_batch_size", "must be >= 1", self.micro_batch_size)
         _check(self.dp_ranks >= 1, where + ".dp_ranks", "must be >= 1", self.dp_ranks)
         _check(self.batch_size % (self.dp_ranks * self.micro_batch_size) == 0, where + ".batch_size",
-               f"must split into dp_ranks x micro_batch_size = {self.dp_ranks}x{self.micro_batch_size} (gradient accumulation needs a whole number of micro-batches)", self.batch_size)
+               f"must split into dp_ranks x micro_batch_size = {self.dp_ranks}x{self.micro_batch_size} "
+               "(gradient accumulation needs a whole number of micro-batches)", self.batch_size)
         _check(self.n_accelerators >= 1, where + ".n_accelerators", "must be >= 1", self.n_accelerators)
 
 

@@ -98,7 +98,7 @@ def streaming_sends(n_steps: int, H: int, n_fragments: int, tau: int, fragment_b
     offs = fragment_offsets(H, n_fragments)
     out = []
     for s in range(n_steps):
-        for p, off in enumerate(offs):
+        for off in offs:
             if (s + 1) % H == off:
                 out += [Send(s, fragment_bytes, s + 1 + tau, a, b, channel) for a, b in all_gather_pairs(n_islands)]
     return out

@@ -18,8 +18,7 @@ import pytest
 
 from islands_kit import cli, tour
 from islands_kit.config import ConfigError
-from islands_kit.notebooks import (NOTEBOOK_DIR, comparison_report, comparison_setup, load_run, notebook_config,
-                                   resolve_out_dir, run_notebook)
+from islands_kit.notebooks import NOTEBOOK_DIR, comparison_report, comparison_setup, load_run, notebook_config, resolve_out_dir, run_notebook
 from islands_kit.presets import get_preset
 from islands_kit.tracking import RESULT_KEYS
 
