@@ -336,7 +336,7 @@ EXPERIMENTS = ("baseline", "two_site", "eight_cell")
 def _coerce(tp: Any, value: Any, path: str) -> Any:
     """Coerce ``value`` to the annotated type ``tp`` (bool/int/float/str, lists of dataclasses) or raise ConfigError."""
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         _check(isinstance(value, dict), path, f"must be a mapping of {tp.__name__} fields", value)
         return _build(tp, value, path + ".")
     if origin is list:

@@ -461,8 +461,8 @@ class LinkModel:
 
         queue: list[tuple[float, int, int]] = []  # (when the request reaches the sender, seq, symbol)
         seq = 0
-        for c in np.flatnonzero(need):
-            heapq.heappush(queue, (float(noticed[c]) + half, seq, int(c)))
+        for c0 in np.flatnonzero(need):
+            heapq.heappush(queue, (float(noticed[c0]) + half, seq, int(c0)))
             seq += 1
         n_lost, n_corrupt = int(lost.sum()), int(corrupt.sum())
         copies = np.ones(N, dtype=np.int64)

@@ -235,17 +235,17 @@ class Shampoo(torch.optim.Optimizer):
         if g["momentum"] > 0:
             st["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         if lay is not None:
-            ko, f32 = len(lay.owned), dict(dtype=torch.float32, device=p.device)
-            st["factor_L"] = torch.zeros(ko, lay.bs_m, lay.bs_m, **f32)
-            st["factor_R"] = torch.zeros(ko, lay.bs_n, lay.bs_n, **f32)
-            st["root_L"] = torch.eye(lay.bs_m, **f32).expand(ko, -1, -1).clone()  # identity until the first root
-            st["root_R"] = torch.eye(lay.bs_n, **f32).expand(ko, -1, -1).clone()
+            ko, dev = len(lay.owned), p.device
+            st["factor_L"] = torch.zeros(ko, lay.bs_m, lay.bs_m, dtype=torch.float32, device=dev)
+            st["factor_R"] = torch.zeros(ko, lay.bs_n, lay.bs_n, dtype=torch.float32, device=dev)
+            st["root_L"] = torch.eye(lay.bs_m, dtype=torch.float32, device=dev).expand(ko, -1, -1).clone()  # identity until the first root
+            st["root_R"] = torch.eye(lay.bs_n, dtype=torch.float32, device=dev).expand(ko, -1, -1).clone()
             st["root_step"] = 0  # step of the last root computation; 0 = never
         return st
 
     # ---------------------------------------------------------------- the step
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -293,6 +293,7 @@ class Shampoo(torch.optim.Optimizer):
             t = st["step"]
             direction = graft
             if p in shampoo_dirs:
+                assert lay is not None  # only blocked parameters have a Shampoo direction
                 P = shampoo_dirs[p]  # (k, bs_m, bs_n), raw Shampoo direction of every block
                 Gb = lay.block(graft.float())
                 gn, pn = Gb.norm(dim=(-2, -1)), P.norm(dim=(-2, -1))  # (k,)
@@ -370,6 +371,7 @@ class Shampoo(torch.optim.Optimizer):
         if self._world == 1 or not owned:
             return owned
         params = list(owned)  # same order on every rank (param_groups order)
+        assert self._layouts is not None  # built by step() before any exchange
         sizes = [[int((self._layouts[p].owners == r).sum()) * self._layouts[p].bs_m * self._layouts[p].bs_n for p in params]
                  for r in range(self._world)]
         length = max(sum(s) for s in sizes)
