@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook)
-#   make test   -> the whole test suite
+#   make test   -> lint (ruff), type check (mypy on islands_kit/), then the whole test suite
 # Everything lands in .venv (CPU torch wheel pinned: an unpinned torch resolves to a ~5 GB CUDA build).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -26,6 +26,8 @@ demo: install
 	$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
 
 test: install
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m mypy
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
 
 clean:

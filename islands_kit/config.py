@@ -210,7 +210,8 @@ class IslandConfig:
         _check(self.micro_batch_size >= 1, where + ".micro_batch_size", "must be >= 1", self.micro_batch_size)
         _check(self.dp_ranks >= 1, where + ".dp_ranks", "must be >= 1", self.dp_ranks)
         _check(self.batch_size % (self.dp_ranks * self.micro_batch_size) == 0, where + ".batch_size",
-               f"must split into dp_ranks x micro_batch_size = {self.dp_ranks}x{self.micro_batch_size} (gradient accumulation needs a whole number of micro-batches)", self.batch_size)
+               f"must split into dp_ranks x micro_batch_size = {self.dp_ranks}x{self.micro_batch_size} "
+               "(gradient accumulation needs a whole number of micro-batches)", self.batch_size)
         _check(self.n_accelerators >= 1, where + ".n_accelerators", "must be >= 1", self.n_accelerators)
 
 
@@ -351,7 +352,7 @@ EXPERIMENTS = ("baseline", "two_site", "eight_cell")
 def _coerce(tp: Any, value: Any, path: str) -> Any:
     """Coerce ``value`` to the annotated type ``tp`` (bool/int/float/str, lists of dataclasses) or raise ConfigError."""
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         _check(isinstance(value, dict), path, f"must be a mapping of {tp.__name__} fields", value)
         return _build(tp, value, path + ".")
     if origin is list:

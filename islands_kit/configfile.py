@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import io
 import json
@@ -21,10 +20,17 @@ from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
 
+_HELP: dict[type, dict[str, str]] = {}
 
-@functools.cache
+
 def field_help(cls: type) -> dict[str, str]:
     """``{field: help}`` for a config dataclass: the ``# comment`` at the end of each field's line ('' if none)."""
+    if cls not in _HELP:
+        _HELP[cls] = _parse_help(cls)
+    return _HELP[cls]
+
+
+def _parse_help(cls: type) -> dict[str, str]:
     src = inspect.getsource(cls)
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):

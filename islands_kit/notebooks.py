@@ -259,13 +259,13 @@ def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: 
            "must be a non-empty list", experiments)
     for exp in experiments:
         _check(exp in EXPERIMENT_NOTEBOOKS, "experiments", "each must be one of " + "|".join(EXPERIMENT_NOTEBOOKS), exp)
+    ov = check_overrides(overrides)
+    group = wandb_group or f"compare-{preset}-s{seed}"
     shared = dict(preset=preset, seed=seed, steps=steps, corpus=corpus, link=link, wandb_mode=wandb_mode,
-                  wandb_project=wandb_project, wandb_group=wandb_group or f"compare-{preset}-s{seed}",
-                  overrides=check_overrides(overrides))
+                  wandb_project=wandb_project, wandb_group=group, overrides=ov)
     for exp in experiments:
         notebook_config(exp, preset, seed, steps, {"data.corpus": corpus, "link.preset": link, "wandb_mode": wandb_mode,
-                                                   "wandb_project": wandb_project, "wandb_group": shared["wandb_group"]},
-                        shared["overrides"])
+                                                   "wandb_project": wandb_project, "wandb_group": group}, ov)
     return shared, resolve_out_dir(out_dir, Path("runs") / f"compare-{preset}-s{seed}")
 
 
@@ -294,7 +294,7 @@ def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path)
         vals = {r["experiment"]: r[key] for r in results}
         if len(set(vals.values())) > 1:
             raise ValueError(f"{key}: the runs of a comparison must share it (got {vals})")
-    rows = compare_table(list(results))
+    rows = compare_table([dict(r) for r in results])
     text = format_table(rows)
     out = Path(out_dir)
     write_json_atomic(out / "compare.json", rows)

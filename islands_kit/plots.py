@@ -421,6 +421,7 @@ def mixing_matrices(mats: Mapping[str, Any], title: str | None = None) -> Figure
         ax.set_xlabel("source cell j")
         ax.set_ylabel("destination cell i")
         ax.set_title(label, fontsize=9)
+    assert im is not None  # mats is not empty
     fig.colorbar(im, ax=list(axes), shrink=0.8, label="weight of cell j in cell i")
     fig.suptitle(title or "Butterfly mixing matrices")
     return fig

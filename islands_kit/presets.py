@@ -42,7 +42,7 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
     if size not in MODEL_SIZES:
         raise ConfigError(f"model size: must be one of {'|'.join(MODEL_SIZES)} (got {size!r})")
     return ModelConfig(**{**MODEL_SIZES[size], **overrides})
-_RUN = {
+_RUN: dict[str, dict[str, Any]] = {
     # steps, eval_every, eval_bytes, warmup, lr
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
     "demo": dict(steps=300, eval_every=50, data=dict(eval_bytes=32768), optim=dict(warmup_steps=30, lr=2e-3)),
@@ -67,7 +67,7 @@ def _islands(experiment: str) -> list[dict[str, Any]]:
             for i in range(8)]
 
 
-_SYNC = {
+_SYNC: dict[str, dict[str, Any]] = {
     "baseline": dict(strategy="ddp"),
     # outer SGD lr 1.0 without momentum (plain averaging of the fragments): in runs this short the prototype measured
     # Nesterov (lr 0.7, momentum 0.9) lagging plain averaging (7% vs 4.6% behind synchronous after 500 steps); the

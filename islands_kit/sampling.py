@@ -23,6 +23,7 @@ import torch
 
 from islands_kit.config import ConfigError, ModelConfig, _check
 from islands_kit.io import atomic_write_bytes
+from islands_kit.model import ByteTransformer
 
 FORMAT = "islands_kit.model/1"
 DEPLOYED = "model.pt"
@@ -61,11 +62,9 @@ def save_final_models(exp: Any, out_dir: str | Path) -> list[Path]:
     return paths
 
 
-def load_model(run_dir: str | Path, island: int | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
+def load_model(run_dir: str | Path, island: int | None = None) -> tuple[ByteTransformer, dict[str, Any]]:
     """The model saved in ``run_dir`` (the deployed one, or island ``island``'s replica), in eval mode, with the
     file's metadata. ConfigError naming the file when it is missing or not a model file."""
-    from islands_kit.model import ByteTransformer
-
     d = Path(run_dir)
     p = d / (DEPLOYED if island is None else island_file(island))
     if not p.is_file():
@@ -86,7 +85,7 @@ def load_model(run_dir: str | Path, island: int | None = None) -> tuple[torch.nn
 
 
 @torch.no_grad()
-def generate(model: torch.nn.Module, prompt: bytes, max_bytes: int = 256, temperature: float = 1.0, top_k: int = 0,
+def generate(model: ByteTransformer, prompt: bytes, max_bytes: int = 256, temperature: float = 1.0, top_k: int = 0,
              seed: int = 0) -> bytes:
     """``max_bytes`` bytes sampled after ``prompt`` (temperature 0 = greedy: the most likely byte each time)."""
     _check(isinstance(max_bytes, int) and max_bytes >= 1, "max_bytes", "must be an integer >= 1", max_bytes)

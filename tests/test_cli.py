@@ -40,7 +40,7 @@ def test_config_command_prints_a_loadable_commented_listing(capsys, tmp_path):
     assert yaml.safe_load(text) == want.to_dict()  # the listing is the config
     assert "  H: 4  # inner steps per window [default 50]" in text.splitlines()
     assert "  top_k: 2  # experts each token is routed to" in text.splitlines()  # equal to its default: no note
-    for key, value, default, help_ in config_rows(want):
+    for key, _value, _default, help_ in config_rows(want):
         assert help_, key
     (tmp_path / "c.yaml").write_text(text)  # and it loads back through --config
     assert main(["config", "--config", str(tmp_path / "c.yaml")]) == 0

@@ -11,8 +11,7 @@ import torch
 
 from islands_kit import config
 from islands_kit.codec_registry import CODEC_SPECS, CODECS
-from islands_kit.comm.codecs import (FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes,
-                                     get_codec)
+from islands_kit.comm.codecs import FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes, get_codec
 
 QUANTISED = [c for c in CODECS if c not in ("fp32", "bf16")]
 LOSSY = [c for c in CODECS if c != "fp32"]

@@ -14,9 +14,8 @@ import pytest
 import torch
 import yaml
 
-from islands_kit.data import corpora, hf
 from islands_kit.config import ConfigError
-from islands_kit.data import CORPORA, BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.data import CORPORA, BatchStream, corpora, eval_windows, hf, load_corpus, split_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,7 +138,7 @@ def test_data_card_front_matter_matches_registry(name: str) -> None:
 
 
 def test_local_txt_files_by_glob_and_directory(tmp_path: Path) -> None:
-    (tmp_path / "b.txt").write_bytes("second file\nno newline at the end".encode())
+    (tmp_path / "b.txt").write_bytes(b"second file\nno newline at the end")
     (tmp_path / "a.txt").write_bytes("héllo\nworld\n".encode())
     (tmp_path / "notes.md").write_text("ignored")
     expected = "héllo\nworld\nsecond file\nno newline at the end".encode()
@@ -197,7 +196,8 @@ def test_hub_fails_fast_and_clearly_when_offline(tmp_path: Path, monkeypatch: py
     before = (hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE)
     seen = _spy_offline_mode(monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # set after import: the loader must still honour it
-    with pytest.raises(ConfigError, match=r"data\.corpus: could not load hub dataset 'nobody/no-such-dataset' \(config 'c'\) \(offline\?\): HF_HUB_OFFLINE is set"):
+    with pytest.raises(ConfigError, match=r"data\.corpus: could not load hub dataset 'nobody/no-such-dataset' \(config 'c'\) "
+                                          r"\(offline\?\): HF_HUB_OFFLINE is set"):
         load_corpus("hub:nobody/no-such-dataset:c", cache_dir=tmp_path)
     assert seen == [(True, True)]  # no network attempt (and its ~25 s of retries)
     assert (hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE) == before  # the override is scoped to the call

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa  # pyarrow comes with datasets
+import pyarrow.parquet as pq
 import pytest
 
 from islands_kit import cli
 from islands_kit.config import ConfigError, DataConfig, apply_overrides
 from islands_kit.data import hf, load_corpus
 from islands_kit.presets import get_preset
-
-pa = pytest.importorskip("pyarrow")
-import pyarrow.parquet as pq
 
 
 @pytest.fixture(autouse=True)

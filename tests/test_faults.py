@@ -12,12 +12,21 @@ import math
 import pytest
 import torch
 
+from islands_kit.codec_registry import CODECS
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import LocalTransport, weighted_mean
-from islands_kit.codec_registry import CODECS
 from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
-from islands_kit.faults import (Adversary, Defense, default_trim, detection_summary, install, trimmed_mean,
-                                trimmed_mean_reference, weighted_median, weighted_median_reference)
+from islands_kit.faults import (
+    Adversary,
+    Defense,
+    default_trim,
+    detection_summary,
+    install,
+    trimmed_mean,
+    trimmed_mean_reference,
+    weighted_median,
+    weighted_median_reference,
+)
 from islands_kit.presets import preset_dict
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.diloco import DiLoCo
@@ -46,7 +55,7 @@ def attack_cfg(n_islands: int, attack: str, defense: str) -> ExperimentConfig:
                      faults__attack_start=ATTACK_START, faults__attack_noise_std=5.0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def smoke_run(n_islands: int, attack: str = "none", defense: str = "none") -> tuple[ExperimentConfig, dict]:
     cfg = attack_cfg(n_islands, attack, defense)
     return cfg, run_experiment(cfg)

@@ -8,10 +8,18 @@ import torch
 
 from islands_kit.config import ModelConfig
 from islands_kit.model import build_model
-from islands_kit.presets import model_config
 from islands_kit.model.moe import (
-    MoE, _padded_bmm, _swiglu, grouped_matmul, init_moe_, route, router_z_loss, switch_balance_loss, top_k_indices,
+    MoE,
+    _padded_bmm,
+    _swiglu,
+    grouped_matmul,
+    init_moe_,
+    route,
+    router_z_loss,
+    switch_balance_loss,
+    top_k_indices,
 )
+from islands_kit.presets import model_config
 
 
 def _moe(seed: int = 0, **kw) -> MoE:

@@ -18,9 +18,21 @@ import pytest
 
 from islands_kit import cli, tour
 from islands_kit.config import ConfigError
-from islands_kit.notebooks import (NOTEBOOK_DIR, NotebookError, check_parameters, comparison_report, comparison_setup,
-                                   format_rows, load_run, notebook_config, parse_cli_parameters,
-                                   poisoned_island_setup, poisoned_island_table, resolve_out_dir, run_notebook)
+from islands_kit.notebooks import (
+    NOTEBOOK_DIR,
+    NotebookError,
+    check_parameters,
+    comparison_report,
+    comparison_setup,
+    format_rows,
+    load_run,
+    notebook_config,
+    parse_cli_parameters,
+    poisoned_island_setup,
+    poisoned_island_table,
+    resolve_out_dir,
+    run_notebook,
+)
 from islands_kit.presets import get_preset
 from islands_kit.tracking import RESULT_KEYS
 

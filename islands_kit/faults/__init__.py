@@ -9,8 +9,7 @@ from typing import Any
 from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.faults.attacks import DELTA_ATTACKS, WIRE_ATTACKS, Adversary, inject_non_finite
 from islands_kit.faults.defense import DETECTORS, Defense, FlagReport
-from islands_kit.faults.robust import (default_trim, trimmed_mean, trimmed_mean_reference, weighted_median,
-                                       weighted_median_reference)
+from islands_kit.faults.robust import default_trim, trimmed_mean, trimmed_mean_reference, weighted_median, weighted_median_reference
 from islands_kit.sync.diloco import DiLoCo, streaming_schedule
 
 __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense", "FlagReport", "default_trim",

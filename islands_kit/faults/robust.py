@@ -62,12 +62,15 @@ def weighted_median_reference(xs: torch.Tensor, weights: list[float]) -> torch.T
     out = []
     for c in range(d):
         pairs = sorted((float(xs[k, c]), k) for k in range(n))
-        acc, lo, hi = 0.0, None, None
+        acc = 0.0
+        lo: float | None = None
+        hi: float | None = None
         for v, k in pairs:
             acc += weights[k]
             if lo is None and acc >= total / 2:
                 lo = v
             if hi is None and acc > total / 2:
                 hi = v
-        out.append((lo + (hi if hi is not None else pairs[-1][0])) / 2)
+        last = pairs[-1][0]  # cumulative weight reaches the total there, so lo is set by then when weights are > 0
+        out.append(((lo if lo is not None else last) + (hi if hi is not None else last)) / 2)
     return torch.tensor(out, dtype=torch.float32)

@@ -85,13 +85,13 @@ def codec_quantize_ef(
     Grid: ``bits`` per code, top level ``qmax``, ``minifloat`` (OCP float grid, ``emin``/``mbits``) or uniform.
     Returns (scales (nb,) float32, packed codes uint8, decoded (n,) float32, new residual (n,) float32).
     """
-    return triton_module("triton_codec").quantize_ef_triton(  # type: ignore[no-any-return]
+    return triton_module("triton_codec").quantize_ef_triton(
         x, residual, noise, bits=bits, qmax=qmax, minifloat=minifloat, emin=emin, mbits=mbits, block_size=block_size)
 
 
 def codec_dequantize(scales: torch.Tensor, codes: torch.Tensor, numel: int, *, bits: int, qmax: float,
                      minifloat: bool, emin: int, mbits: int, block_size: int) -> torch.Tensor:
     """The fused Triton decode of ``codec_quantize_ef``'s scales and packed codes to (numel,) float32 (fast path only)."""
-    return triton_module("triton_codec").dequantize_triton(  # type: ignore[no-any-return]
+    return triton_module("triton_codec").dequantize_triton(
         scales, codes, numel, bits=bits, qmax=qmax, minifloat=minifloat, emin=emin, mbits=mbits,
         block_size=block_size)
