@@ -203,9 +203,16 @@ def build_parser() -> argparse.ArgumentParser:
     _config_arguments(g)
     g.add_argument("--resume", default=None, metavar="DIR", help="the config a --resume DIR run would use")
     g.set_defaults(fn=_cmd_config)
-    n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill")
-    n.add_argument("name")
-    n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"))
+    from islands_kit.resources import resource_dir
+
+    names = ", ".join(sorted(q.stem for q in resource_dir("notebooks").glob("*.ipynb")))
+    n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill",
+                       epilog=f"notebooks: {names}. Each one's parameters (and their defaults) are its parameters cell; "
+                       "the experiment notebooks, compare and poisoned_island also take overrides, a mapping of any "
+                       "--set key, e.g. -p overrides '{\"optim.lr\": 0.003}'.")
+    n.add_argument("name", metavar="NAME")
+    n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"),
+                   help="a notebook parameter (text for a string parameter, else JSON)")
     n.add_argument("--out", default=None)
     n.set_defaults(fn=_cmd_notebook)
     s = sub.add_parser("sample", help="generate bytes from a finished run's saved model")
