@@ -63,18 +63,25 @@ def _resume_config(args: argparse.Namespace) -> ExperimentConfig:
     return cfg
 
 
+def _out_dir_of_resume(resume: str) -> Path:
+    """The run folder a ``--resume`` path belongs to (continuing there rewrites that run, which --force allows)."""
+    p = Path(resume)
+    return (p if p.is_dir() else p.parent).resolve()
+
+
 def _out_dir(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
     if args.out:
         return Path(args.out)
     if args.resume:
-        return Path(args.resume) if Path(args.resume).is_dir() else Path(args.resume).parent
+        return _out_dir_of_resume(args.resume)
     return Path("runs") / f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     cfg = resolve_config(args)
     out = _out_dir(args, cfg)
-    if (out / "result.json").exists() and not args.force:
+    resuming_in_place = args.resume is not None and out.resolve() == _out_dir_of_resume(args.resume)
+    if (out / "result.json").exists() and not args.force and not resuming_in_place:
         raise ConfigError(f"--out: {out} holds a finished run (result.json); choose another --out, or pass --force "
                           "to overwrite it")
     if args.dry_run:

@@ -138,8 +138,10 @@ def test_resume_restores_the_config_from_the_checkpoint(tmp_path, capsys):
     assert main(["config", "--resume", str(a), "--set", "steps=20"]) == 0
     restored = yaml.safe_load(capsys.readouterr().out)
     assert restored == dict(full["config"], steps=20)
-    assert main(["run", "--resume", str(a)]) == 2  # the default --out is the resumed folder: finished, refused
+    assert main(["run", "--resume", str(a), "--out", str(tmp_path / "b")]) == 2  # another finished run: refused
     assert "holds a finished run" in capsys.readouterr().err
+    assert main(["run", "--resume", str(a), "--dry-run"]) == 0  # continuing in place (the default --out) is allowed
+    assert f"would resume {a} and write {a.resolve()}/result.json" in capsys.readouterr().out
     assert not (tmp_path / "c").exists()
 
 
