@@ -64,7 +64,7 @@ def _resume_config(args: argparse.Namespace) -> ExperimentConfig:
 
 
 def _out_dir_of_resume(resume: str) -> Path:
-    """The run folder a ``--resume`` path belongs to (continuing there rewrites that run, which --force allows)."""
+    """The run folder a ``--resume`` path belongs to: its default output, and one a resume may rewrite in place."""
     p = Path(resume)
     return (p if p.is_dir() else p.parent).resolve()
 
