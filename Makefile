@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook)
-#   make test   -> the whole test suite
+#   make test   -> lint (ruff), type check (mypy on islands_kit/), then the whole test suite
 # Everything lands in .venv (CPU torch wheel pinned: an unpinned torch resolves to a ~5 GB CUDA build).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 OUT    ?= runs/demo
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test clean
 
 install: $(VENV)/.installed
 
@@ -27,6 +27,8 @@ demo: install
 	@$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
 
 test: install
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m mypy
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
 
 clean:

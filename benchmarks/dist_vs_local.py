@@ -121,7 +121,7 @@ def main() -> None:
     from islands_kit.run import Experiment
 
     local, local_cpu, dist_t, dist_cpu = [], [], [], []
-    for rep in range(args.repeats):
+    for _ in range(args.repeats):
         exp = Experiment(cfg)
         w, c = _step_times(exp, args.steps)
         local += w[args.warmup:]

@@ -6,8 +6,8 @@
 (a) Fused codec kernel (quantise + stochastic rounding + error feedback, then dequantise): achieved bandwidth =
     (bytes read + bytes written) / time, against the device's peak HBM bandwidth from ``PEAK_HBM_BYTES_PER_S`` (vendor
     spec sheets, keyed by a substring of ``torch.cuda.get_device_name()``) and against a measured device-to-device copy
-    (``clone``), which is what a memory-bound kernel can hope for. Torch path = ``kernels.reference`` (the same
-    arithmetic as ``comm.codecs``) for the speed-up.
+    (``clone``), which is what a memory-bound kernel can hope for. Both paths are the codec of ``comm.codecs`` (its
+    torch definition vs its fused Triton fast path, selected with ``kernels.set_backend``) for the speed-up.
 (b) Grouped expert GEMM, 64 experts, bf16, skewed routing with some empty experts: Triton vs the torch loop reference and
     vs ``torch.nn.functional.grouped_mm`` (the model's native path) where available; forward and forward+backward, in
     TFLOP/s (2·T·K·N per product; fwd+bwd = 3 products). Plus the MXFP8-emulated grouped GEMM (qdq + GEMM).
@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 
 import islands_kit.kernels as K
-from islands_kit.kernels import reference
+from islands_kit.comm.codecs import get_codec
 
 # Peak HBM/GDDR bandwidth in bytes/s from vendor spec sheets; first matching substring wins (specific names first).
 PEAK_HBM_BYTES_PER_S: list[tuple[str, float]] = [
@@ -105,15 +105,15 @@ def bench_codec(sz: Sizes, dev: str, cuda: bool, backend: str, peak: float | Non
     print(head + (f" = {copy_bw / peak:.0%} of peak {peak / 1e12:.2f} TB/s" if peak else " (peak unknown for this device)"))
     print(f"  {'codec':<9} {'op':<16} {'bytes/val':>9} {backend + ' ms':>12} {'GB/s':>8} {'%peak':>6} {'%copy':>6} {'torch ms':>9} {'speed-up':>8}")
     for codec in ("int8", "fp8_e4m3", "int4", "fp4_e2m1"):
-        spec = reference.CODEC_SPECS[codec]
+        c = get_codec(codec, B)
         nb = -(-n // B)
-        code_bytes = -(-n * spec.bits // 8)
-        q = K.quantize_ef(x, r, codec=codec, block_size=B, noise=u)
+        code_bytes = -(-n * c.spec.bits // 8)
+        p = c.encode(x)
         writes = 4 * nb + code_bytes + 4 * n + 4 * n  # scales, codes, decoded, residual
         ops = [
-            ("quant+EF noise", lambda: K.quantize_ef(x, r, codec=codec, block_size=B, noise=u), 12 * n + writes),
-            ("quant+EF seed", lambda: K.quantize_ef(x, r, codec=codec, block_size=B, seed=1), 8 * n + writes),
-            ("dequantize", lambda: K.dequantize(q.scales, q.codes, n, codec=codec, block_size=B), 4 * nb + code_bytes + 4 * n),
+            ("quant+EF SR", lambda: c.encode_ef(x, r, stochastic=True, noise=u), 12 * n + writes),
+            ("quant+EF RTN", lambda: c.encode_ef(x, r), 8 * n + writes),
+            ("dequantize", lambda: c.decode(p), 4 * nb + code_bytes + 4 * n),
         ]
         for name, fn, nbytes in ops:
             t = timed(fn, sz.repeats, cuda)

@@ -5,7 +5,7 @@
 (1b) The expert matmuls alone at 64 experts (the three SwiGLU GEMMs, forward + backward, on expert-sorted rows):
     native grouped GEMM (``torch.nn.functional.grouped_mm``, what ``expert_ffn`` uses) vs zero-padded ``torch.bmm``
     (the fallback for old torch / unaligned shapes) vs a Python loop over the experts' contiguous slices.
-(2) Whole model (the demo-moe shape: 4 layers, d_model 128, d_expert 128, top-2), forward + backward tokens/s with
+(2) Whole model (the `demo` model size: 4 layers, d_model 128, d_expert 128, top-2), forward + backward tokens/s with
     64 experts vs 8 experts -- the same active parameters apart from the router width. Goal: 64 experts at most 10%
     slower than 8.
 
@@ -26,8 +26,9 @@ from typing import Callable, NamedTuple
 import torch
 
 from islands_kit.config import ModelConfig
-from islands_kit.model import build_model, model_config
+from islands_kit.model import build_model
 from islands_kit.model.moe import MoE, _padded_bmm, _swiglu, expert_ffn, init_moe_
+from islands_kit.presets import model_config
 
 
 class Timing(NamedTuple):
@@ -101,7 +102,7 @@ def ffn_step(form: str, n_rows: int, n_experts: int = 64, d: int = 128, f: int =
 
 def model_step(n_experts: int, batch: int, seq: int, seed: int = 0) -> Callable[[], None]:
     torch.manual_seed(seed)
-    model = build_model(model_config("demo-moe", n_experts=n_experts, top_k=2, seq_len=seq))
+    model = build_model(model_config("demo", n_experts=n_experts, top_k=2, seq_len=seq))
     idx = torch.randint(0, 256, (batch, seq + 1))
     x, y = idx[:, :-1], idx[:, 1:]
 

@@ -8,7 +8,7 @@ A sample is a window of ``--freq`` consecutive steps, so Shampoo's one root reco
 eigendecompositions) is inside every sample; we print the median per-step time over ``--repeats`` windows and the ratio
 Shampoo / AdamW (goal for the full step: <= 1.25).
 
-The model is the real one when importable (``islands_kit.model``: ``build_model(model_config("demo-moe"))``, else
+The model is the real one when importable (``islands_kit.model``: ``build_model(model_config("demo"))``, else
 ``MoETransformer(ModelConfig())``), otherwise a stand-in with the same parameter shapes (d_model 128, 4 layers,
 16 experts of 128 x 128 SwiGLU matrices, top-2 routing).
 
@@ -67,10 +67,11 @@ def build(batch: int, standin: bool) -> tuple[nn.Module, Callable[[nn.Module], T
     idx, tgt = torch.randint(0, 256, (batch, 128)), torch.randint(0, 256, (batch, 128))
     if not standin:
         try:
-            from islands_kit.model import build_model, model_config
+            from islands_kit.model import build_model
+            from islands_kit.presets import model_config
 
-            model = build_model(model_config("demo-moe"))
-            return model, lambda m: _loss(m(idx, tgt)), "islands_kit.model demo-moe"
+            model = build_model(model_config("demo"))
+            return model, lambda m: _loss(m(idx, tgt)), "islands_kit.model demo"
         except ImportError:
             try:
                 from islands_kit.config import ModelConfig

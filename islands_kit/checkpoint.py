@@ -64,8 +64,10 @@ def latest_common_step(steps_per_rank: list[list[int]]) -> int | None:
 
 def _is_distributed(transport: Any) -> bool:
     return hasattr(transport, "gather_objects")
-# fields that may differ between the interrupted and the resumed invocation without changing any number
-_IGNORED = {"progress", "log_every", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads"}
+# fields that may differ between the interrupted and the resumed invocation: the first seven change no number;
+# ``steps`` extends (or shortens) the run, the cosine schedule then decaying to the new end from the resume on
+RESUMABLE = ("progress", "log_every", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads", "steps")
+_IGNORED = set(RESUMABLE)
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -214,3 +216,16 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
     exp.val_curve = [list(v) for v in state["val_curve"]]
     torch.set_rng_state(state["torch_rng"])
     exp.elapsed_before = float(state["elapsed_s"])
+
+
+def read_config(path: str | Path) -> tuple[dict[str, Any], int]:
+    """``(config dict, step)`` of the checkpoint ``--resume path`` would continue: ``checkpoint.pt`` in a folder (or
+    the file itself), else the latest per-rank shard (torch.distributed; every rank's shard holds the same config).
+    Lets ``--resume`` restore the configuration instead of asking for it again."""
+    p = Path(path)
+    if p.is_dir() and not (p / FILENAME).exists():
+        shards = rank_shards(p, 0)
+        if shards:
+            p = shards[max(shards)]
+    state = load_checkpoint(p) if p.is_file() else load_checkpoint(path)
+    return state["config"], int(state["step"])

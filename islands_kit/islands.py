@@ -97,7 +97,6 @@ class Island:
         self.compute_s = compute_s
         self.n_chunks = cfg.batch_size // cfg.micro_batch_size  # dp_ranks x micro-batches per rank
         self.tokens_per_step = cfg.batch_size * stream.seq_len
-        self.tokens_seen = 0
         self.last_loss = float("nan")
         self.last_loads: torch.Tensor | None = None
         self.last_stats = None
@@ -134,7 +133,6 @@ class Island:
             dist.all_reduce(loads, group=self.process_group)
         self.last_loss = float(loss_sum) / self.n_chunks
         self.last_loads = loads
-        self.tokens_seen += self.tokens_per_step
         return self.last_loss
 
     def _group_size_rank(self) -> tuple[int, int]:
@@ -153,12 +151,10 @@ class Island:
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "stream": self.stream.state_dict(),
-                "tokens_seen": self.tokens_seen}
+                "scheduler": self.scheduler.state_dict(), "stream": self.stream.state_dict()}
 
     def load_state_dict(self, d: dict) -> None:
         self.model.load_state_dict(d["model"])
         self.optimizer.load_state_dict(d["optimizer"])
         self.scheduler.load_state_dict(d["scheduler"])
         self.stream.load_state_dict(d["stream"])
-        self.tokens_seen = d["tokens_seen"]

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from islands_kit.data import atomic_write_bytes, cache_root
+from islands_kit.io import atomic_write_bytes, cache_root
 
 LN2 = math.log(2.0)
 _COMPRESSORS_VERSION = 1  # bump when the settings below change, so cached figures are not reused

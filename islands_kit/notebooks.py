@@ -237,7 +237,7 @@ def load_run(out_dir: str | Path) -> dict[str, Any]:
     """A finished run read back: ``{"dir", "result", "history", "timeline"}``.
 
     history: the ``history.jsonl`` records; timeline: ledger transfers ``(start_s, end_s, bytes, src, dst,
-    channel)`` when the run recorded them (``result["link_timeline"]``), else None."""
+    channel)`` from ``link_timeline.jsonl`` when the run wrote one, else None."""
     from islands_kit.tracking import load_result
 
     d = Path(out_dir)
@@ -246,7 +246,10 @@ def load_run(out_dir: str | Path) -> dict[str, Any]:
     if not hist_path.exists():
         raise FileNotFoundError(f"load_run: no history.jsonl in {d}")
     history = [json.loads(line) for line in hist_path.read_text().splitlines() if line.strip()]
-    return {"dir": d, "result": result, "history": history, "timeline": result.get("link_timeline")}
+    tl_path = d / "link_timeline.jsonl"
+    timeline = ([json.loads(line) for line in tl_path.read_text().splitlines() if line.strip()]
+                if tl_path.exists() else None)
+    return {"dir": d, "result": result, "history": history, "timeline": timeline}
 
 
 def ddp_bytes_per_step(result: Mapping[str, Any]) -> float:

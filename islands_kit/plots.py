@@ -1,5 +1,8 @@
 """Every figure of the kit: the notebooks call these and hold no plotting code of their own.
 
+(Over 400 lines on purpose: a flat catalogue of independent figure functions sharing a few helpers; one file keeps
+every figure's look consistent and easy to find.)
+
 Each function takes plain data (the ``history.jsonl`` records of a run, schedules, matrices, durations) and returns a
 ``matplotlib.figure.Figure`` built without pyplot on the Agg canvas: nothing global is touched, so the figures work the
 same in a headless test, a papermill kernel or a script. Every axis carries a label with its unit, every figure a
@@ -463,6 +466,7 @@ def mixing_matrices(mats: Mapping[str, Any], title: str | None = None) -> Figure
         ax.set_xlabel("source cell j")
         ax.set_ylabel("destination cell i")
         ax.set_title(label, fontsize=9)
+    assert im is not None  # mats is not empty
     fig.colorbar(im, ax=list(axes), shrink=0.8, label="weight of cell j in cell i")
     fig.suptitle(title or "Butterfly mixing matrices")
     return fig

@@ -7,27 +7,48 @@ batch (the sum of the islands' batches), so they are compared at equal total tra
   * two_site — site A (3 units of compute, batch 24 as 2 ranks x 12) and site B (slower units, batch 16 as 1 rank x
     2 micro-batches of 8): the seed's 3:2 asymmetry, Streaming DiLoCo between them;
   * eight_cell — eight equal cells of batch 5, butterfly mixing.
+
+``MODEL_SIZES`` is the kit's one table of model sizes (``ModelConfig`` keyword arguments): the three presets' models
+plus two controls at the demo size, read through :func:`model_config`:
+
+* ``smoke``: tests and the tour notebook (seconds).
+* ``demo``: the CPU demo, 16 experts top-2 (d_expert 128).
+* ``demo-64x2``: the 32x-sparse configuration, 64 experts top-2, same active parameters as ``demo`` (same d_expert;
+  only the router is wider).
+* ``demo-dense``: the dense control (one SwiGLU MLP, no router) with d_expert 260, chosen so its active parameters
+  match ``demo``'s within 0.5% (3 * 128 * 260 = 99,840 vs router + 2 experts = 2,048 + 98,304 = 100,352 per layer).
+* ``gpu``: the model for a lent GPU.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from islands_kit.config import ConfigError, ExperimentConfig
+from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
 
 PRESETS = ("smoke", "demo", "gpu")
 
-_MODEL = {
+_DEMO: dict[str, Any] = dict(seq_len=128, d_model=128, n_layers=4, n_heads=4, d_expert=128)
+MODEL_SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seq_len=32, d_model=32, n_layers=2, n_heads=2, n_experts=4, top_k=2, d_expert=32),
-    "demo": dict(seq_len=128, d_model=128, n_layers=4, n_heads=4, n_experts=16, top_k=2, d_expert=128),
+    "demo": dict(_DEMO, n_experts=16, top_k=2),
+    "demo-64x2": dict(_DEMO, n_experts=64, top_k=2),
+    "demo-dense": dict(_DEMO, n_experts=1, top_k=1, d_expert=260),
     "gpu": dict(seq_len=512, d_model=512, n_layers=8, n_heads=8, n_experts=64, top_k=2, d_expert=512),
 }
-_RUN = {
+
+
+def model_config(size: str, **overrides: Any) -> ModelConfig:
+    """A validated ``ModelConfig`` from a ``MODEL_SIZES`` name plus keyword overrides (ConfigError on a bad value)."""
+    if size not in MODEL_SIZES:
+        raise ConfigError(f"model size: must be one of {'|'.join(MODEL_SIZES)} (got {size!r})")
+    return ModelConfig(**{**MODEL_SIZES[size], **overrides})
+_RUN: dict[str, dict[str, Any]] = {
     # steps, eval_every, eval_bytes, warmup, lr
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
     "demo": dict(steps=300, eval_every=50, data=dict(eval_bytes=32768), optim=dict(warmup_steps=30, lr=2e-3)),
-    # Shampoo beat AdamW by 5.2% bpb at equal tokens on the demo baseline (seed 0: 2.452 vs 2.586) but costs 1.3-1.5x
-    # per step on CPU, which the demo's 5-minute budget cannot pay; on a GPU its overhead is small (<= 10% in the
-    # Distributed Shampoo paper), so the gpu preset trains with it. --set optim.name=shampoo switches any preset.
+    # Shampoo beats AdamW at equal tokens on the demo baseline but costs more per step on CPU (both measured in
+    # benchmarks/RESULTS.md), which the demo's 5-minute budget cannot pay; on a GPU its overhead is small (<= 10% in
+    # the Distributed Shampoo paper), so the gpu preset trains with it. --set optim.name=shampoo switches any preset.
     "gpu": dict(steps=5000, eval_every=250, data=dict(eval_bytes=262144),
                 optim=dict(name="shampoo", warmup_steps=200, lr=1e-3, start_preconditioning_step=200)),
 }
@@ -46,7 +67,7 @@ def _islands(experiment: str) -> list[dict[str, Any]]:
             for i in range(8)]
 
 
-_SYNC = {
+_SYNC: dict[str, dict[str, Any]] = {
     "baseline": dict(strategy="ddp"),
     # outer SGD lr 1.0 without momentum (plain averaging of the fragments): in runs this short the prototype measured
     # Nesterov (lr 0.7, momentum 0.9) lagging plain averaging (7% vs 4.6% behind synchronous after 500 steps); the
@@ -63,7 +84,7 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
         raise ConfigError(f"experiment: must be one of {'|'.join(_SYNC)} (got {experiment!r})")
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
-    d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(_MODEL[preset]),
+    d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(MODEL_SIZES[preset]),
                          "islands": _islands(experiment), "sync": dict(_SYNC[experiment])}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v

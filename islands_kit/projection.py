@@ -98,7 +98,7 @@ def streaming_sends(n_steps: int, H: int, n_fragments: int, tau: int, fragment_b
     offs = fragment_offsets(H, n_fragments)
     out = []
     for s in range(n_steps):
-        for p, off in enumerate(offs):
+        for off in offs:
             if (s + 1) % H == off:
                 out += [Send(s, fragment_bytes, s + 1 + tau, a, b, channel) for a, b in all_gather_pairs(n_islands)]
     return out
@@ -156,15 +156,16 @@ def simulate_schedule(step_time_s: Sequence[float], n_steps: int, sends: Sequenc
         if running[i] or k >= n_steps:
             return
         need = needs.get((i, k), [])
-        if any(arrival[j] is None for j in need):
+        at = {j: a for j in need if (a := arrival[j]) is not None}
+        if len(at) < len(need):
             return  # a payload it needs has not even been posted yet; retried when it is
         t = free_at[i]
         if need:
-            last = max(need, key=lambda j: arrival[j])
-            if arrival[last] > t:
+            last = max(need, key=at.__getitem__)
+            if at[last] > t:
                 ch = sends[last].channel
-                idle_by_channel[ch] = idle_by_channel.get(ch, 0.0) + arrival[last] - t
-                t = arrival[last]
+                idle_by_channel[ch] = idle_by_channel.get(ch, 0.0) + at[last] - t
+                t = at[last]
         running[i] = True
         heapq.heappush(events, (t + step_time_s[i], i, k))
 

@@ -30,7 +30,8 @@ from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.data import BatchStream, atomic_write_bytes, eval_windows, load_corpus, split_bytes
+from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
+from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
@@ -87,7 +88,7 @@ class Experiment:
         self.out_dir = Path(out_dir) if out_dir else None
         torch.manual_seed(cfg.seed)
         # -- data ------------------------------------------------------------------------------------------------
-        self.corpus = load_corpus(cfg.data.corpus)
+        self.corpus = load_data_corpus(cfg.data)
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
         self.eval_x, self.eval_y = eval_windows(self.val, T, cfg.data.eval_bytes)
@@ -311,6 +312,8 @@ class Experiment:
         led = self.transport.ledger
         clock = self.transport.clock
         n = len(cfg.islands)
+        # every transfer on the link, written to its own file (LINK_TIMELINE) rather than into result.json
+        self.link_timeline = [[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline]
         fragments_stats = {}
         if hasattr(self.transport, "transfer_stats"):
             fragments_stats = self.transport.transfer_stats("fragments")
@@ -319,13 +322,14 @@ class Experiment:
             corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
             params_total=self.params_total, params_active=self.params_active,
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
-            compressor_bpb=compressor_bpb(bytes(self.val.numpy().tobytes())),
+            # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split
+            compressor_bpb=compressor_bpb(bytes(self.final_y.to(torch.uint8).flatten().numpy().tobytes())),
+            compressor_bpb_all_val=compressor_bpb(bytes(self.val.numpy().tobytes())),
             cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
             gradient_bytes=led.bytes("gradients"),
             ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
             routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
-            link_timeline=[[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline],
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
             wall_time_s=self.elapsed_s(),
@@ -354,7 +358,7 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
         from islands_kit.checkpoint import load_checkpoint
 
         state = load_checkpoint(resume, transport)
-    # model.kernels = torch|triton forces the expert-GEMM path for this run only; auto leaves the choice to
+    # model.kernels = torch|triton forces the expert-GEMM and codec paths for this run only; auto leaves the choice to
     # $ISLANDS_KIT_KERNELS and to what the machine has
     backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
     with backend:
@@ -377,7 +381,11 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     try:
         res = exp.run(tracker)
         if out_dir and is_writer:
-            write_outputs(Path(out_dir), res, exp.history)
+            write_outputs(Path(out_dir), res, exp.history, exp.link_timeline)
+        if out_dir:  # the final weights: every island's replica and the deployed model (islands_kit.sampling)
+            from islands_kit.sampling import save_final_models
+
+            save_final_models(exp, out_dir)
         if tracker is not None:
             tracker.finish(res, exp.history)
         failed = False
@@ -391,7 +399,13 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     return res
 
 
-def write_outputs(out: Path, res: Result, history: list[dict[str, Any]]) -> None:
+LINK_TIMELINE = "link_timeline.jsonl"  # one transfer per line: [start_s, end_s, bytes, src, dst, channel]
+
+
+def write_outputs(out: Path, res: Result, history: list[dict[str, Any]],
+                  link_timeline: list[list[Any]] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "result.json", dict(res))
     atomic_write_bytes(out / "history.jsonl", "".join(dumps_strict(rec) + "\n" for rec in history).encode())
+    if link_timeline is not None:
+        atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in link_timeline).encode())

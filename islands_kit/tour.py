@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from islands_kit.config import ModelConfig, _check
+from islands_kit.config import _check
 
 
 def _as_u8(data: Any, name: str) -> np.ndarray:
@@ -97,13 +97,10 @@ def routing_example(n_tokens: int = 4096, n_experts: int = 4, seed: int = 0) -> 
     return out
 
 
-TINY_MODEL = dict(seq_len=32, d_model=32, n_layers=2, n_heads=2, n_experts=8, top_k=2, d_expert=32)
-
-
 def train_tiny_moe(train: torch.Tensor, steps: int = 60, seed: int = 0, aux_loss_coef: float = 0.01,
                    bias_balancing: bool = False, batch_size: int = 16, lr: float = 3e-3, record_every: int = 5,
                    **model_overrides: Any) -> list[dict[str, Any]]:
-    """Train a tiny byte MoE (``TINY_MODEL``) with AdamW and record its routing every ``record_every`` steps.
+    """Train a tiny byte MoE (the ``smoke`` model size with 8 experts) with AdamW and record its routing every ``record_every`` steps.
 
     train: 1-D uint8 tensor of training bytes (``data.split_bytes``). aux_loss_coef: the Switch loss coefficient;
     bias_balancing: apply the aux-loss-free bias update (DeepSeek-V3) from each step's loads.
@@ -114,8 +111,10 @@ def train_tiny_moe(train: torch.Tensor, steps: int = 60, seed: int = 0, aux_loss
 
     _check(isinstance(steps, int) and steps >= 1, "steps", "must be an integer >= 1", steps)
     _check(isinstance(record_every, int) and record_every >= 1, "record_every", "must be an integer >= 1", record_every)
-    cfg = ModelConfig(**{**TINY_MODEL, "aux_loss_coef": aux_loss_coef, "bias_balancing": bias_balancing,
-                         **model_overrides})
+    from islands_kit.presets import model_config
+
+    cfg = model_config("smoke", **{"n_experts": 8, "aux_loss_coef": aux_loss_coef, "bias_balancing": bias_balancing,
+                                   **model_overrides})
     torch.manual_seed(seed)
     model = ByteTransformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

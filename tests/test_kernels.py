@@ -1,4 +1,5 @@
-"""Optional kernels: every Triton kernel equals its torch reference, and each reference equals plain math.
+"""Optional kernels: every Triton kernel equals its torch definition (the model references in kernels/reference.py,
+the wire codecs in comm/codecs.py), and each reference equals plain math.
 
 Without a GPU the Triton tests run on Triton's CPU interpreter: the ``interpreted`` fixture sets ``TRITON_INTERPRET=1``
 only while this module's Triton tests run (not at import, so other test modules still see the default torch path).
@@ -6,24 +7,27 @@ They are skipped with a message when triton is not installed; the reference and 
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import islands_kit.kernels as K
-from islands_kit.kernels import dispatch, reference
-from islands_kit.kernels.reference import (
-    dequantize_reference, grouped_mm_reference, mx_qdq_reference, mx_quantize_reference, quantize_ef_reference,
-)
+from islands_kit.codec_registry import CODEC_SPECS
+from islands_kit.comm import codecs
+from islands_kit.kernels import dispatch
+from islands_kit.kernels.reference import grouped_mm_reference, mx_qdq_reference, mx_quantize_reference
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
-BLOCK_CODECS = ("int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2")
+BLOCK_CODECS = tuple(name for name, spec in CODEC_SPECS.items() if spec.block_scaled)
+KERNELS_DIR = Path(K.__file__).parent
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +44,6 @@ def interpreted():
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """Bit pattern view, so equality also distinguishes -0.0 from 0.0."""
     return t.view(torch.int32) if t.dtype == torch.float32 else t
-
-
-def _assert_same_quantized(a: reference.Quantized, b: reference.Quantized) -> None:
-    for f in ("scales", "codes", "decoded", "residual"):
-        assert torch.equal(_bits(getattr(a, f)), _bits(getattr(b, f))), f
 
 
 def _codec_input(n: int, seed: int) -> torch.Tensor:
@@ -106,8 +105,9 @@ def test_package_works_with_triton_unimportable():
         "import torch, islands_kit.kernels as K\n"
         "assert not K.available()\n"
         "y = K.grouped_mm(torch.randn(5, 8), torch.randn(2, 8, 3), torch.tensor([1, 4]), mxfp8=True)\n"
-        "q = K.quantize_ef(torch.randn(40), codec='int4', block_size=16, seed=1)\n"
-        "assert y.shape == (5, 3) and q.codes.numel() == 20\n"
+        "from islands_kit.comm.codecs import get_codec\n"
+        "q = get_codec('int4', 16).encode(torch.randn(40), stochastic=True, generator=torch.Generator().manual_seed(1))\n"
+        "assert y.shape == (5, 3) and q.nbytes == 4 * 3 + 20\n"
         "try:\n"
         "    K.set_backend('triton'); raise SystemExit('set_backend(triton) should have raised')\n"
         "except K.KernelBackendError as e:\n"
@@ -175,42 +175,16 @@ def test_mx_qdq_straight_through_gradient_and_dims():
         K.mx_qdq(x, 0)
 
 
-def test_codec_reference_stochastic_rounding_is_unbiased():
-    v = torch.full((20000,), 0.3)
-    v[::100] = 1.0  # one absmax per block of 100 fixes scale = 1/qmax
-    for codec in BLOCK_CODECS:
-        q = quantize_ef_reference(v, None, torch.rand(20000, generator=torch.Generator().manual_seed(0)),
-                                  codec=codec, block_size=100)
-        rest = q.decoded.view(200, 100)[:, 1:]
-        assert abs(rest.mean().item() - 0.3) < 0.01, codec  # E[q] = v; the grid steps here are <= 2/3
-
-
-def test_quantize_ef_rejects_bad_input():
-    with K.set_backend("torch"):
-        with pytest.raises(ValueError, match="non-finite"):
-            K.quantize_ef(torch.tensor([1.0, float("nan")]), codec="int8")
-        with pytest.raises(ValueError, match="codec"):
-            K.quantize_ef(torch.ones(4), codec="fp32")
-        with pytest.raises(ValueError, match="residual"):
-            K.quantize_ef(torch.ones(4), torch.zeros(3), codec="int4")
-
-
-@pytest.mark.parametrize("codec", BLOCK_CODECS)
-def test_codec_reference_matches_comm_codecs_bit_for_bit(codec):
-    codecs = pytest.importorskip("islands_kit.comm.codecs")
-    for block, n in [(128, 700), (7, 45), (6, 50), (1, 5), (16, 0)]:
-        x, r = _codec_input(n, n), torch.randn(n) * 0.01
-        for u in (torch.rand(n), None):
-            ef = codecs.ErrorFeedback()
-            ef.compress("k", r, codecs.get_codec(codec, block), stochastic=False)  # seed a residual ...
-            r_old = ef.residual("k").clone()
-            payload, dec = ef.compress("k", x, codecs.get_codec(codec, block), stochastic=u is not None, noise=u)
-            ours = quantize_ef_reference(x, r_old, u, codec=codec, block_size=block)  # ... and continue from it
-            assert torch.equal(ours.wire(), payload.data), (block, n)
-            assert torch.equal(_bits(ours.decoded), _bits(dec.reshape(-1)))
-            assert torch.equal(_bits(ours.residual), _bits(ef.residual("k")))
-            back = dequantize_reference(ours.scales, ours.codes, n, codec=codec, block_size=block)
-            assert torch.equal(_bits(back), _bits(codecs.get_codec(codec, block).decode(payload)))
+def test_kernels_package_is_a_leaf():
+    """No module under islands_kit/kernels imports anything of islands_kit outside the package (kernels take tensors
+    and return tensors); relative imports stay inside it."""
+    for path in sorted(KERNELS_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                assert not name.startswith("islands_kit") or name.startswith("islands_kit.kernels"), (path.name, name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -266,50 +240,59 @@ def test_mx_qdq_triton_bit_exact(interpreted, shape, dim, block):
         assert torch.equal(K.mx_qdq(xb, block, dim), mx_qdq_reference(xb, block, dim))
 
 
+def _codec_both_paths(codec, block, x, res, u, monkeypatch):
+    """encode_ef, encode and decode of the comm codec on the torch path and on the Triton fast path."""
+    calls = []
+    fused_q, fused_d = K.codec_quantize_ef, K.codec_dequantize
+    monkeypatch.setattr(K, "codec_quantize_ef", lambda *a, **k: calls.append("q") or fused_q(*a, **k))
+    monkeypatch.setattr(K, "codec_dequantize", lambda *a, **k: calls.append("d") or fused_d(*a, **k))
+    out = {}
+    for backend in ("torch", "triton"):
+        c = codecs.get_codec(codec, block)
+        with K.set_backend(backend):
+            p, dec, r = c.encode_ef(x, res, stochastic=u is not None, noise=u)
+            plain = c.encode(x, stochastic=u is not None, noise=u)
+            back = c.decode(p)
+        out[backend] = (p.data, dec, r, plain.data, back)
+        if backend == "torch":
+            assert calls == [], "the torch path called the kernel"
+    assert calls == ["q", "q", "d"], "the triton path did not run the fused kernels"
+    return out["torch"], out["triton"]
+
+
 @pytest.mark.parametrize("codec", BLOCK_CODECS)
-def test_quantize_ef_triton_bit_exact(interpreted, codec):
-    # (128, 700): packed in-kernel; (7, 45): odd blocks, sub-byte codes straddle bytes (host packing); (1, 5); empty.
+def test_codec_triton_fast_path_is_bit_identical_to_torch(interpreted, codec, monkeypatch):
+    # (128, 700): several programs, a partial last block; (8, 45): small blocks; (16, 5): one partial block; empty.
     # Each case: (block, n, stochastic with given noise?, with a residual?).
-    for block, n, sr, with_res in [(128, 700, True, True), (128, 700, False, False), (7, 45, True, True),
-                                   (7, 45, False, True), (1, 5, True, False), (16, 0, True, True)]:
+    for block, n, sr, with_res in [(128, 700, True, True), (128, 700, False, False), (8, 45, True, True),
+                                   (8, 45, False, True), (16, 5, True, False), (16, 0, True, True)]:
         x = _codec_input(n, n).to(DEV)
         res = (torch.randn(n) * 0.01).to(DEV) if with_res else None
         u = torch.rand(n, device=DEV) if sr else None
-        want = quantize_ef_reference(x, res, u, codec=codec, block_size=block)
-        with K.set_backend("triton"):
-            got = K.quantize_ef(x, res, codec=codec, block_size=block, stochastic=sr, noise=u)
-            back = K.dequantize(want.scales, want.codes, n, codec=codec, block_size=block)
-        _assert_same_quantized(got, want)
-        assert torch.equal(_bits(back), _bits(want.decoded))
+        want, got = _codec_both_paths(codec, block, x, res, u, monkeypatch)
+        monkeypatch.undo()
+        for name, a, b in zip(("payload", "decoded", "residual", "encode", "decode"), want, got):
+            assert torch.equal(_bits(a), _bits(b)), (codec, block, n, sr, name)
 
 
-@pytest.mark.parametrize("codec", BLOCK_CODECS)
-def test_quantize_ef_triton_matches_comm_codecs(interpreted, codec):
-    codecs = pytest.importorskip("islands_kit.comm.codecs")
-    x, u = _codec_input(300, 7), torch.rand(300)
-    c = codecs.get_codec(codec, 32)
+def test_codec_triton_path_in_error_feedback_and_non_finite(interpreted):
+    """ErrorFeedback over several rounds gives the same payloads and residuals on both paths; a NaN is refused on both;
+    a block size whose codes straddle bytes takes the torch path even when triton is forced."""
+    xs = [_codec_input(300, s).to(DEV) for s in range(3)]
+    runs = {}
+    for backend in ("torch", "triton"):
+        ef, c, g = codecs.ErrorFeedback(), codecs.get_codec("int2", 32), torch.Generator(device=DEV).manual_seed(5)
+        with K.set_backend(backend):
+            runs[backend] = [ef.compress("k", x, c, stochastic=True, generator=g)[0].data for x in xs]
+            runs[backend].append(ef.residual("k"))
+            with pytest.raises(codecs.NonFiniteError):
+                c.encode(torch.tensor([1.0, float("nan")] * 20, device=DEV))
+    for a, b in zip(runs["torch"], runs["triton"]):
+        assert torch.equal(_bits(a), _bits(b))
     with K.set_backend("triton"):
-        got = K.quantize_ef(x.to(DEV), codec=codec, block_size=32, noise=u.to(DEV))
-    payload = c.encode(x, stochastic=True, noise=u)
-    assert torch.equal(got.wire().cpu(), payload.data)
-    assert torch.equal(_bits(got.decoded.cpu()), _bits(c.decode(payload)))
-
-
-def test_quantize_ef_triton_seeded_rand_is_unbiased_and_reproducible(interpreted):
-    v = torch.full((8192,), 0.3, device=DEV)
-    v[::128] = 1.0  # scale = 1/7 for int4: 0.3 -> 2.1 grid steps, rounds to 2 or 3 with P(3) = 0.1
-    with K.set_backend("triton"):
-        a = K.quantize_ef(v, codec="int4", seed=123)
-        b = K.quantize_ef(v, codec="int4", seed=123)
-        c = K.quantize_ef(v, codec="int4", seed=124)
-        back = K.dequantize(a.scales, a.codes, v.numel(), codec="int4")
-    assert torch.equal(a.codes, b.codes) and not torch.equal(a.codes, c.codes)
-    assert torch.equal(back, a.decoded)
-    rest = a.decoded.view(64, 128)[:, 1:].cpu()
-    assert set(torch.unique(rest * 7).round().tolist()) == {2.0, 3.0}
-    p_up = ((rest * 7).round() == 3).double().mean().item()
-    assert abs(p_up - 0.1) < 0.02  # 8128 Bernoulli(0.1) draws: sigma = 0.0033
-    torch.testing.assert_close(a.residual + a.decoded, v)  # error feedback: x = decoded + residual
+        odd = codecs.get_codec("int4", 7)  # 4-bit codes, 7-value blocks: a byte straddles two blocks
+        assert not odd._fused(xs[0])
+        assert odd.decode(odd.encode(xs[0])).shape == xs[0].shape  # runs (torch path) instead of raising
 
 
 def test_triton_module_refuses_a_changed_interpret_mode(interpreted, monkeypatch):

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from islands_kit.comm.link import (LINK_PRESETS, LinkModel, closed_form_time, link_config, one_way_latency,
-                                   transfer_time_stats)
+from islands_kit.comm.link import LINK_PRESETS, LinkModel, closed_form_time, link_config, one_way_latency, transfer_time_stats
 from islands_kit.config import ConfigError, LinkConfig
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)  # the closed-form regime

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from islands_kit.config import ConfigError
-from islands_kit.model import MODEL_PRESETS, build_model, model_config
+from islands_kit.model import build_model
+from islands_kit.presets import MODEL_SIZES, model_config
 
 
 def _tiny(seed: int = 0, **kw):
     torch.manual_seed(seed)
-    return build_model(model_config("tiny", **kw))
+    return build_model(model_config("smoke", **kw))
 
 
 def test_causal_gradients_zero_for_future_positions():
@@ -62,15 +63,15 @@ def test_dense_control_counts():
 
 
 def test_presets_build_and_dense_matches_moe_active():
-    cfgs = {name: model_config(name) for name in MODEL_PRESETS}
-    assert cfgs["sparse-64x2"].n_experts // cfgs["sparse-64x2"].top_k == 32
-    moe = build_model(cfgs["demo-moe"]).num_active_params()
-    dense = build_model(cfgs["dense"]).num_active_params()
+    cfgs = {name: model_config(name) for name in MODEL_SIZES}
+    assert cfgs["demo-64x2"].n_experts // cfgs["demo-64x2"].top_k == 32
+    moe = build_model(cfgs["demo"]).num_active_params()
+    dense = build_model(cfgs["demo-dense"]).num_active_params()
     assert abs(dense - moe) / moe < 0.01
-    with pytest.raises(ValueError, match="preset"):
+    with pytest.raises(ValueError, match="model size"):
         model_config("nope")
     with pytest.raises(ConfigError, match="model.top_k"):
-        model_config("tiny", top_k=5)
+        model_config("smoke", top_k=5)
 
 
 def test_param_names_partition_the_module():

@@ -7,10 +7,19 @@ import pytest
 import torch
 
 from islands_kit.config import ModelConfig
-from islands_kit.model import build_model, model_config
+from islands_kit.model import build_model
 from islands_kit.model.moe import (
-    MoE, _padded_bmm, _swiglu, grouped_matmul, init_moe_, route, router_z_loss, switch_balance_loss, top_k_indices,
+    MoE,
+    _padded_bmm,
+    _swiglu,
+    grouped_matmul,
+    init_moe_,
+    route,
+    router_z_loss,
+    switch_balance_loss,
+    top_k_indices,
 )
+from islands_kit.presets import model_config
 
 
 def _moe(seed: int = 0, **kw) -> MoE:
@@ -61,8 +70,8 @@ def test_grouped_equals_loop_outputs_and_grads(n_experts, top_k, dead, shared):
 
 def test_full_model_grouped_equals_loop():
     torch.manual_seed(3)
-    a = build_model(model_config("tiny", n_shared_experts=1))
-    b = build_model(model_config("tiny", n_shared_experts=1, dispatch="loop"))
+    a = build_model(model_config("smoke", n_shared_experts=1))
+    b = build_model(model_config("smoke", n_shared_experts=1, dispatch="loop"))
     b.load_state_dict(a.state_dict())
     idx = torch.randint(0, 256, (2, 32))
     for m in (a, b):
@@ -129,7 +138,7 @@ def test_top_k_indices_match_torch_topk(n_experts, k):
 
 def test_update_expert_bias_moves_toward_balance():
     torch.manual_seed(0)
-    cfg = model_config("tiny", bias_update_rate=0.01)
+    cfg = model_config("smoke", bias_update_rate=0.01)
     model = build_model(cfg)
     loads = torch.tensor([[10.0, 2.0, 2.0, 2.0], [4.0, 4.0, 1.0, 7.0]])
     model.update_expert_bias(loads)
@@ -138,7 +147,7 @@ def test_update_expert_bias_moves_toward_balance():
     torch.testing.assert_close(bias[1], torch.tensor([0.0, 0.0, 0.01, -0.01]))  # sign(mean - load) * u
     assert "blocks.0.moe.expert_bias" in dict(model.named_buffers())
     assert "blocks.0.moe.expert_bias" not in dict(model.named_parameters())
-    off = build_model(model_config("tiny", bias_balancing=False))
+    off = build_model(model_config("smoke", bias_balancing=False))
     off.update_expert_bias(loads)
     assert off.expert_bias().abs().sum() == 0
     with pytest.raises(ValueError, match="loads"):
@@ -219,7 +228,7 @@ def test_max_over_mean_shows_imbalance_the_balance_loss_hides():
 
 def test_routing_stats_shapes_and_consistency():
     torch.manual_seed(0)
-    model = build_model(model_config("tiny"))
+    model = build_model(model_config("smoke"))
     with pytest.raises(RuntimeError, match="no forward"):
         model.routing_stats()
     model(torch.randint(0, 256, (3, 20)))
@@ -245,3 +254,31 @@ def test_mxfp8_flag_changes_expert_matmuls_only_slightly():
     a, b = m0(x).logits, m1(x).logits
     assert not torch.equal(a, b)
     assert torch.allclose(a, b, atol=0.1 * a.abs().max().item())
+
+
+def test_mxfp8_expert_ffn_quantises_both_operands_to_mx_not_bf16():
+    """With mxfp8 the expert SwiGLU equals plain grouped matmuls of MX-quantised operands (OCP MX reference: E4M3
+    elements, one power-of-two scale per 32 values along the contraction dim) — and not of bf16-cast operands: E4M3
+    keeps 3 mantissa bits where bf16 keeps 7, so the MX error against fp32 is several times the bf16 one."""
+    import torch.nn.functional as F
+
+    from islands_kit import kernels
+    from islands_kit.kernels.reference import grouped_mm_reference, mx_qdq_reference
+    from islands_kit.model.moe import expert_ffn
+
+    torch.manual_seed(0)
+    gs = torch.tensor([3, 0, 5, 2])
+    x, w1, w3, w2 = torch.randn(10, 64), torch.randn(4, 64, 96), torch.randn(4, 64, 96), torch.randn(4, 96, 64)
+
+    def swiglu(cast_x, cast_w):
+        mm = lambda a, w: grouped_mm_reference(cast_x(a), cast_w(w), gs)  # noqa: E731
+        return mm(F.silu(mm(x, w1)) * mm(x, w3), w2)
+
+    with kernels.set_backend("torch"):
+        got = expert_ffn(x, w1, w2, w3, gs, mxfp8=True)
+    mx = swiglu(lambda a: mx_qdq_reference(a, 32, -1), lambda w: mx_qdq_reference(w, 32, 1))
+    bf16 = swiglu(lambda a: a.bfloat16().float(), lambda w: w.bfloat16().float())
+    exact = swiglu(lambda a: a, lambda w: w)
+    torch.testing.assert_close(got, mx, rtol=1e-5, atol=1e-4)  # the grouped matmuls' summation order only
+    err_mx, err_bf16 = (got - exact).abs().max().item(), (bf16 - exact).abs().max().item()
+    assert err_mx > 4 * err_bf16 and not torch.allclose(got, bf16, rtol=1e-3, atol=1e-2)

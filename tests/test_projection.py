@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from islands_kit.comm.link import LinkModel, link_config
-from islands_kit.projection import (Send, codec_bytes, ddp_sends, ideal_link, routing_sends, seed_scale_projection,
-                                    simulate_schedule, streaming_sends)
+from islands_kit.projection import Send, codec_bytes, ddp_sends, ideal_link, routing_sends, seed_scale_projection, simulate_schedule, streaming_sends
 from islands_kit.sync.diloco import streaming_schedule
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)

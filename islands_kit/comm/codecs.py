@@ -1,5 +1,8 @@
 """Wire codecs: pure encode/decode of a float tensor to the exact bytes that cross the link, with error feedback.
 
+(Over 400 lines on purpose: the wire-format specification below and the code that implements it are meant to be read
+side by side; a quarter of the file is that specification.)
+
 Quantisation happens here, at the transport boundary (as torchft's ``allreduce_quantized`` does under its collective):
 a sync strategy hands a tensor to :meth:`Codec.encode`, the transport carries ``Payload.data`` (a 1-D ``uint8`` tensor
 whose length *is* the byte count the ledger charges) and the receiver calls :meth:`Codec.decode`.
@@ -43,6 +46,15 @@ Block codecs (all but fp32/bf16) lay out ``[nb float32 scales][packed codes]``: 
 * **Packing**: sub-byte codes are packed across the whole flattened tensor (not per block): element ``i`` goes into
   byte ``i // per_byte`` at bit offset ``bits * (i % per_byte)`` (first element in the low bits); pad bits are 0.
 
+The codec names, wire ids and grids come from the one registry, ``islands_kit.codec_registry.CODEC_SPECS``.
+
+**Fast path.** The torch code below *is* the definition. For the block codecs, when the kernel backend selects Triton
+(``model.kernels`` / ``$ISLANDS_KIT_KERNELS`` / auto: a CUDA GPU, or ``TRITON_INTERPRET=1``) and the tensors are on a
+device it can use, encode, decode and the error-feedback step run as one fused kernel
+(``islands_kit.kernels.codec_quantize_ef``) that gives the same bytes, values and residuals bit for bit (tested).
+Blocks must start on a byte boundary for it (``block_size`` a multiple of ``8 // bits``); other sizes take the torch
+path. The uniforms for stochastic rounding are always drawn here, with torch, so both paths use the same numbers.
+
 Level choices: int8/int4 drop the most negative two's-complement code (-128 / -8) so the grid is symmetric and the
 block absmax maps to +-qmax; int2 uses the four *mid-rise* levels {-1.5, -0.5, 0.5, 1.5}·scale rather than the ternary
 {-1, 0, 1}: two bits buy four codes and a uniform 4-level grid has a step of 2/3·absmax instead of absmax (lower SR
@@ -69,7 +81,9 @@ from typing import Any, Hashable
 
 import torch
 
-from islands_kit.config import CODECS, ConfigError
+from islands_kit import kernels
+from islands_kit.codec_registry import CODEC_SPECS, CODECS, CodecSpec
+from islands_kit.config import ConfigError
 
 
 class NonFiniteError(ValueError):
@@ -174,14 +188,12 @@ def _unpack(data: torch.Tensor, bits: int, n: int) -> torch.Tensor:
 
 
 class Codec:
-    """Encode a float tensor to a :class:`Payload` and back. Subclasses set ``name`` and the value layout."""
+    """Encode a float tensor to a :class:`Payload` and back; ``spec`` (a registry row) names the codec and its grid."""
 
-    name: str = ""
-
-    def __init__(self, block_size: int = 128) -> None:
+    def __init__(self, spec: CodecSpec, block_size: int = 128) -> None:
         if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
             raise ConfigError(f"sync.codec_block_size: must be an integer >= 1 (got {block_size!r})")
-        self.block_size = block_size
+        self.spec, self.name, self.block_size = spec, spec.name, block_size
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, block_size={self.block_size})"
@@ -197,9 +209,25 @@ class Codec:
             raise ValueError(f"{self.name}.encode: x must be a floating tensor, got {x.dtype}")
         xf = x.detach().reshape(-1).to(torch.float32).contiguous()  # (n,)
         u = self._noise(xf, stochastic, generator, noise)
-        data = self._encode(xf, u)
-        assert data.numel() == self.nbytes(xf.numel()), "codec byte formula and layout disagree"
-        return Payload(self.name, xf.numel(), self.block_size, data)
+        return self._payload(xf.numel(), self._encode(xf, u))
+
+    def encode_ef(self, x: torch.Tensor, residual: torch.Tensor | None, *, stochastic: bool = False,
+                  generator: torch.Generator | None = None,
+                  noise: torch.Tensor | None = None) -> tuple[Payload, torch.Tensor, torch.Tensor]:
+        """One error-feedback step: encode ``x_eff = x + residual`` (residual None = zero; flat float32).
+
+        Returns (payload, decoded (n,) float32 = what the receiver reconstructs, new residual (n,) = x_eff - decoded).
+        The same as ``encode`` then ``decode``; block codecs may run it as one fused kernel (bit-identical)."""
+        x_eff = x.detach().reshape(-1).to(torch.float32)  # (n,)
+        if residual is not None:
+            x_eff = x_eff + residual.to(x_eff.device)
+        payload = self.encode(x_eff, stochastic=stochastic, generator=generator, noise=noise)
+        decoded = self.decode(payload)
+        return payload, decoded, x_eff - decoded
+
+    def _payload(self, n: int, data: torch.Tensor) -> Payload:
+        assert data.numel() == self.nbytes(n), "codec byte formula and layout disagree"
+        return Payload(self.name, n, self.block_size, data)
 
     def decode(self, p: Payload) -> torch.Tensor:
         """Decode to a 1-D float32 tensor of ``p.numel`` values (deterministic)."""
@@ -212,7 +240,7 @@ class Codec:
 
     def _noise(self, xf: torch.Tensor, stochastic: bool, generator: torch.Generator | None,
                noise: torch.Tensor | None) -> torch.Tensor | None:
-        if not stochastic or self.name == "fp32":
+        if not stochastic or self.spec.kind == "fp32":
             return None
         if noise is not None:
             if generator is not None:
@@ -233,8 +261,6 @@ class Codec:
 class Fp32Codec(Codec):
     """Raw float32: ``nbytes = 4 n``. Lossless (NaN/inf pass through); ``stochastic`` is ignored."""
 
-    name = "fp32"
-
     def nbytes(self, numel: int) -> int:
         return 4 * numel
 
@@ -248,8 +274,6 @@ class Fp32Codec(Codec):
 class Bf16Codec(Codec):
     """bfloat16: ``nbytes = 2 n``. Round-to-nearest equals torch's cast; stochastic rounding adds the uniform to the
     16 dropped bits of the float32 pattern: round the magnitude up iff ``floor(u * 2^16) < low16``."""
-
-    name = "bf16"
 
     def nbytes(self, numel: int) -> int:
         return 2 * numel
@@ -277,14 +301,38 @@ class BlockCodec(Codec):
     ``nbytes = 4 * ceil(n / B) + ceil(n * bits / 8)`` — float32 scales plus tightly packed ``bits``-bit codes.
     """
 
-    def __init__(self, name: str, bits: int, qmax: float, block_size: int) -> None:
-        super().__init__(block_size)
-        self.name, self.bits, self.qmax = name, bits, qmax
+    def __init__(self, spec: CodecSpec, block_size: int = 128) -> None:
+        super().__init__(spec, block_size)
+        self.bits, self.qmax = spec.bits, spec.qmax
+        self._grid: dict[str, Any] = dict(bits=spec.bits, qmax=spec.qmax, minifloat=spec.kind == "minifloat", emin=spec.emin,
+                          mbits=spec.mbits, block_size=block_size)  # what the fused kernel needs to know
 
     def nbytes(self, numel: int) -> int:
         return 4 * (-(-numel // self.block_size)) + (-(-numel * self.bits // 8))
 
+    def _fused(self, *tensors: torch.Tensor) -> bool:
+        """Whether this call runs the Triton fast path (backend choice, device, byte-aligned blocks)."""
+        return self.block_size % (8 // self.bits) == 0 and kernels.use_triton(*tensors, op=f"codec {self.name}",
+                                                                              device_fallback=True)
+
+    def encode_ef(self, x: torch.Tensor, residual: torch.Tensor | None, *, stochastic: bool = False,
+                  generator: torch.Generator | None = None,
+                  noise: torch.Tensor | None = None) -> tuple[Payload, torch.Tensor, torch.Tensor]:
+        if not torch.is_floating_point(x):
+            raise ValueError(f"{self.name}.encode: x must be a floating tensor, got {x.dtype}")
+        xf = x.detach().reshape(-1)  # (n,)
+        r = None if residual is None else residual.to(xf.device)
+        if not self._fused(xf, *([] if r is None else [r])):
+            return super().encode_ef(x, residual, stochastic=stochastic, generator=generator, noise=noise)
+        u = self._noise(xf, stochastic, generator, noise)
+        scales, codes, decoded, res_new = kernels.codec_quantize_ef(xf, r, u, **self._grid)
+        if not bool(torch.isfinite(res_new).all()):  # NaN/inf in x_eff reach the residual (max() may drop a NaN)
+            raise NonFiniteError(f"{self.name}.encode: payload contains non-finite values")
+        return self._payload(xf.numel(), torch.cat([scales.view(torch.uint8), codes])), decoded, res_new
+
     def _encode(self, xf: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+        if self._fused(xf):
+            return self.encode_ef(xf, None, stochastic=u is not None, noise=u)[0].data
         n, B = xf.numel(), self.block_size
         nb = -(-n // B)
         xb = torch.zeros(nb * B, dtype=torch.float32, device=xf.device)  # zero padding leaves absmax unchanged
@@ -303,6 +351,8 @@ class BlockCodec(Codec):
         B = self.block_size
         nb = -(-n // B)
         scale = data[: 4 * nb].view(torch.float32)  # (nb,)
+        if self._fused(data):
+            return kernels.codec_dequantize(scale, data[4 * nb:], n, **self._grid)
         q = self._levels(_unpack(data[4 * nb:], self.bits, n))  # (n,) float32 grid values
         qb = torch.zeros(nb * B, dtype=torch.float32, device=data.device)
         qb[:n] = q
@@ -353,29 +403,20 @@ class Fp4E2M1Codec(BlockCodec):
         return lut[codes.long()]
 
 
-def _make(name: str, block_size: int) -> Codec:
-    if name == "fp32":
-        return Fp32Codec(block_size)
-    if name == "bf16":
-        return Bf16Codec(block_size)
-    if name == "int8":
-        return UniformCodec("int8", 8, 127.0, block_size)
-    if name == "fp8_e4m3":
-        return Fp8E4M3Codec("fp8_e4m3", 8, 448.0, block_size)
-    if name == "int4":
-        return UniformCodec("int4", 4, 7.0, block_size)
-    if name == "fp4_e2m1":
-        return Fp4E2M1Codec("fp4_e2m1", 4, 6.0, block_size)
-    if name == "int2":
-        return UniformCodec("int2", 2, 1.5, block_size)
-    raise ConfigError(f"sync.codec: unknown codec {name!r} (valid: {'|'.join(CODECS)})")
+def _codec_class(spec: CodecSpec) -> type[Codec]:
+    """The class implementing a registry row: by its value format (the two minifloats differ only in their codes)."""
+    if spec.kind == "minifloat":
+        return Fp8E4M3Codec if spec.bits == 8 else Fp4E2M1Codec
+    return {"fp32": Fp32Codec, "bf16": Bf16Codec, "uniform": UniformCodec}[spec.kind]
 
 
 def get_codec(name: str, block_size: int = 128) -> Codec:
-    """The codec named ``name`` (one of ``config.CODECS``); unknown names raise a ValueError naming ``sync.codec``."""
-    if name not in CODECS:
+    """The codec named ``name`` (one of ``codec_registry.CODECS``); unknown names raise a ConfigError naming
+    ``sync.codec``."""
+    if name not in CODEC_SPECS:
         raise ConfigError(f"sync.codec: unknown codec {name!r} (valid: {'|'.join(CODECS)})")
-    return _make(name, block_size)
+    spec = CODEC_SPECS[name]
+    return _codec_class(spec)(spec, block_size)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -408,16 +449,12 @@ class ErrorFeedback:
     def compress(self, key: Hashable, x: torch.Tensor, codec: Codec, *, stochastic: bool,
                  generator: torch.Generator | None = None, noise: torch.Tensor | None = None) -> tuple[Payload, torch.Tensor]:
         """Encode ``x`` plus the key's residual; return (payload, decoded values shaped like ``x``, float32)."""
-        x_eff = x.detach().reshape(-1).to(torch.float32)  # (n,)
         r = self._residual.get(key) if self.enabled else None
-        if r is not None:
-            if r.numel() != x_eff.numel():
-                raise ValueError(f"ErrorFeedback.compress: key {key!r} had numel {r.numel()}, now {x_eff.numel()}")
-            x_eff = x_eff + r.to(x_eff.device)
-        payload = codec.encode(x_eff, stochastic=stochastic, generator=generator, noise=noise)
-        decoded = codec.decode(payload)
+        if r is not None and r.numel() != x.numel():
+            raise ValueError(f"ErrorFeedback.compress: key {key!r} had numel {r.numel()}, now {x.numel()}")
+        payload, decoded, residual = codec.encode_ef(x, r, stochastic=stochastic, generator=generator, noise=noise)
         if self.enabled:
-            self._residual[key] = x_eff - decoded
+            self._residual[key] = residual
         return payload, decoded.view(x.shape)
 
     def state_dict(self) -> dict[str, Any]:
@@ -441,13 +478,13 @@ _MAGIC = b"IKCP"
 _VERSION = 1
 _HEADER = struct.Struct("<4sBBHQII")  # magic, version, codec id, reserved (0), numel, block_size, crc32(data)
 HEADER_BYTES = _HEADER.size  # 24
-_CODEC_IDS = {"fp32": 0, "bf16": 1, "int8": 2, "fp8_e4m3": 3, "int4": 4, "fp4_e2m1": 5, "int2": 6}  # frozen: on disk
+_NAME_OF_ID = {s.wire_id: s.name for s in CODEC_SPECS.values()}
 
 
 def encode_bytes(p: Payload) -> bytes:
     """``HEADER_BYTES`` header (magic, version, codec id, numel, block size, CRC-32 of the data) + ``p.data``."""
     body = p.data.detach().cpu().contiguous().numpy().tobytes()
-    return _HEADER.pack(_MAGIC, _VERSION, _CODEC_IDS[p.codec], 0, p.numel, p.block_size, zlib.crc32(body)) + body
+    return _HEADER.pack(_MAGIC, _VERSION, CODEC_SPECS[p.codec].wire_id, 0, p.numel, p.block_size, zlib.crc32(body)) + body
 
 
 def decode_bytes(b: bytes | bytearray | memoryview) -> Payload:
@@ -460,12 +497,11 @@ def decode_bytes(b: bytes | bytearray | memoryview) -> Payload:
         raise ValueError(f"decode_bytes: bad magic {magic!r} (expected {_MAGIC!r}): not an islands_kit payload")
     if version != _VERSION or reserved != 0:
         raise ValueError(f"decode_bytes: unsupported header version {version} / reserved field {reserved}")
-    names = {v: k for k, v in _CODEC_IDS.items()}
-    if cid not in names:
-        raise ValueError(f"decode_bytes: unknown codec id {cid} (valid: {sorted(names)})")
+    if cid not in _NAME_OF_ID:
+        raise ValueError(f"decode_bytes: unknown codec id {cid} (valid: {sorted(_NAME_OF_ID)})")
     if block_size < 1:
         raise ValueError(f"decode_bytes: garbled header: block_size {block_size} must be >= 1")
-    name = names[cid]
+    name = _NAME_OF_ID[cid]
     expected = get_codec(name, block_size).nbytes(numel)
     if len(b) - HEADER_BYTES != expected:
         raise ValueError(f"decode_bytes: {'truncated' if len(b) - HEADER_BYTES < expected else 'oversized'} payload: "

@@ -1,5 +1,8 @@
 """Wide-area link model: how long a payload takes to cross a slow, jittery, lossy link between two islands.
 
+(Over 400 lines on purpose: one model whose specification, below, is a fifth of the file; its parts — wire calendar,
+slow start, chunked resends, FEC — share state per direction and read best together.)
+
 Model (one ``LinkModel`` per link; all times in seconds on the simulated clock)
 -------------------------------------------------------------------------------
 * Directions. The link is full duplex: each directed pair (src, dst) has its own *wire* with its own bandwidth, busy
@@ -458,8 +461,8 @@ class LinkModel:
 
         queue: list[tuple[float, int, int]] = []  # (when the request reaches the sender, seq, symbol)
         seq = 0
-        for c in np.flatnonzero(need):
-            heapq.heappush(queue, (float(noticed[c]) + half, seq, int(c)))
+        for c0 in np.flatnonzero(need):
+            heapq.heappush(queue, (float(noticed[c0]) + half, seq, int(c0)))
             seq += 1
         n_lost, n_corrupt = int(lost.sum()), int(corrupt.sum())
         copies = np.ones(N, dtype=np.int64)

@@ -107,11 +107,13 @@ def _device_ok(device: torch.device) -> bool:
     return device.type == "cpu" if interpreting() else device.type == "cuda"
 
 
-def use_triton(*tensors: torch.Tensor, op: str) -> bool:
+def use_triton(*tensors: torch.Tensor, op: str, device_fallback: bool = False) -> bool:
     """Decide for one call of ``op`` on ``tensors``: True = run the Triton kernel, False = the torch path.
 
     ``auto`` picks Triton only when it is available and every tensor is on a device it can use; ``triton`` raises
-    ``KernelBackendError`` naming ``op`` and the reason when it cannot run.
+    ``KernelBackendError`` naming ``op`` and the reason when it cannot run. ``device_fallback=True`` is for ops whose
+    data device the caller does not choose (wire payloads: a CPU copy received over gloo in a GPU run): tensors on a
+    device Triton cannot use then take the torch path even when ``triton`` is forced (the two paths are bit-identical).
     """
     name = requested_backend()
     if name == "torch":
@@ -119,6 +121,8 @@ def use_triton(*tensors: torch.Tensor, op: str) -> bool:
     why = _why_unavailable()
     if why is None:
         bad = [t.device for t in tensors if not _device_ok(t.device)]
+        if bad and device_fallback:
+            return False
         if bad:
             need = "CPU tensors (TRITON_INTERPRET=1)" if interpreting() else "CUDA tensors"
             why = f"the Triton path needs {need}, got a tensor on {bad[0]}"

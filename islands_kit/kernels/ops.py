@@ -2,7 +2,8 @@
 
 - ``grouped_mm``: the MoE expert matmul over expert-sorted tokens, optionally with MXFP8 emulation.
 - ``mx_qdq``: MXFP8 quantise-dequantise with a straight-through gradient.
-- ``quantize_ef`` / ``dequantize``: the wire codecs' fused quantise + stochastic rounding + error-feedback step.
+- ``codec_quantize_ef`` / ``codec_dequantize``: the Triton fast path of the wire codecs' quantise + rounding + error
+  feedback (Triton only: the codecs' definition and torch path live in ``islands_kit.comm.codecs``, which calls these).
 
 The Triton modules are imported lazily, on the first call that uses them, so that this package imports (and the torch
 path works) without Triton, and so that ``TRITON_INTERPRET`` is read when the kernels are first needed.
@@ -73,68 +74,24 @@ def grouped_mm(x_sorted: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tenso
     return reference.grouped_mm_reference(x_sorted, w, group_sizes)
 
 
-def quantize_ef(
-    x: torch.Tensor,
-    residual: torch.Tensor | None = None,
-    *,
-    codec: str,
-    block_size: int = 128,
-    stochastic: bool = True,
-    noise: torch.Tensor | None = None,
-    seed: int | None = None,
-) -> reference.Quantized:
-    """Fused wire-codec step: quantise x_eff = x + residual in blocks, with stochastic rounding and error feedback.
+def codec_quantize_ef(
+    x: torch.Tensor, residual: torch.Tensor | None, noise: torch.Tensor | None,
+    *, bits: int, qmax: float, minifloat: bool, emin: int, mbits: int, block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused Triton wire-codec step (quantise x + residual per block, round, error feedback) — only the fast path:
+    the definition and the torch path are ``islands_kit.comm.codecs``, which decides (``use_triton``) to call this.
 
-    The arithmetic is that of ``islands_kit.comm.codecs`` (block codecs int8, fp8_e4m3, int4, fp4_e2m1, int2): scale =
-    absmax / qmax per block of ``block_size`` (float32), v = clamp(x_eff / scale), rounded onto the codec grid, decoded =
-    level * scale, new residual = x_eff - decoded (error feedback: Seide et al. 2014; Karimireddy et al. 2019).
-
-    x: any shape, floating (flattened row-major); residual: None (zero) or numel(x) float32 values.
-    Rounding: ``stochastic=False`` -> nearest-even. Otherwise uniforms in [0, 1) from ``noise`` (numel(x) values;
-    bit-identical on both backends and to ``comm.codecs`` given the same noise), else generated from ``seed`` (torch
-    path: a ``torch.Generator`` seeded with it; Triton path: ``tl.rand(seed, index)`` in-kernel — both unbiased but
-    *different* streams), else from a seed drawn from torch's global RNG.
-    Returns ``reference.Quantized`` (scales, packed codes, decoded, residual; ``.wire()`` gives the payload bytes).
+    x: (n,) floating; residual: None or (n,) float32; noise: None (nearest-even) or (n,) uniforms in [0, 1).
+    Grid: ``bits`` per code, top level ``qmax``, ``minifloat`` (OCP float grid, ``emin``/``mbits``) or uniform.
+    Returns (scales (nb,) float32, packed codes uint8, decoded (n,) float32, new residual (n,) float32).
     """
-    spec = reference.codec_spec(codec)
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"quantize_ef: block_size must be an integer >= 1, got {block_size!r}")
-    if not x.dtype.is_floating_point:
-        raise ValueError(f"quantize_ef: x must be a floating-point tensor, got {x.dtype}")
-    n = x.numel()
-    if residual is not None and residual.numel() != n:
-        raise ValueError(f"quantize_ef: residual must have numel {n} like x, got {residual.numel()}")
-    if noise is not None and noise.numel() != n:
-        raise ValueError(f"quantize_ef: noise must have numel {n} like x, got {noise.numel()}")
-    if not stochastic:
-        noise, seed = None, None
-    elif noise is None and seed is None:
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    if use_triton(*(t for t in (x, residual, noise) if t is not None), op="quantize_ef"):
-        out = triton_module("triton_codec").quantize_ef_triton(x, residual, noise, seed, codec=codec, spec=spec,
-                                                              block_size=block_size)
-    else:
-        if noise is None and seed is not None:
-            gen = torch.Generator(device=x.device).manual_seed(seed)
-            noise = torch.rand(n, generator=gen, device=x.device, dtype=torch.float32)
-        out = reference.quantize_ef_reference(x, residual, noise, codec=codec, block_size=block_size)
-    if not bool(torch.isfinite(out.scales).all()):  # as comm.codecs: a NaN/inf would poison its block's scale
-        from islands_kit.comm.codecs import NonFiniteError
-
-        raise NonFiniteError(f"quantize_ef({codec}): payload contains non-finite values")
-    return out
+    return triton_module("triton_codec").quantize_ef_triton(
+        x, residual, noise, bits=bits, qmax=qmax, minifloat=minifloat, emin=emin, mbits=mbits, block_size=block_size)
 
 
-def dequantize(scales: torch.Tensor, codes: torch.Tensor, numel: int, *, codec: str, block_size: int = 128) -> torch.Tensor:
-    """Decode ``quantize_ef``'s packed codes and per-block scales back to (numel,) float32 values (level * scale)."""
-    spec = reference.codec_spec(codec)
-    if not isinstance(block_size, int) or block_size < 1 or numel < 0:
-        raise ValueError(f"dequantize: block_size must be an integer >= 1 and numel >= 0, got {block_size!r}, {numel}")
-    nb = -(-numel // block_size)
-    if scales.numel() != nb or scales.dtype != torch.float32:
-        raise ValueError(f"dequantize: scales must be {nb} float32 values for numel={numel}, got {scales.numel()} {scales.dtype}")
-    if codes.dtype != torch.uint8 or codes.numel() != -(-numel * spec.bits // 8):
-        raise ValueError(f"dequantize: codes must be {-(-numel * spec.bits // 8)} uint8 bytes for {codec}, got {codes.numel()} {codes.dtype}")
-    if use_triton(scales, codes, op="dequantize"):
-        return triton_module("triton_codec").dequantize_triton(scales, codes, numel, spec=spec, block_size=block_size)
-    return reference.dequantize_reference(scales, codes, numel, codec=codec, block_size=block_size)
+def codec_dequantize(scales: torch.Tensor, codes: torch.Tensor, numel: int, *, bits: int, qmax: float,
+                     minifloat: bool, emin: int, mbits: int, block_size: int) -> torch.Tensor:
+    """The fused Triton decode of ``codec_quantize_ef``'s scales and packed codes to (numel,) float32 (fast path only)."""
+    return triton_module("triton_codec").dequantize_triton(
+        scales, codes, numel, bits=bits, qmax=qmax, minifloat=minifloat, emin=emin, mbits=mbits,
+        block_size=block_size)

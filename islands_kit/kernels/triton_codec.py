@@ -1,20 +1,25 @@
-"""Triton kernels: fused wire-codec quantise + stochastic rounding + error feedback, and the matching dequantise.
+"""Triton kernels: the fused fast path of the wire codecs' per-block quantise + rounding + error feedback, and the
+matching dequantise.
+
+The definition of the codecs is the torch code in ``islands_kit.comm.codecs``; these kernels are an optional fast path
+*behind* it (the codec calls them when the kernel backend selects Triton) and must equal it bit for bit. This module
+takes tensors and a codec's grid numbers and returns tensors; it knows nothing of codecs, payloads or the wire.
 
 One pass over memory: each program reads R codec blocks of x, the old residual and (optionally) the noise, computes
 the blocks' absmax scales, rounds onto the codec grid, and writes the scales, the *packed* codes, the decoded values and
-the new residual ``x + residual_old - decoded``. Arithmetic is step for step that of ``reference.quantize_ef_reference``
-(hence of ``comm.codecs``), so with the same uniforms the outputs are bit-identical:
+the new residual ``x + residual_old - decoded``. Arithmetic is step for step that of the torch codec, so with the same
+uniforms the outputs are bit-identical:
 
 - IEEE divisions use ``tl.math.div_rn`` (Triton's plain ``/`` may be approximate on GPUs);
 - launches pass ``enable_fp_fusion=False`` so ``x_eff - level * scale`` is not contracted into an FMA;
-- minifloat spacing comes from exponent bits and is applied as an exact power of two, as in the reference.
+- minifloat spacing comes from exponent bits and is applied as an exact power of two, as in the torch codec.
 
 Tiles are 3-D ``(R blocks, C, PER)`` with ``C * PER`` = the block length padded to a power of two and ``PER`` codes per
-byte, so packing is a shift and a sum over the last axis. When ``block_size`` is not a multiple of ``PER`` a byte would
-straddle two blocks; then the kernel writes one code per byte and the host packs them (``reference.pack_codes``).
+byte, so packing is a shift and a sum over the last axis. Blocks must therefore start on a byte boundary
+(``block_size % PER == 0``); the codec takes its torch path for other block sizes.
 
-Noise: ``NOISE`` 0 = round to nearest even, 1 = read uniforms from memory (checkable bit for bit), 2 = draw them with
-``tl.rand(seed, element index)`` (Philox; a different stream from torch's, so only its statistics can be tested).
+Noise: ``NOISE`` 0 = round to nearest even, 1 = read the uniforms from memory (the codec draws them with torch, so
+both paths round with the very same numbers).
 """
 from __future__ import annotations
 
@@ -23,7 +28,6 @@ import triton
 import triton.language as tl
 
 from .dispatch import interpreting
-from .reference import CodecSpec, Quantized, pack_codes
 from .triton_mx import exponent_of, pow2, round_half_even
 
 INTERPRETED = interpreting()  # whether the kernels below are defined for Triton's CPU interpreter
@@ -34,7 +38,7 @@ _TILE_ELEMS = 2048  # elements per program (R blocks of the padded block length)
 @triton.jit
 def _quantize_ef_kernel(
     x_ptr, r_ptr, u_ptr, scale_ptr, code_ptr, dec_ptr, rout_ptr,
-    n, nb, seed,
+    n, nb,
     B: tl.constexpr, R: tl.constexpr, C: tl.constexpr, PER: tl.constexpr, BITS: tl.constexpr,
     FLOAT: tl.constexpr, QMAX: tl.constexpr, OFFSET: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
     HAS_RES: tl.constexpr, NOISE: tl.constexpr,
@@ -57,8 +61,6 @@ def _quantize_ef_kernel(
     v = tl.minimum(tl.maximum(v, -QMAX), QMAX)
     if NOISE == 1:
         u = tl.load(u_ptr + idx, mask=m, other=0.0)
-    elif NOISE == 2:
-        u = tl.rand(seed, idx)
     else:
         u = tl.zeros_like(x)  # unused: round to nearest
     if FLOAT:
@@ -127,59 +129,58 @@ def _dequantize_kernel(
     tl.store(dec_ptr + idx, level * scale[:, None, None], mask=m)
 
 
-def _layout(spec: CodecSpec, block_size: int) -> tuple[int, int, int]:
-    """(R, C, PER): blocks per program, columns, codes per byte in the kernel (PER = 1 when blocks straddle bytes)."""
-    per = spec.per_byte if block_size % spec.per_byte == 0 else 1
+def _layout(bits: int, block_size: int) -> tuple[int, int, int]:
+    """(R, C, PER): blocks per program, columns, codes per byte."""
+    per = 8 // bits
+    if block_size % per:
+        raise ValueError(f"triton codec: block_size {block_size} must be a multiple of {per} ({bits}-bit codes, "
+                         "blocks start on a byte boundary)")
     bp2 = max(triton.next_power_of_2(block_size), per)
     r = max(1, _TILE_ELEMS // bp2)
     return r, bp2 // per, per
 
 
-def _consts(spec: CodecSpec) -> dict:
-    return dict(FLOAT=spec.kind == "float", QMAX=spec.qmax, EMIN=spec.emin, MBITS=spec.mbits, BITS=spec.bits)
-
-
 def quantize_ef_triton(
-    x: torch.Tensor, residual: torch.Tensor | None, noise: torch.Tensor | None, seed: int | None,
-    *, codec: str, spec: CodecSpec, block_size: int,
-) -> Quantized:
-    """Triton twin of ``reference.quantize_ef_reference``; ``seed`` (with noise None) draws the uniforms in-kernel."""
+    x: torch.Tensor, residual: torch.Tensor | None, noise: torch.Tensor | None,
+    *, bits: int, qmax: float, minifloat: bool, emin: int, mbits: int, block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Quantise x_eff = x + residual (flattened; residual None = zero) in blocks of ``block_size``.
+
+    ``noise``: None = round to nearest even, else n uniforms in [0, 1) (stochastic rounding: up iff u < frac).
+    Returns (scales (nb,) float32, packed codes (ceil(n * bits / 8),) uint8, decoded (n,) float32,
+    new residual (n,) float32 = x_eff - decoded).
+    """
     xf = x.detach().reshape(-1).contiguous()  # (n,) any float dtype; converted to fp32 on load
     n = xf.numel()
     nb = -(-n // block_size)
     dev = xf.device
-    r, c, per = _layout(spec, block_size)
+    r, c, per = _layout(bits, block_size)
     scales = torch.empty(nb, dtype=torch.float32, device=dev)
-    n_bytes = -(-n // per) if per > 1 else n
-    codes = torch.empty(n_bytes, dtype=torch.uint8, device=dev)
+    codes = torch.empty(-(-n // per), dtype=torch.uint8, device=dev)
     decoded = torch.empty(n, dtype=torch.float32, device=dev)
     res_new = torch.empty(n, dtype=torch.float32, device=dev)
     res = residual.reshape(-1).to(torch.float32).contiguous() if residual is not None else decoded  # dummy pointer
     u = noise.reshape(-1).to(torch.float32).contiguous() if noise is not None else decoded  # dummy pointer
-    mode = 1 if noise is not None else (2 if seed is not None else 0)
     if n > 0:
         _quantize_ef_kernel[(triton.cdiv(nb, r),)](
-            xf, res, u, scales, codes, decoded, res_new, n, nb, int(seed or 0),
-            B=block_size, R=r, C=c, PER=per, OFFSET=spec.offset, HAS_RES=residual is not None, NOISE=mode,
-            enable_fp_fusion=False, **_consts(spec),
+            xf, res, u, scales, codes, decoded, res_new, n, nb,
+            B=block_size, R=r, C=c, PER=per, OFFSET=qmax - int(qmax), HAS_RES=residual is not None,
+            NOISE=int(noise is not None), enable_fp_fusion=False,
+            FLOAT=minifloat, QMAX=qmax, EMIN=emin, MBITS=mbits, BITS=bits,
         )
-    if per != spec.per_byte:  # blocks straddle bytes: the kernel wrote one code per byte
-        codes = pack_codes(codes, spec.bits)
-    return Quantized(codec, n, block_size, scales, codes, decoded, res_new)
+    return scales, codes, decoded, res_new
 
 
-def dequantize_triton(scales: torch.Tensor, codes: torch.Tensor, numel: int, *, spec: CodecSpec, block_size: int) -> torch.Tensor:
-    """Triton twin of ``reference.dequantize_reference``."""
+def dequantize_triton(scales: torch.Tensor, codes: torch.Tensor, numel: int, *, bits: int, qmax: float,
+                      minifloat: bool, emin: int, mbits: int, block_size: int) -> torch.Tensor:
+    """Decode packed codes (ceil(numel * bits / 8),) and per-block scales (nb,) to (numel,) float32: level * scale."""
     nb = -(-numel // block_size)
-    r, c, per = _layout(spec, block_size)
-    if per != spec.per_byte:  # one code per byte in the kernel's layout
-        from .reference import unpack_codes
-
-        codes = unpack_codes(codes, spec.bits, numel)
+    r, c, per = _layout(bits, block_size)
     out = torch.empty(numel, dtype=torch.float32, device=codes.device)
     if numel > 0:
         _dequantize_kernel[(triton.cdiv(nb, r),)](
             scales.contiguous(), codes.contiguous(), out, numel, nb,
-            B=block_size, R=r, C=c, PER=per, enable_fp_fusion=False, **_consts(spec),
+            B=block_size, R=r, C=c, PER=per, enable_fp_fusion=False,
+            FLOAT=minifloat, QMAX=qmax, EMIN=emin, MBITS=mbits, BITS=bits,
         )
     return out

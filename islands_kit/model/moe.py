@@ -224,6 +224,8 @@ class MoE(nn.Module):
     routing statistics of this layer (see :class:`RoutingStats`).
     """
 
+    expert_bias: Tensor  # (E,) buffer, registered in __init__
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d, f, E = cfg.d_model, cfg.d_expert, cfg.n_experts

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -92,6 +93,9 @@ class Block(nn.Module):
 class ByteTransformer(nn.Module):
     """The byte-level MoE language model; see the module docstring for architecture, names and init."""
 
+    rope_cos: Tensor  # (seq_len, head_dim / 2) buffers, registered in __init__
+    rope_sin: Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -111,7 +115,7 @@ class ByteTransformer(nn.Module):
         out_std = std / math.sqrt(2 * self.cfg.n_layers)
         nn.init.normal_(self.tok_emb.weight, 0.0, std)
         nn.init.normal_(self.lm_head.weight, 0.0, std)
-        for blk in self.blocks:
+        for blk in self._blocks():
             nn.init.normal_(blk.attn.wqkv.weight, 0.0, std)
             nn.init.normal_(blk.attn.wo.weight, 0.0, out_std)
             init_moe_(blk.moe, std, out_std)
@@ -141,29 +145,36 @@ class ByteTransformer(nn.Module):
             loss = F.cross_entropy(logits.reshape(B * T, -1).float(), targets.reshape(B * T))
         return ModelOutput(logits=logits, loss=loss, aux_loss=aux)
 
+    def _blocks(self) -> list[Block]:
+        """The transformer blocks, typed (iterating the ModuleList gives plain Modules)."""
+        return [cast(Block, blk) for blk in self.blocks]
+
     # -- routing -----------------------------------------------------------------------------------------------
 
     def routing_stats(self) -> RoutingStats:
         """Routing statistics of the last forward (per layer); raises if no forward has run yet."""
-        moes = [blk.moe for blk in self.blocks]
-        if any(m.last_loads is None for m in moes):
+        moes = [blk.moe for blk in self._blocks()]
+        loads = [m.last_loads for m in moes]
+        balance = [m.last_balance for m in moes]
+        max_over_mean = [m.last_max_over_mean for m in moes]
+        if any(t is None for t in loads + balance + max_over_mean):
             raise RuntimeError("routing_stats: no forward pass has run yet")
         return RoutingStats(
-            loads=torch.stack([m.last_loads for m in moes]),  # type: ignore[misc]
-            balance_loss=torch.stack([m.last_balance for m in moes]),  # type: ignore[misc]
-            max_over_mean=torch.stack([m.last_max_over_mean for m in moes]),  # type: ignore[misc]
+            loads=torch.stack(loads),  # type: ignore[arg-type]  # None excluded above
+            balance_loss=torch.stack(balance),  # type: ignore[arg-type]
+            max_over_mean=torch.stack(max_over_mean),  # type: ignore[arg-type]
         )
 
     def routing_topk(self) -> list[Tensor]:
         """Per layer, the (N, k) experts each token of the last forward was routed to."""
-        topk = [blk.moe.last_topk for blk in self.blocks]
+        topk = [blk.moe.last_topk for blk in self._blocks()]
         if any(t is None for t in topk):
             raise RuntimeError("routing_topk: no forward pass has run yet")
         return topk  # type: ignore[return-value]
 
     def expert_bias(self) -> Tensor:
         """The balancing biases (n_layers, E) (a copy)."""
-        return torch.stack([blk.moe.expert_bias for blk in self.blocks]).clone()
+        return torch.stack([blk.moe.expert_bias for blk in self._blocks()]).clone()
 
     @torch.no_grad()
     def update_expert_bias(self, loads: Tensor) -> None:
@@ -177,7 +188,7 @@ class ByteTransformer(nn.Module):
             raise ValueError(f"loads: must have shape (n_layers, n_experts) = {shape} (got {tuple(loads.shape)})")
         if not self.cfg.bias_balancing:
             return
-        for blk, loads_E in zip(self.blocks, loads):
+        for blk, loads_E in zip(self._blocks(), loads):
             blk.moe.update_bias(loads_E)
 
     # -- parameter accounting and names ------------------------------------------------------------------------

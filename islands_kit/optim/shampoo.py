@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -146,7 +146,7 @@ class Shampoo(torch.optim.Optimizer):
         start_preconditioning_step: int | float = 10,
         exponent_override: float = 0.0,
         inv_root_dtype: torch.dtype = torch.float64,
-        process_group: Optional[dist.ProcessGroup] = None,
+        process_group: dist.ProcessGroup | None = None,
         decoupled_weight_decay: bool = True,
     ) -> None:
         defaults = dict(
@@ -157,7 +157,7 @@ class Shampoo(torch.optim.Optimizer):
             exponent_override=exponent_override, inv_root_dtype=inv_root_dtype,
             decoupled_weight_decay=decoupled_weight_decay,
         )
-        self._layouts: Optional[dict[Tensor, _Layout]] = None
+        self._layouts: dict[Tensor, _Layout] | None = None
         if process_group is None:
             self._rank, self._world = 0, 1
         else:
@@ -186,7 +186,8 @@ class Shampoo(torch.optim.Optimizer):
         s = g["start_preconditioning_step"]
         _require(s >= 0 and (s == math.inf or int(s) == s), "start_preconditioning_step", "must be an integer >= 0 or math.inf (off)", s)
         _require(g["exponent_override"] >= 0, "exponent_override", "must be >= 0 (0 = default root 2*order)", g["exponent_override"])
-        _require(g["inv_root_dtype"] in (torch.float32, torch.float64), "inv_root_dtype", "must be torch.float32 or torch.float64", g["inv_root_dtype"])
+        _require(g["inv_root_dtype"] in (torch.float32, torch.float64), "inv_root_dtype", "must be torch.float32 or torch.float64",
+                 g["inv_root_dtype"])
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         if self._layouts is not None and self._world > 1 and self.state:
@@ -224,7 +225,7 @@ class Shampoo(torch.optim.Optimizer):
             for i, (p, stack, m, n, nb_m, nb_n, bs_m, bs_n) in enumerate(plans)
         }
 
-    def _init_state(self, p: Tensor, g: dict[str, Any], lay: Optional[_Layout]) -> dict[str, Any]:
+    def _init_state(self, p: Tensor, g: dict[str, Any], lay: _Layout | None) -> dict[str, Any]:
         st = self.state[p]
         st["step"] = 0
         if g["betas"][0] > 0:
@@ -234,17 +235,17 @@ class Shampoo(torch.optim.Optimizer):
         if g["momentum"] > 0:
             st["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         if lay is not None:
-            ko, f32 = len(lay.owned), dict(dtype=torch.float32, device=p.device)
-            st["factor_L"] = torch.zeros(ko, lay.bs_m, lay.bs_m, **f32)
-            st["factor_R"] = torch.zeros(ko, lay.bs_n, lay.bs_n, **f32)
-            st["root_L"] = torch.eye(lay.bs_m, **f32).expand(ko, -1, -1).clone()  # identity until the first root
-            st["root_R"] = torch.eye(lay.bs_n, **f32).expand(ko, -1, -1).clone()
+            ko, dev = len(lay.owned), p.device
+            st["factor_L"] = torch.zeros(ko, lay.bs_m, lay.bs_m, dtype=torch.float32, device=dev)
+            st["factor_R"] = torch.zeros(ko, lay.bs_n, lay.bs_n, dtype=torch.float32, device=dev)
+            st["root_L"] = torch.eye(lay.bs_m, dtype=torch.float32, device=dev).expand(ko, -1, -1).clone()  # identity until the first root
+            st["root_R"] = torch.eye(lay.bs_n, dtype=torch.float32, device=dev).expand(ko, -1, -1).clone()
             st["root_step"] = 0  # step of the last root computation; 0 = never
         return st
 
     # ---------------------------------------------------------------- the step
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -258,7 +259,8 @@ class Shampoo(torch.optim.Optimizer):
             for p in g["params"]:
                 if p.grad is None:
                     continue  # idle: value, state and step counter untouched
-                _require(not p.grad.is_sparse and not p.is_complex(), "params", "sparse gradients and complex parameters are not supported", tuple(p.shape))
+                _require(not p.grad.is_sparse and not p.is_complex(), "params",
+                         "sparse gradients and complex parameters are not supported", tuple(p.shape))
                 lay = self._layouts.get(p)
                 st = self.state[p] if self.state.get(p) else self._init_state(p, g, lay)
                 st["step"] += 1
@@ -287,10 +289,11 @@ class Shampoo(torch.optim.Optimizer):
         self._update_factors_and_roots(work)
         shampoo_dirs = self._exchange(self._owned_directions(work))
 
-        for p, g, st, lay, grad, M, graft in work:
+        for p, g, st, lay, _grad, _M, graft in work:
             t = st["step"]
             direction = graft
             if p in shampoo_dirs:
+                assert lay is not None  # only blocked parameters have a Shampoo direction
                 P = shampoo_dirs[p]  # (k, bs_m, bs_n), raw Shampoo direction of every block
                 Gb = lay.block(graft.float())
                 gn, pn = Gb.norm(dim=(-2, -1)), P.norm(dim=(-2, -1))  # (k,)
@@ -316,7 +319,7 @@ class Shampoo(torch.optim.Optimizer):
     def _update_factors_and_roots(self, work: list) -> None:
         """Accumulate this rank's factors; recompute the due roots, batched by matrix size across all parameters."""
         due: dict[int, list[tuple[dict[str, Any], str, Tensor, dict[str, Any]]]] = {}  # n -> [(state, key, factor, group)]
-        for p, g, st, lay, grad, M, graft in work:
+        for _p, g, st, lay, grad, _M, _graft in work:
             if lay is None or len(lay.owned) == 0:
                 continue
             t, b2 = st["step"], g["shampoo_beta2"]
@@ -349,7 +352,7 @@ class Shampoo(torch.optim.Optimizer):
     def _owned_directions(self, work: list) -> dict[Tensor, Tensor]:
         """P = L^{-1/p} M R^{-1/p} for this rank's blocks of every parameter in its Shampoo phase."""
         out = {}
-        for p, g, st, lay, grad, M, graft in work:
+        for p, g, st, lay, _grad, M, _graft in work:
             if lay is None or st["step"] < g["start_preconditioning_step"]:
                 continue
             Mb = lay.block(M.float())  # (k, bs_m, bs_n)
@@ -368,6 +371,7 @@ class Shampoo(torch.optim.Optimizer):
         if self._world == 1 or not owned:
             return owned
         params = list(owned)  # same order on every rank (param_groups order)
+        assert self._layouts is not None  # built by step() before any exchange
         sizes = [[int((self._layouts[p].owners == r).sum()) * self._layouts[p].bs_m * self._layouts[p].bs_n for p in params]
                  for r in range(self._world)]
         length = max(sum(s) for s in sizes)

@@ -109,9 +109,7 @@ class PendingQueue:
         return [(x.apply_at, x.fragment, *x.handle.state(), x.sent_at) for x in self._items]
 
     def load_state_dict(self, rows: list[tuple], clock: SimClock) -> None:
-        # rows written before sent_at was recorded for every strategy have four fields (butterfly): sent_at 0
-        self._items = [Pending(int(a), int(p), Handle.from_state(res, arr, clock), int(rest[0]) if rest else 0)
-                       for a, p, res, arr, *rest in rows]
+        self._items = [Pending(int(a), int(p), Handle.from_state(res, arr, clock), int(s)) for a, p, res, arr, s in rows]
 
 
 class SyncStrategy(abc.ABC):

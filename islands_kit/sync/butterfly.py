@@ -109,7 +109,6 @@ class Butterfly(SyncStrategy):
         self.ef = ErrorFeedback(enabled=cfg.error_feedback)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 29) for i in self.ids}
         self.pending = PendingQueue()
-        self.n_exchanges = 0
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         self._apply_due(step)
@@ -131,7 +130,6 @@ class Butterfly(SyncStrategy):
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
         handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
         self.pending.push(step + self.cfg.delay, p, handle, sent_at=step)
-        self.n_exchanges += 1
 
     def _apply_due(self, step: int) -> None:
         for pend in self.pending.due(step):
@@ -153,7 +151,6 @@ class Butterfly(SyncStrategy):
             "ef": self.ef.state_dict(),
             "gens": {i: g.get_state() for i, g in self.gens.items()},
             "pending": self.pending.state_dict(),
-            "n_exchanges": self.n_exchanges,
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -162,4 +159,3 @@ class Butterfly(SyncStrategy):
         for i, s in d["gens"].items():
             self.gens[int(i)].set_state(s)
         self.pending.load_state_dict(d["pending"], self.transport.clock)
-        self.n_exchanges = d["n_exchanges"]

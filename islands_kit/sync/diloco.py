@@ -67,8 +67,7 @@ class DiLoCo(SyncStrategy):
         self.pending = PendingQueue()
         self.present: dict[int, bool] = {i: True for i in self.ids}
         self.names = fragments
-        self.n_syncs = 0
-        # Hooks for fault studies (islands_kit/faults.py): ``tamper(step, island, fragment, delta) -> delta`` lets an
+        # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
         # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
         # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
         self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
@@ -127,7 +126,6 @@ class DiLoCo(SyncStrategy):
         else:
             handle = self.transport.all_gather("fragments", payloads, weights)
         self.pending.push(step + self.cfg.tau if apply_at is None else apply_at, p, handle, sent_at=step)
-        self.n_syncs += 1
 
     def _apply_due(self, step: int) -> None:
         for pend in self.pending.due(step):
@@ -182,7 +180,6 @@ class DiLoCo(SyncStrategy):
             "tokens_since": {i: list(v) for i, v in self.tokens_since.items()},
             "pending": self.pending.state_dict(),
             "present": dict(self.present),
-            "n_syncs": self.n_syncs,
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -197,4 +194,3 @@ class DiLoCo(SyncStrategy):
         self.tokens_since = {int(i): list(v) for i, v in d["tokens_since"].items()}
         self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.present = {int(i): bool(v) for i, v in d["present"].items()}
-        self.n_syncs = d["n_syncs"]

@@ -1,23 +1,5 @@
-"""A compromised island and the defences of the aggregation (Streaming DiLoCo only).
-
-Threat model. One island (``faults.attack_island``) is compromised from inner step ``faults.attack_start`` on: it
-controls what it sends (its outer gradient Δ_i = θ_global − θ_i and the encoded bytes), not the other islands nor the
-link. Lost or corrupted chunks are the link model's business (``LinkConfig.loss_prob`` / ``corrupt_prob``: CRC-checked
-and resent, they cost time only). The attacks, seeded and deterministic (:class:`Adversary`):
-
-=============  ====================================================================================================
-``sign_flip``  sends −Δ (undoes its own progress; the Byzantine "reversed gradient")
-``scale``      sends ``attack_scale`` · Δ
-``noise``      sends Δ + N(0, σ²), σ = ``attack_noise_std`` · RMS(Δ) (the honest Δ of that fragment and sync)
-``nan``        writes NaN / +Inf / −Inf into the encoded payload: into 1 % of the values (fp32, bf16) or of the block
-               scales (block codecs: the codes have no NaN, a compromised encoder writes the scale), at least one
-``replay``     resends, bit for bit, its last honest payload of that fragment sent before ``attack_start`` (a stale
-               message; if the fragment had not synced before ``attack_start`` there is nothing to replay: honest)
-=============  ====================================================================================================
-
-sign_flip / scale / noise act on Δ before the codec (``DiLoCo.tamper``); nan / replay act on the encoded payload
-(``DiLoCo.tamper_payload``) because a quantising codec refuses non-finite input and re-encoding a stale Δ would not
-reproduce its bytes: a compromised island writes its wire bytes directly.
+"""The defences of the aggregation against a compromised island (Streaming DiLoCo only): checks, quarantine, and a
+robust rule (``faults/robust.py``) over the updates kept.
 
 Defences (:class:`Defense`, installed as ``DiLoCo.aggregator``; the transport then all-gathers the decoded updates
 instead of averaging them). Each sync of fragment p, for every island i present, in this order:
@@ -31,11 +13,9 @@ instead of averaging them). Each sync of fragment p, for every island i present,
    unit(island i's own last accepted update of p) (the first term alone until i has one). Both are trusted evidence
    and both are needed: later in training the islands' updates turn orthogonal, then anti-correlated (each replica
    keeps half of its drift from the global model at the merge α = 0.5, and two replicas drift from their mean in
-   opposite directions; demo two_site: cos 0.11 at step 100, −0.14 at 225, −0.28 at 275), while an island's
-   consecutive updates grow more correlated (0.2 at step 100, 0.65 at 275). Measured there: cos(Δ_i, r_i) of the
-   honest sites stayed within 0.18 … 0.43 up to step 275 and a sign flip from step 240 gave −0.38 and −0.34 at its
-   first two syncs; the other island's direction alone would have let the flip through (+0.17, +0.28) and would have
-   flagged the honest site (−0.28 < −0.2).
+   opposite directions), while an island's consecutive updates grow more correlated; with two sites the other
+   island's direction alone would let a sign flip through and flag the honest site (measured on demo two_site:
+   benchmarks/RESULTS.md, "A compromised island").
 
 Steps 3-4 judge island i against the islands not flagged so far (the *pool*), so one attacker cannot drag the
 reference:
@@ -67,14 +47,13 @@ reason, value, threshold, action}`` that ``run.py`` writes into result.json as `
 Limits: one attacker; statistics of the updates only (no probe of the loss). Noise whose norm stays under
 ``norm_ratio`` × the trusted norm (σ ≲ √(norm_ratio² − 1) · RMS ≈ 2.8 · RMS at the default 3) and whose direction
 stays above ``min_cosine`` goes through (its harm is bounded by that norm). A sign flip is caught while the honest
-update agrees with r_i by more than −min_cosine = 0.2 (measured above); a weaker agreement would need a loss probe on
-the observer's own data (Zeno, Xie et al. 2019). The butterfly strategy (pairwise exchanges, no aggregation step) has
-no hooks and is out of scope.
+update agrees with r_i by more than −min_cosine; a weaker agreement would need a loss probe on the observer's own
+data (Zeno, Xie et al. 2019). The butterfly strategy (pairwise exchanges, no aggregation step) has no hooks and is out
+of scope.
 """
 from __future__ import annotations
 
 import hashlib
-import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -82,175 +61,13 @@ from typing import Any
 
 import torch
 
-from islands_kit.comm.codecs import Payload
 from islands_kit.comm.transport import weighted_mean
-from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig
-from islands_kit.sync.diloco import DiLoCo, streaming_schedule
+from islands_kit.config import ConfigError, FaultConfig
+from islands_kit.faults.robust import default_trim, trimmed_mean, weighted_median
 
-DELTA_ATTACKS = ("sign_flip", "scale", "noise")  # on Δ before the codec (DiLoCo.tamper)
-WIRE_ATTACKS = ("nan", "replay")  # on the encoded payload (DiLoCo.tamper_payload)
-INJECT_FRACTION = 0.01  # share of values (or block scales) the nan attack overwrites
 REPLAY_COSINE = 0.9999  # cosine with the previous update of the same island above which it is a replay
-TRIM_FRACTION = 0.2  # trimmed mean: share of the islands removed at each end (at least one)
 QUARANTINE_WINDOWS = 3  # H-step windows an island flagged stays excluded
 DETECTORS = ("non_finite", "replay", "norm_vs_others", "norm_vs_history", "direction")
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The attacker
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def inject_non_finite(payload: Payload, fraction: float, generator: torch.Generator) -> Payload:
-    """A copy of ``payload`` with NaN, +Inf, −Inf (in turn) written over ``max(1, round(fraction · m))`` of its m
-    values (fp32, bf16) or block scales (block codecs: ``[nb float32 scales][codes]``, see comm/codecs.py)."""
-    data = payload.data.clone()  # fresh, so 4-byte aligned for the float views
-    if payload.codec == "fp32":
-        vals = data.view(torch.float32)  # (n,)
-    elif payload.codec == "bf16":
-        vals = data.view(torch.bfloat16)  # (n,)
-    else:
-        nb = math.ceil(payload.numel / payload.block_size)
-        vals = data[: 4 * nb].view(torch.float32)  # (nb,) block scales
-    m = vals.numel()
-    if m == 0:
-        return payload
-    k = max(1, round(fraction * m))
-    idx = torch.randperm(m, generator=generator)[:k]
-    specials = torch.tensor([math.nan, math.inf, -math.inf], dtype=torch.float32)
-    vals[idx] = specials[torch.arange(k) % 3].to(vals.dtype)
-    return Payload(payload.codec, payload.numel, payload.block_size, data)
-
-
-class Adversary:
-    """The compromised island ``cfg.attack_island``, active for syncs posted at step ≥ ``cfg.attack_start``.
-
-    ``tamper(step, island, fragment, delta)`` and ``tamper_payload(step, island, fragment, payload)`` return their
-    input untouched for every other island, before the start, and for the attacks that act at the other level.
-    Randomness (noise, which values to poison) comes from a generator seeded by (seed, step, fragment): the same
-    config gives the same corruption whatever else the run does."""
-
-    def __init__(self, cfg: FaultConfig, seed: int) -> None:
-        if cfg.attack == "none":
-            raise ConfigError("faults.attack: an Adversary needs an attack other than 'none' (got 'none')")
-        self.cfg = cfg
-        self.seed = seed
-        self.honest: dict[int, Payload] = {}  # fragment -> last payload sent before attack_start (replay)
-        self.n_tampered = 0
-
-    def active(self, step: int, island: int) -> bool:
-        return island == self.cfg.attack_island and step >= self.cfg.attack_start
-
-    def _generator(self, step: int, fragment: int) -> torch.Generator:
-        return torch.Generator().manual_seed((self.seed * 1_000_003 + step * 7919 + fragment * 104_729 + 1) % 2**62)
-
-    def tamper(self, step: int, island: int, fragment: int, delta: torch.Tensor) -> torch.Tensor:
-        """Δ-level attacks (sign_flip, scale, noise) on the outer gradient before it is encoded."""
-        a = self.cfg.attack
-        if a not in DELTA_ATTACKS or not self.active(step, island):
-            return delta
-        self.n_tampered += 1
-        if a == "sign_flip":
-            return -delta
-        if a == "scale":
-            return delta * self.cfg.attack_scale
-        rms = delta.float().pow(2).mean().sqrt()
-        noise = torch.randn(delta.shape, generator=self._generator(step, fragment), dtype=torch.float32)
-        return delta + (noise.to(delta.device) * (self.cfg.attack_noise_std * rms)).to(delta.dtype)
-
-    def tamper_payload(self, step: int, island: int, fragment: int, payload: Payload) -> Payload:
-        """Wire-level attacks (nan, replay) on the encoded payload."""
-        a = self.cfg.attack
-        if a not in WIRE_ATTACKS or island != self.cfg.attack_island:
-            return payload
-        if step < self.cfg.attack_start:
-            if a == "replay":
-                self.honest[fragment] = payload
-            return payload
-        if a == "replay":
-            stale = self.honest.get(fragment)
-            if stale is None:  # nothing sent yet for this fragment: nothing to replay
-                return payload
-            self.n_tampered += 1
-            return stale
-        self.n_tampered += 1
-        return inject_non_finite(payload, INJECT_FRACTION, self._generator(step, fragment))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"honest": dict(self.honest), "n_tampered": self.n_tampered}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.honest = {int(k): v for k, v in d["honest"].items()}
-        self.n_tampered = int(d["n_tampered"])
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Robust aggregation rules (pure functions) and their plain per-coordinate references
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def default_trim(n: int) -> int:
-    """Values removed at each end by the trimmed mean of n updates: max(1, ceil(0.2 n)), at most (n − 1) // 2."""
-    return min(max(1, math.ceil(TRIM_FRACTION * n - 1e-9)), (n - 1) // 2)
-
-
-def trimmed_mean(xs: torch.Tensor, weights: torch.Tensor, trim: int) -> torch.Tensor:
-    """Coordinate-wise weighted trimmed mean of ``xs`` (n, d): per coordinate drop the ``trim`` lowest and ``trim``
-    highest values (ties in island order: a stable sort), then the ``weights``-weighted mean of the rest. (d,) fp32."""
-    n = xs.shape[0]
-    if not 0 <= 2 * trim < n:
-        raise ValueError(f"trimmed_mean: trim must satisfy 0 <= 2*trim < n={n} (got {trim})")
-    vals, order = xs.double().sort(dim=0, stable=True)  # (n, d) each
-    w = weights.double().to(xs.device)[order]  # (n, d): weight of the island at each sorted position
-    w[:trim] = 0.0
-    w[n - trim:] = 0.0
-    return ((vals * w).sum(0) / w.sum(0)).float()
-
-
-def weighted_median(xs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Coordinate-wise weighted median of ``xs`` (n, d): the mean of the lower and upper weighted medians (the first
-    sorted position whose cumulative weight reaches W/2, resp. exceeds W/2), i.e. the usual median for equal weights.
-    Returns (d,) fp32."""
-    n = xs.shape[0]
-    vals, order = xs.double().sort(dim=0, stable=True)  # (n, d)
-    cum = weights.double().to(xs.device)[order].cumsum(0)  # (n, d)
-    half = cum[-1:] / 2  # (1, d)
-    lo = (cum < half).sum(0, keepdim=True).clamp(max=n - 1)  # (1, d)
-    hi = (cum <= half).sum(0, keepdim=True).clamp(max=n - 1)  # (1, d)
-    return ((vals.gather(0, lo) + vals.gather(0, hi)) / 2).squeeze(0).float()
-
-
-def trimmed_mean_reference(xs: torch.Tensor, weights: list[float], trim: int) -> torch.Tensor:
-    """Plain loop over coordinates (the reference ``trimmed_mean`` is tested against)."""
-    n, d = xs.shape
-    out = []
-    for c in range(d):
-        kept = sorted((float(xs[k, c]), k) for k in range(n))[trim:n - trim]
-        out.append(sum(v * weights[k] for v, k in kept) / sum(weights[k] for _, k in kept))
-    return torch.tensor(out, dtype=torch.float32)
-
-
-def weighted_median_reference(xs: torch.Tensor, weights: list[float]) -> torch.Tensor:
-    """Plain loop over coordinates (the reference ``weighted_median`` is tested against)."""
-    n, d = xs.shape
-    total = sum(weights)
-    out = []
-    for c in range(d):
-        pairs = sorted((float(xs[k, c]), k) for k in range(n))
-        acc, lo, hi = 0.0, None, None
-        for v, k in pairs:
-            acc += weights[k]
-            if lo is None and acc >= total / 2:
-                lo = v
-            if hi is None and acc > total / 2:
-                hi = v
-        out.append((lo + (hi if hi is not None else pairs[-1][0])) / 2)
-    return torch.tensor(out, dtype=torch.float32)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The defence
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -435,53 +252,3 @@ class Defense:
         self._accepted = {tuple(k): v.clone() for k, v in d["accepted"].items()}
         self._until = {int(k): int(v) for k, v in d["until"].items()}
         self.flags = FlagReport([dict(r) for r in d["records"]])
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Wiring and summaries
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def install(strategy: Any, cfg: ExperimentConfig) -> tuple[Adversary | None, Defense | None]:
-    """Set ``strategy.tamper`` / ``tamper_payload`` / ``aggregator`` as ``cfg.faults`` asks; nothing (and (None, None))
-    when attack and defense are both 'none'. Only DiLoCo has the hooks (the butterfly has no aggregation step)."""
-    f = cfg.faults
-    if f.attack == "none" and f.defense == "none":
-        return None, None
-    if not isinstance(strategy, DiLoCo):
-        name = "faults.attack" if f.attack != "none" else "faults.defense"
-        raise ConfigError(f"{name}: attacks and defences need sync.strategy=diloco, the only strategy with an "
-                          f"aggregation step (got sync.strategy={cfg.sync.strategy!r})")
-    adversary = defense = None
-    if f.attack != "none":
-        adversary = Adversary(f, cfg.seed)
-        if f.attack in WIRE_ATTACKS and not hasattr(strategy, "tamper_payload"):
-            raise ConfigError(f"faults.attack: {f.attack!r} corrupts the encoded payload and needs the "
-                              "DiLoCo.tamper_payload hook, which this DiLoCo lacks")
-        strategy.tamper = adversary.tamper
-        if hasattr(strategy, "tamper_payload"):
-            strategy.tamper_payload = adversary.tamper_payload
-    if f.defense != "none":
-        local = list(strategy.transport.local_islands)
-        honest = [i for i in local if f.attack == "none" or i != f.attack_island] or local
-        defense = Defense(f, len(cfg.islands), window=cfg.sync.H, observer=honest[0])
-        strategy.aggregator = defense.aggregate
-    return adversary, defense
-
-
-def detection_summary(report: list[dict[str, Any]], cfg: ExperimentConfig) -> dict[int, dict[str, Any]]:
-    """Per fragment: the first sync posted at step >= attack_start (the final sync of ``finalize`` counts, at
-    ``cfg.steps``), the first step a detector (not a quarantine) flagged the attacker there, and whether that is the
-    same sync — "detected within one sync window"."""
-    f, s = cfg.faults, cfg.sync
-    syncs = streaming_schedule(s.H, s.n_fragments, cfg.steps)
-    out: dict[int, dict[str, Any]] = {}
-    for p in range(s.n_fragments):
-        steps = [t for t, q in syncs if q == p and t >= f.attack_start] + [cfg.steps]
-        first = min(steps) if f.attack_start <= cfg.steps else None
-        hits = [r["step"] for r in report if r["island"] == f.attack_island and r["fragment"] == p
-                and r["reason"] in DETECTORS]
-        detected = min(hits) if hits else None
-        out[p] = {"first_attacked_sync": first, "first_detection": detected,
-                  "within_one_window": detected is not None and detected == first}
-    return out

@@ -1,0 +1,52 @@
+"""The one registry of wire codecs: name, wire id and value grid of each (the formats are in ``comm/codecs.py``).
+
+A leaf module (imports nothing from islands_kit) so that ``config`` can validate ``sync.codec`` without importing the
+wire, ``comm.codecs`` builds every codec from these rows, and the Triton codec kernel is handed a row's numbers.
+
+``wire_id`` is written in every serialised payload header (checkpoints, the torch.distributed wire): never renumber a
+codec; add new ones with a new id.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """One wire codec.
+
+    ``kind``: ``fp32`` (raw float32), ``bf16`` (bfloat16), ``uniform`` (per-block scaled grid ``{j + offset}``,
+    ``|level| <= qmax``, offset 0.5 when qmax is a half-integer: int2's mid-rise grid) or ``minifloat`` (per-block
+    scaled OCP float grid with ``mbits`` mantissa bits, minimum normal exponent ``emin``, subnormals below, saturating
+    at ``qmax``; the code is the OCP bit pattern, sign in the top bit). ``bits``: bits per value on the wire.
+    """
+
+    name: str
+    wire_id: int
+    kind: str
+    bits: int
+    qmax: float = 0.0
+    emin: int = 0
+    mbits: int = 0
+
+    @property
+    def block_scaled(self) -> bool:
+        """True for the per-block absmax-scaled codecs (all but fp32 and bf16)."""
+        return self.kind in ("uniform", "minifloat")
+
+    @property
+    def offset(self) -> float:
+        """Grid offset of a uniform codec: 0 for int8/int4, 0.5 for int2 (levels on half-integers)."""
+        return self.qmax - int(self.qmax)
+
+
+CODEC_SPECS: dict[str, CodecSpec] = {s.name: s for s in (
+    CodecSpec("fp32", 0, "fp32", 32),
+    CodecSpec("bf16", 1, "bf16", 16),
+    CodecSpec("int8", 2, "uniform", 8, qmax=127.0),
+    CodecSpec("fp8_e4m3", 3, "minifloat", 8, qmax=448.0, emin=-6, mbits=3),
+    CodecSpec("int4", 4, "uniform", 4, qmax=7.0),
+    CodecSpec("fp4_e2m1", 5, "minifloat", 4, qmax=6.0, emin=0, mbits=1),
+    CodecSpec("int2", 6, "uniform", 2, qmax=1.5),
+)}
+CODECS: tuple[str, ...] = tuple(CODEC_SPECS)  # the valid values of sync.codec
