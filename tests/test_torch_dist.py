@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from islands_kit.comm.torch_dist import RankLayout
 from islands_kit.config import ConfigError, apply_overrides, parse_set
+from islands_kit.distributed import RankLayout
 from islands_kit.presets import get_preset
 
+FAULTY = Path(__file__).with_name("faulty_transport.py")  # the CLI with the test-only fault-injecting transport
 FAST = ["steps=8", "eval_every=4"]  # eval at step 4 runs while a fragment / exchange is still in flight
 SHAMPOO = ["optim.name=shampoo", "optim.start_preconditioning_step=2", "optim.precondition_frequency=2"]
 
@@ -36,8 +37,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _torchrun(nproc: int, experiment: str, sets: list[str], out: Path, timeout: float, resume: bool = False,
               **env: str) -> subprocess.CompletedProcess:
+    # fault injection (ISLANDS_KIT_TEST_DIE_*) lives in a test-only transport, not in the production one
+    entry = [str(FAULTY)] if any(k.startswith("ISLANDS_KIT_TEST_DIE") for k in env) else ["-m", "islands_kit"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
-           "-m", "islands_kit", "run", experiment, "--preset", "smoke", "--out", str(out)]
+           *entry, "run", experiment, "--preset", "smoke", "--out", str(out)]
     if resume:
         cmd += ["--resume", str(out)]
     for s in sets:
@@ -90,12 +93,12 @@ from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.comm.torch_dist import TorchDistTransport
-from islands_kit.distributed import init_from_env
+from islands_kit.distributed import RankLayout, init_from_env
 from islands_kit.presets import get_preset
 
 cfg = get_preset("two_site", "smoke")
 init_from_env()
-dt = TorchDistTransport(cfg, LinkModel(cfg.link, seed=5))
+dt = TorchDistTransport(RankLayout.for_world(cfg, 3), LinkModel(cfg.link, seed=5))
 lt = LocalTransport(2, LinkModel(cfg.link, seed=5))
 me, ids = dt.island, [0, 1]
 assert dt.local_islands == [me] and (dt.island_group is not None) == (me == 0)
@@ -146,6 +149,58 @@ def test_transport_contract_matches_local_transport(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert sorted(l for l in proc.stdout.splitlines() if l.startswith("contract ok")) == [f"contract ok on rank {r}" for r in range(3)]
+
+
+HOSTILE_WORKER = r"""
+# 2 ranks. Rank 1 is compromised: in three rounds it sends, in place of its control message, a pickle that would
+# create a marker file when unpickled, the same message cut short, and an oversized one. Both ranks take part in
+# every round as in a real gather and must raise the same one-line DistributedError naming rank 1.
+import pickle, sys
+from islands_kit.comm import control
+from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
+from islands_kit.distributed import RankLayout, init_from_env
+from islands_kit.presets import get_preset
+
+class MakesMarker:
+    def __reduce__(self):
+        return (open, (sys.argv[1], "w"))
+
+init_from_env()
+dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None)
+good = control.encode("checkpoint.steps", [2, 4])
+rounds = {"pickle": pickle.dumps(MakesMarker()), "truncated": good[:-3], "oversized": b"[" * (control.MAX_BYTES + 1)}
+for name, bad in rounds.items():
+    try:
+        if dt.rank == 1:
+            dt._decode_all("checkpoint.steps", [int], dt._gather_bytes("checkpoint.steps", bad))
+        else:
+            dt.gather_control("checkpoint.steps", [2, 4], [int])
+        print("NOT REFUSED", name, "on rank", dt.rank)
+    except DistributedError as e:
+        assert "\n" not in str(e)
+        print("refused", name, "on rank", dt.rank, ":", e)
+print("alive on rank", dt.rank, flush=True)
+"""
+
+
+def test_hostile_peer_control_messages_are_refused_on_every_rank(tmp_path: Path) -> None:
+    """A pickle (which would create a marker file), a truncated and an oversized control message from rank 1 are each
+    refused on both ranks with a one-line error naming rank 1; the marker never appears and no rank hangs."""
+    script, marker = tmp_path / "hostile.py", tmp_path / "pwned"
+    script.write_text(HOSTILE_WORKER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
+           str(script), str(marker)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert not marker.exists() and not any(l.startswith("NOT REFUSED") for l in lines), proc.stdout
+    for rank in (0, 1):
+        assert f"alive on rank {rank}" in lines
+        for name, why in [("pickle", "not a UTF-8 JSON control message, refused"),
+                          ("truncated", "not a UTF-8 JSON control message, refused"),
+                          ("oversized", "announced 67108865 bytes, outside (0, 67108864]; refused before reading it")]:
+            hit = [l for l in lines if l.startswith(f"refused {name} on rank {rank} :")]
+            assert len(hit) == 1 and "control message 'checkpoint.steps' from rank 1" in hit[0] and why in hit[0], lines
 
 
 def test_dead_peer_ends_survivor_without_waiting_for_timeout(tmp_path: Path) -> None:

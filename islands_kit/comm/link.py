@@ -328,6 +328,19 @@ class LinkModel:
             self._dirs[(src, dst)] = d
         return d
 
+    def state_dict(self) -> list[list[Any]]:
+        """The per-direction state (busy calendar, connection windows and idle clocks, transfer count) as plain
+        lists, for a checkpoint (``torch.load(weights_only=True)`` reads it back); the rest comes from the config."""
+        return [[src, dst, list(d.wire.starts), list(d.wire.ends), list(d.cwnd), list(d.last_use), d.count]
+                for (src, dst), d in sorted(self._dirs.items())]
+
+    def load_state_dict(self, rows: list[list[Any]]) -> None:
+        self._dirs = {}
+        for src, dst, starts, ends, cwnd, last_use, count in rows:
+            d = self._direction(int(src), int(dst))
+            d.wire.starts, d.wire.ends = [float(x) for x in starts], [float(x) for x in ends]
+            d.cwnd, d.last_use, d.count = [float(x) for x in cwnd], [float(x) for x in last_use], int(count)
+
     def busy_intervals(self, src: int, dst: int) -> list[tuple[float, float]]:
         """When the src -> dst wire was serialising bytes (merged intervals)."""
         d = self._dirs.get((src, dst))

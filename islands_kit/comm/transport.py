@@ -21,15 +21,17 @@ averages the same list in the same order, so all replicas get bit-identical resu
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
+from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, get_codec
 
 if TYPE_CHECKING:
-    from islands_kit.comm.link import LinkModel, Transfer
+    from islands_kit.comm.link import LinkModel
 
 
 @dataclass
@@ -90,6 +92,20 @@ class Ledger:
             "channels": {k: {"bytes": v.bytes, "messages": v.messages} for k, v in sorted(self.channels.items())},
             "links": {f"{s}->{d}": b for (s, d), b in sorted(self.links.items())},
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain lists and dicts (a checkpoint must load with ``torch.load(weights_only=True)``)."""
+        return {"channels": {k: [v.bytes, v.messages] for k, v in self.channels.items()},
+                "links": [[s, d, b] for (s, d), b in self.links.items()],
+                "timeline": [list(t) for t in self.timeline]}
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> "Ledger":
+        led = cls()
+        led.channels = {str(k): LedgerEntry(int(b), int(m)) for k, (b, m) in d["channels"].items()}
+        led.links = {(int(s), int(t)): int(b) for s, t, b in d["links"]}
+        led.timeline = [(float(a), float(b), int(n), int(s), int(t), str(c)) for a, b, n, s, t, c in d["timeline"]]
+        return led
 
 
 class SimClock:
@@ -172,12 +188,25 @@ def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Te
 
 
 class Transport(abc.ABC):
-    """What a sync strategy may do with the wire. Dicts are keyed by the ids of the islands this process holds."""
+    """What a sync strategy and the run loop may do with the wire. Dicts are keyed by the ids of the islands this
+    process holds.
+
+    Besides the collectives, the interface carries everything the loop and the checkpoints need, with the one-process
+    answers as defaults (a transport spanning several processes overrides them): ``rank`` / ``world_size`` of this
+    process, ``is_writer`` (the one process that writes result.json), ``island_group`` (the process group of this
+    island's data-parallel ranks; None when the island lives in one process), ``gather_control`` (pickle-free control
+    messages, see ``comm/control.py``), ``barrier``, ``world_view`` (the whole world's ledger and clock),
+    ``transfer_stats`` and ``state_dict`` / ``load_state_dict`` (plain data, for checkpoints)."""
 
     n_islands: int
     local_islands: list[int]
     ledger: Ledger
     clock: SimClock
+    link: "LinkModel | None" = None
+    rank: int = 0
+    world_size: int = 1
+    is_writer: bool = True
+    island_group: Any = None
 
     @abc.abstractmethod
     def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
@@ -204,6 +233,39 @@ class Transport(abc.ABC):
     def barrier(self) -> None:
         """Make sure every island has reached this point (no-op in process)."""
 
+    def gather_control(self, kind: str, body: Any, schema: Any) -> list[Any]:
+        """Collective: every rank's ``body`` in rank order, as a ``comm.control`` message of ``kind`` checked against
+        ``schema`` on receipt (never pickled). One process: its own body, through the same encode/decode."""
+        return [control.decode(control.encode(kind, body), kind, schema, self.rank)]
+
+    @contextlib.contextmanager
+    def world_view(self) -> Iterator["Transport"]:
+        """Collective: inside the block ``ledger`` and ``clock`` cover every island (one process: they already do)."""
+        yield self
+
+    def transfer_stats(self, channel: str | None = None) -> dict[str, float]:
+        """p50/p99/mean/max transfer time of the ledger's transfers on ``channel`` (all channels when None); empty
+        without a link model (transfers then take no time)."""
+        from islands_kit.comm.link import transfer_time_stats
+
+        durs = self.ledger.durations(channel)
+        return transfer_time_stats(durs) if (durs and self.link is not None) else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's share of the wire for a checkpoint, as tensors-free plain data: the clock, the ledger and
+        the link model's state (the link itself is rebuilt from the config)."""
+        return {"rank": self.rank, "world_size": self.world_size, "clock": self.clock.state_dict(),
+                "ledger": self.ledger.state_dict(), "link": self.link.state_dict() if self.link is not None else None}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if (int(d["rank"]), int(d["world_size"])) != (self.rank, self.world_size):
+            raise ValueError(f"checkpoint of rank {d['rank']} of {d['world_size']} processes loaded by rank "
+                             f"{self.rank} of {self.world_size}")
+        self.clock.load_state_dict(d["clock"])
+        self.ledger = Ledger.from_state(d["ledger"])
+        if self.link is not None and d["link"] is not None:
+            self.link.load_state_dict(d["link"])
+
 
 class LocalTransport(Transport):
     """All islands in one process; transfers timed by a seeded ``LinkModel`` (the simulated WAN)."""
@@ -214,7 +276,6 @@ class LocalTransport(Transport):
         self.ledger = Ledger()
         self.clock = SimClock(self.local_islands)
         self.link = link
-        self.transfers: list[tuple[str, "Transfer"]] = []
 
     def _send(self, channel: str, src: int, dst: int, nbytes: int) -> float:
         """Account one message src -> dst posted at src's clock; return its arrival time."""
@@ -222,9 +283,7 @@ class LocalTransport(Transport):
         if self.link is None:
             end = start
         else:
-            tr = self.link.transfer(nbytes, start, src, dst)
-            self.transfers.append((channel, tr))
-            end = tr.end_s
+            end = self.link.transfer(nbytes, start, src, dst).end_s
         self.ledger.record(channel, src, dst, nbytes, start, end)
         return end
 
@@ -264,9 +323,3 @@ class LocalTransport(Transport):
             p = payloads[src]
             results[dst] = get_codec(p.codec, p.block_size).decode(p)
         return Handle(results, arrival, self.clock)
-
-    def transfer_stats(self, channel: str | None = None) -> dict[str, float]:
-        from islands_kit.comm.link import transfer_time_stats
-
-        durs = [t.duration_s for c, t in self.transfers if channel is None or c == channel]
-        return transfer_time_stats(durs) if durs else {}

@@ -65,7 +65,6 @@ class DiLoCo(SyncStrategy):
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
         self.tokens_since = {i: [0] * self.P for i in self.ids}
         self.pending = PendingQueue()
-        self.present: dict[int, bool] = {i: True for i in self.ids}
         self.names = fragments
         self.n_syncs = 0
         # Hooks for fault studies (islands_kit/faults.py): ``tamper(step, island, fragment, delta) -> delta`` lets an
