@@ -28,7 +28,7 @@ import islands_kit
 from islands_kit import kernels
 from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
-from islands_kit.comm.transport import LocalTransport, Transport
+from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
 from islands_kit.data import BatchStream, atomic_write_bytes, eval_windows, load_corpus, split_bytes
 from islands_kit.islands import Island, step_seconds
@@ -299,7 +299,7 @@ class Experiment:
             compressor_bpb=compressor_bpb(bytes(self.val.numpy().tobytes())),
             cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
             gradient_bytes=led.bytes("gradients"),
-            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
+            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step), cost_model=COST_MODEL,
             routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
             link_timeline=[[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline],

@@ -37,8 +37,10 @@ gloo's all_gather needs equal sizes; a mismatch raises. The header lets the rece
 same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage).
 
 Ledger. Each process records the messages it *receives* (its leader's inbound links): ``(channel, src, me, nbytes,
-start, end)`` with ``nbytes = payload.data.numel()`` — so an all-gather among n islands counts each payload once per
-other island, and an exchange once, exactly like ``LocalTransport``. Senders separately count the payload bytes they
+start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an
+all_reduce only the ring transfer from its predecessor (``ring_bytes`` of that payload; the wire here really carries
+every payload to every leader, which the ring accounting deliberately does not price: it is what a ring implementation
+would send), for an all_gather each other island's payload, for an exchange the partner's. Senders separately count the payload bytes they
 hand to torch.distributed (``sent_bytes``); ``world_view()`` checks the two agree. The full ledger is assembled by the
 collective ``world_view()`` (every rank must call it at the same point; run.py does around evaluation records and the
 final result).
@@ -78,7 +80,7 @@ import torch.distributed as dist
 from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
 from islands_kit.comm.control import MapOf
-from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, weighted_mean
+from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, ring_bytes, weighted_mean
 from islands_kit.config import ConfigError
 
 if TYPE_CHECKING:
@@ -236,7 +238,9 @@ class TorchDistTransport(Transport):
         op = _Op(self._seq, kind, channel, self.clock.now[self.island], p, -1, [], [], msg.numel())
         self._seq += 1
         if self.is_leader:
-            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes * (self.n_islands - 1)
+            n = self.n_islands  # priced as comm/transport.py states: ring all-reduce, direct all-gather
+            sent = ring_bytes(p.nbytes, n, self.island) if kind == "all_reduce" else p.nbytes * (n - 1)
+            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + sent
             wire = msg.to(self.device)
             op.recv = [torch.empty_like(wire) for _ in range(self.n_islands)]
             op.works = [self._guard(f"{kind} #{op.seq} on {channel!r}",
@@ -288,7 +292,9 @@ class TorchDistTransport(Transport):
         if op.kind in ("all_reduce", "all_gather"):
             decoded, weights = [], []
             arrival = op.posted_at
-            for src in range(self.n_islands):
+            n = self.n_islands
+            pred = (me - 1) % n  # the ring predecessor (all_reduce)
+            for src in range(n):
                 sent_at, w, p = self._unpack(op, msgs[src], src, -1)
                 weights.append(w)
                 if src == me:
@@ -298,7 +304,12 @@ class TorchDistTransport(Transport):
                     raise DistributedError(f"islands_kit.distributed: {what}: island {src} sent {p.codec} numel={p.numel}, "
                                            f"island {me} sent {op.mine.codec} numel={op.mine.numel}")
                 decoded.append(get_codec(p.codec, p.block_size).decode(p).to(op.mine.data.device))
-                arrival = max(arrival, self._transfer(op, src, me, p.nbytes, sent_at))
+                if op.kind == "all_gather":
+                    arrival = max(arrival, self._transfer(op, src, me, p.nbytes, sent_at))
+                else:  # ring: the transfer from the predecessor, and no result before every member has posted
+                    arrival = max(arrival, sent_at)
+                    if src == pred:
+                        arrival = max(arrival, self._transfer(op, src, me, ring_bytes(p.nbytes, n, src), sent_at))
             if op.kind == "all_reduce":
                 op.results[me] = weighted_mean(decoded, weights)
             else:

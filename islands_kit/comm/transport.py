@@ -13,10 +13,21 @@ Simulated clock. Each island has a clock (seconds). ``compute(island, seconds)``
 advances the receiver's clock to the arrival if it is not there yet and records the wait as idle time — the only way an
 island ever idles. Utilisation = busy / (busy + idle).
 
-Ledger. Every byte a strategy sends is counted per channel and per directed link (src -> dst), from the payload tensors
-actually handed over. An all-reduce among n islands is an all-gather of the encoded payloads: each island sends its
-payload to each of the n - 1 others (for two sites: each direction carries one payload), then every island decodes and
-averages the same list in the same order, so all replicas get bit-identical results on every transport.
+Ledger: one stated cost model per collective (``COST_MODEL``, recorded in result.json), used by the ledger of every
+transport and by ``sync.ddp.ddp_equivalent_bytes`` alike. Every byte is counted per channel and per directed link
+(src -> dst), from the sizes of the encoded payloads actually handed over (S bytes each):
+
+* ``all_reduce`` among n islands: a **ring all-reduce** (reduce-scatter, then all-gather; the standard accounting for
+  data-parallel training). The payload is cut into n chunks (sizes S // n, the first S % n one byte longer); the island
+  at ring position k sends its successor (position k + 1 mod n, islands in id order) every chunk but one in each
+  phase, ``2 S - c[k+1] - c[k+2]`` bytes (``ring_bytes``), as one transfer leaving at its own clock: 2 (n - 1) S bytes
+  in all, ``S`` per direction for two islands. An island's result is ready when the transfer from its predecessor has
+  arrived and every member has posted (a ring cannot finish before its last member joins). The *numbers* are not
+  those of a ring of quantised partial sums: every island decodes every payload and averages them in island-id order
+  (``weighted_mean``), so all replicas are bit-identical on every transport; the ring prices that exchange.
+* ``all_gather`` (robust aggregation needs every update, not their sum): each island sends its payload directly to
+  each of the n - 1 others, n (n - 1) S bytes in all.
+* ``exchange``: one payload per direction between the two partners.
 """
 from __future__ import annotations
 
@@ -177,6 +188,24 @@ class Handle:
         return cls({int(i): r for i, r in results.items()}, {int(i): float(a) for i, a in arrival.items()}, clock)
 
 
+COST_MODEL = "all_reduce=ring(2(n-1)S), all_gather=direct(n(n-1)S), exchange=direct(S per direction)"
+
+
+def ring_bytes(nbytes: int, n: int, position: int) -> int:
+    """Bytes the member at ring ``position`` (0..n-1) sends its successor in a ring all-reduce of ``nbytes``-byte
+    buffers among ``n`` members: all chunks but ``c[position + 1]`` in the reduce-scatter and all but
+    ``c[position + 2]`` in the all-gather (indices mod n), ``c[j] = nbytes // n + (j < nbytes % n)``. Summed over the
+    members: exactly ``2 (n - 1) nbytes``."""
+    if n < 2:
+        return 0
+    q, r = divmod(nbytes, n)
+
+    def chunk(j: int) -> int:
+        return q + (1 if j % n < r else 0)
+
+    return 2 * nbytes - chunk(position + 1) - chunk(position + 2)
+
+
 def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
     """sum_i w_i x_i / sum_i w_i, accumulated in float32 in the given (island-id) order: the order is part of the
     contract so that every transport produces bit-identical results."""
@@ -214,7 +243,7 @@ class Transport(abc.ABC):
 
     def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
         """Every island's decoded payload and weight, as a list of (island, weight, tensor) in island-id order, for
-        strategies that aggregate robustly instead of averaging. Same bytes on the wire as ``all_reduce``."""
+        strategies that aggregate robustly instead of averaging. Priced as direct sends (module docstring)."""
         raise NotImplementedError(f"{type(self).__name__} has no all_gather")
 
     @abc.abstractmethod
@@ -287,27 +316,39 @@ class LocalTransport(Transport):
         self.ledger.record(channel, src, dst, nbytes, start, end)
         return end
 
-    def _gather(self, channel: str, payloads: dict[int, Payload]) -> tuple[list[int], dict[int, float], list[torch.Tensor]]:
-        """All-gather among the islands that sent a payload (absent, e.g. preempted, islands take no part)."""
+    def _members(self, channel: str, payloads: dict[int, Payload]) -> list[int]:
+        """The islands taking part: those that sent a payload (absent, e.g. preempted, islands take no part)."""
         ids = sorted(payloads)
         unknown = [i for i in ids if i not in self.clock.now]
         if unknown:
             raise ValueError(f"{channel!r}: payload from unknown island(s) {unknown}")
+        return ids
+
+    @staticmethod
+    def _decode_all(ids: list[int], payloads: dict[int, Payload]) -> list[torch.Tensor]:
+        return [get_codec(payloads[i].codec, payloads[i].block_size).decode(payloads[i]) for i in ids]
+
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload."""
+        ids = self._members(channel, payloads)
+        n = len(ids)
+        arrival = {i: self.clock.now[i] for i in ids}
+        last_post = max(arrival.values())
+        for k, src in enumerate(ids if n > 1 else []):
+            dst = ids[(k + 1) % n]
+            end = self._send(channel, src, dst, ring_bytes(payloads[src].nbytes, n, k))
+            arrival[dst] = max(arrival[dst], end, last_post)
+        mean = weighted_mean(self._decode_all(ids, payloads), [weights[i] for i in ids])
+        return Handle({i: mean for i in ids}, arrival, self.clock)
+
+    def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        ids = self._members(channel, payloads)
         arrival = {i: self.clock.now[i] for i in ids}
         for src in ids:
             for dst in ids:
                 if src != dst:
                     arrival[dst] = max(arrival[dst], self._send(channel, src, dst, payloads[src].nbytes))
-        decoded = [get_codec(payloads[i].codec, payloads[i].block_size).decode(payloads[i]) for i in ids]
-        return ids, arrival, decoded
-
-    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        ids, arrival, decoded = self._gather(channel, payloads)
-        mean = weighted_mean(decoded, [weights[i] for i in ids])
-        return Handle({i: mean for i in ids}, arrival, self.clock)
-
-    def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        ids, arrival, decoded = self._gather(channel, payloads)
+        decoded = self._decode_all(ids, payloads)
         gathered = [(i, float(weights[i]), x) for i, x in zip(ids, decoded)]
         return Handle({i: gathered for i in ids}, arrival, self.clock)
 
