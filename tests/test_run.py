@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -79,28 +77,37 @@ def test_preempted_island_rejoins(tmp_path):
     assert res.island_idle_s[1] > 0  # the preempted island's lost steps show up as idle time
 
 
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "islands_kit", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+VICTIM = Path(__file__).with_name("paused_victim.py")  # the CLI, pausing itself where the test will kill it
 
 
-def test_sigkill_and_resume_is_bit_identical(tmp_path):
+@pytest.mark.parametrize("pause, left_tmp", [
+    ("step:7", False),  # mid-run: the checkpoint of step 6 is the latest
+    ("write:4", True),  # mid-write: the step-8 checkpoint is complete in its temporary file, not yet renamed
+])
+def test_sigkill_and_resume_is_bit_identical(tmp_path, pause, left_tmp):
+    """The victim stops itself at a known point and waits for a signal (no race against a timer on a fast machine);
+    SIGKILL there, then --resume must finish with the uninterrupted run's numbers."""
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    # long enough that the victim is still training when it is killed, even on an idle machine
-    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=60", "--set", "checkpoint_every=2"]
+    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=12", "--set", "checkpoint_every=2"]
     ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
-    ref = _cli(common + ["--out", str(ref_dir)], env)
-    victim = _cli(common + ["--out", str(killed_dir)], env)
-    ckpt = killed_dir / FILENAME
-    deadline = time.time() + 300
-    while not ckpt.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(random.Random(str(tmp_path)).uniform(0.0, 0.25))  # a little later: mid-run, maybe mid-write
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert ref.wait(timeout=600) == 0
-    if (killed_dir / "result.json").exists():
-        pytest.fail("the victim finished before it could be killed; the run is too short for this machine")
+    victim = subprocess.Popen([sys.executable, str(VICTIM), *common, "--out", str(killed_dir)],
+                              env={**env, "ISLANDS_KIT_TEST_PAUSE": pause}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in victim.stdout:  # ends at EOF if the victim dies first
+            seen.append(line)
+            if line.startswith("paused at"):
+                break
+        assert seen and seen[-1].startswith("paused at"), "".join(seen)[-3000:]
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    assert victim.returncode == -signal.SIGKILL and not (killed_dir / "result.json").exists()
+    assert bool(list(killed_dir.glob("checkpoint.pt.*.tmp"))) == left_tmp
+    ref = subprocess.run([sys.executable, "-m", "islands_kit", *common, "--out", str(ref_dir)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
     rc = subprocess.run([sys.executable, "-m", "islands_kit", *common, "--out", str(killed_dir), "--resume",
                          str(killed_dir)], env=env, capture_output=True, text=True, timeout=600)
     assert rc.returncode == 0, rc.stdout + rc.stderr
