@@ -54,6 +54,17 @@ Methods (``cfg.method``)
   costs ``m / k`` more bytes on the wire and buys the removal of most resend round trips from the tail.
   ``fec_parity = 0`` (the default) is exactly the plain chunked method.
 
+Contents (``Transfer.holes``, ``received``)
+------------------------------------------
+The link carries the payload's bytes, not just its size: a chunk reaches the receiver only as a good copy (first
+pass or a resend) or as part of a rebuilt FEC group. ``Transfer.holes`` lists the byte ranges ``[offset, length]`` of
+the data chunks that never did; ``received(data, transfer.holes)`` is what the receiver holds: the payload with those ranges
+zeroed (a lost chunk never came, a corrupt one failed its checksum and was discarded). The transports decode what
+``received`` returns, so a chunk the protocol failed to re-request changes the numbers, not only the clock. With
+``LinkModel(..., repair=True)`` (the default, and what every run uses) the resends and FEC leave no holes; with
+``repair=False`` the receiver never re-requests (FEC still rebuilds what it can; a naive transfer makes one attempt),
+the reference that shows what the repairs are for.
+
 Closed form (tested exactly, both methods)
 ------------------------------------------
 With ``loss_prob = corrupt_prob = jitter_sigma = tail_prob = 0``, warm connections, no contact windows and an idle
@@ -75,6 +86,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from islands_kit.config import LINK_PRESETS, ConfigError, LinkConfig, _check, link_config  # noqa: F401 (re-exported)
 
@@ -125,6 +137,19 @@ class Transfer:
     dst: int = 0
     attempts: int = 1  # naive: whole-payload attempts; chunked: 1
     parity_chunks: int = 0  # FEC parity chunks sent in the first pass (counted in bytes_on_wire)
+    holes: list[list[int]] = field(default_factory=list)  # [offset, length] of data chunks never delivered nor rebuilt
+
+
+def received(data: "torch.Tensor", holes: list[list[int]]) -> "torch.Tensor":
+    """What the receiver of a transfer with ``holes`` (``Transfer.holes``) holds of the 1-D uint8 ``data``: ``data``
+    itself when nothing is missing, else a copy with the holes zeroed. Hole offsets beyond ``data`` wrap around it (a
+    ring all-reduce transfer is priced at more bytes than one payload; see comm/transport.py)."""
+    if not holes:
+        return data
+    out = data.clone()
+    idx = torch.cat([torch.arange(off, off + length) for off, length in holes]) % out.numel()
+    out[idx] = 0
+    return out
 
 
 def transfer_time_stats(durations: Sequence[float]) -> dict[str, float]:
@@ -275,7 +300,7 @@ class _Direction:
 class LinkModel:
     """Seeded simulator of one wide-area link (see the module docstring for the model)."""
 
-    def __init__(self, cfg: LinkConfig, seed: int = 0, vectorise: bool = True) -> None:
+    def __init__(self, cfg: LinkConfig, seed: int = 0, vectorise: bool = True, repair: bool = True) -> None:
         if not isinstance(cfg, LinkConfig):
             raise TypeError(f"cfg: must be a LinkConfig (got {type(cfg).__name__})")
         if not (isinstance(seed, (int, np.integer)) and seed >= 0):
@@ -283,6 +308,7 @@ class LinkModel:
         self.cfg = cfg
         self.seed = int(seed)
         self.vectorise = vectorise  # False forces the one-chunk-at-a-time reference path
+        self.repair = repair  # False: the receiver never re-requests (see "Contents" above)
         self.rate_bps = effective_rate_bps(cfg)
         self.bdp_bytes = self.rate_bps / 8.0 * cfg.rtt_s
         self._dirs: dict[tuple[int, int], _Direction] = {}
@@ -386,11 +412,15 @@ class LinkModel:
             lost, corrupt = self._fates(u_chunk)
             n_lost += int(lost.sum())
             n_corrupt += int(corrupt.sum())
-            if not (lost.any() or corrupt.any()):
+            if not (lost.any() or corrupt.any()) or not self.repair:
                 break
             t = arrive + half  # the failure report reaches the sender; the whole payload goes again
+        bad = np.flatnonzero(lost | corrupt)
+        cb = self.cfg.chunk_bytes
+        holes = [[int(c) * cb, int(min(cb, nbytes - c * cb))] for c in bad]
         return Transfer(start_s, arrive, arrive - start_s, nbytes, n, n_lost, n_corrupt, n * (attempts - 1),
-                        nbytes * attempts, list(range(n)), attempts=attempts)
+                        nbytes * attempts, [c for c in range(n) if c not in set(bad.tolist())], attempts=attempts,
+                        holes=holes)
 
     def _chunked(self, nbytes: int, start_s: float, sender: _Sender, rng: np.random.Generator,
                  key: list[int]) -> Transfer:
@@ -440,7 +470,7 @@ class LinkModel:
 
         queue: list[tuple[float, int, int]] = []  # (when the request reaches the sender, seq, symbol)
         seq = 0
-        for c in np.flatnonzero(need):
+        for c in np.flatnonzero(need) if self.repair else []:
             heapq.heappush(queue, (float(noticed[c]) + half, seq, int(c)))
             seq += 1
         n_lost, n_corrupt = int(lost.sum()), int(corrupt.sum())
@@ -480,11 +510,15 @@ class LinkModel:
         avail = delivered_at[:n]
         if m:
             avail = np.minimum(avail, np.array([decoded_at(g) for g in range(G)])[group[:n]])
-        order = np.lexsort((np.arange(n), avail))  # by delivery time, ties by chunk id
-        end = float(avail.max())
+        got = np.isfinite(avail)
+        order = np.lexsort((np.arange(n), avail))[: int(got.sum())]  # by delivery time, ties by chunk id
+        # the transfer ends with its last delivery, or (holes) when the receiver has noticed the last missing chunk
+        end = float(np.where(got, avail, noticed[:n]).max())
+        offsets = np.concatenate([[0], np.cumsum(data_sizes)[:-1]])
+        holes = [[int(offsets[c]), int(data_sizes[c])] for c in np.flatnonzero(~got)]
         return Transfer(start_s, end, end - start_s, nbytes, n, n_lost, n_corrupt, resent, wire_bytes,
-                        order.tolist(), parity_chunks=G * m)
+                        order.tolist(), parity_chunks=G * m, holes=holes)
 
 
-__all__ = ["LINK_PRESETS", "LinkModel", "Transfer", "closed_form_time", "effective_rate_bps", "late_threshold_s",
+__all__ = ["LINK_PRESETS", "LinkModel", "Transfer", "closed_form_time", "effective_rate_bps", "late_threshold_s", "received",
            "link_config", "one_way_latency", "transfer_time_stats", "ConfigError"]

@@ -80,7 +80,8 @@ import torch.distributed as dist
 from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
 from islands_kit.comm.control import MapOf
-from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, ring_bytes, weighted_mean
+from islands_kit.comm.transport import (Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes,
+                                        weighted_mean)
 from islands_kit.config import ConfigError
 
 if TYPE_CHECKING:
@@ -303,13 +304,16 @@ class TorchDistTransport(Transport):
                 if (p.codec, p.numel, p.block_size) != (op.mine.codec, op.mine.numel, op.mine.block_size):
                     raise DistributedError(f"islands_kit.distributed: {what}: island {src} sent {p.codec} numel={p.numel}, "
                                            f"island {me} sent {op.mine.codec} numel={op.mine.numel}")
-                decoded.append(get_codec(p.codec, p.block_size).decode(p).to(op.mine.data.device))
+                holes: list[list[int]] = []
                 if op.kind == "all_gather":
-                    arrival = max(arrival, self._transfer(op, src, me, p.nbytes, sent_at))
+                    end, holes = self._transfer(op, src, me, p.nbytes, sent_at)
+                    arrival = max(arrival, end)
                 else:  # ring: the transfer from the predecessor, and no result before every member has posted
                     arrival = max(arrival, sent_at)
                     if src == pred:
-                        arrival = max(arrival, self._transfer(op, src, me, ring_bytes(p.nbytes, n, src), sent_at))
+                        end, holes = self._transfer(op, src, me, ring_bytes(p.nbytes, n, src), sent_at)
+                        arrival = max(arrival, end)
+                decoded.append(decode(received_payload(p, holes)).to(op.mine.data.device))
             if op.kind == "all_reduce":
                 op.results[me] = weighted_mean(decoded, weights)
             else:
@@ -317,8 +321,8 @@ class TorchDistTransport(Transport):
             op.arrival[me] = arrival
         else:
             sent_at, _, p = self._unpack(op, msgs[0], op.peer, me)
-            op.results[me] = get_codec(p.codec, p.block_size).decode(p).to(op.mine.data.device)
-            op.arrival[me] = self._transfer(op, op.peer, me, p.nbytes, sent_at)
+            op.arrival[me], holes = self._transfer(op, op.peer, me, p.nbytes, sent_at)
+            op.results[me] = decode(received_payload(p, holes)).to(op.mine.data.device)
         op.recv, op.works = [], []
         op.done = True
 
@@ -331,13 +335,17 @@ class TorchDistTransport(Transport):
         self._guard(what + " (island broadcast)", lambda: dist.broadcast(flat, src=self.leader, group=self.island_group))
         return list(flat.view(k, op.msg_len).unbind(0))  # (k, msg_len) -> k messages
 
-    def _transfer(self, op: _Op, src: int, dst: int, nbytes: int, start: float) -> float:
-        """Arrival of src's message at dst (simulated), recorded in the ledger by the receiving island's leader."""
-        end = start if self.link is None else self.link.transfer(nbytes, start, src, dst).end_s
+    def _transfer(self, op: _Op, src: int, dst: int, nbytes: int, start: float) -> tuple[float, list[list[int]]]:
+        """Arrival of src's message at dst (simulated) and the byte ranges the link left missing (as
+        ``LocalTransport._send``), recorded in the ledger by the receiving island's leader."""
+        end, holes = start, []
+        if self.link is not None:
+            tr = self.link.transfer(nbytes, start, src, dst)
+            end, holes = tr.end_s, tr.holes
         if self.is_leader:
             self.ledger.record(op.channel, src, dst, nbytes, start, end)
             self._order.append((op.seq, src, dst))
-        return end
+        return end, holes
 
     def barrier(self) -> None:
         self._guard("barrier", lambda: dist.barrier(group=self._meta_group))

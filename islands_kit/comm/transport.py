@@ -306,15 +306,18 @@ class LocalTransport(Transport):
         self.clock = SimClock(self.local_islands)
         self.link = link
 
-    def _send(self, channel: str, src: int, dst: int, nbytes: int) -> float:
-        """Account one message src -> dst posted at src's clock; return its arrival time."""
+    def _send(self, channel: str, src: int, dst: int, nbytes: int) -> tuple[float, list[list[int]]]:
+        """Account one message src -> dst posted at src's clock; return its arrival time and the byte ranges the
+        link failed to deliver (``Transfer.holes``: none unless the link model runs with ``repair=False``)."""
         start = self.clock.now[src]
+        holes: list[list[int]] = []
         if self.link is None:
             end = start
         else:
-            end = self.link.transfer(nbytes, start, src, dst).end_s
+            tr = self.link.transfer(nbytes, start, src, dst)
+            end, holes = tr.end_s, tr.holes
         self.ledger.record(channel, src, dst, nbytes, start, end)
-        return end
+        return end, holes
 
     def _members(self, channel: str, payloads: dict[int, Payload]) -> list[int]:
         """The islands taking part: those that sent a payload (absent, e.g. preempted, islands take no part)."""
@@ -324,33 +327,46 @@ class LocalTransport(Transport):
             raise ValueError(f"{channel!r}: payload from unknown island(s) {unknown}")
         return ids
 
-    @staticmethod
-    def _decode_all(ids: list[int], payloads: dict[int, Payload]) -> list[torch.Tensor]:
-        return [get_codec(payloads[i].codec, payloads[i].block_size).decode(payloads[i]) for i in ids]
-
     def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload."""
+        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
+        the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
         ids = self._members(channel, payloads)
         n = len(ids)
         arrival = {i: self.clock.now[i] for i in ids}
         last_post = max(arrival.values())
+        holes: dict[int, list[list[int]]] = {}
         for k, src in enumerate(ids if n > 1 else []):
             dst = ids[(k + 1) % n]
-            end = self._send(channel, src, dst, ring_bytes(payloads[src].nbytes, n, k))
+            end, holes[dst] = self._send(channel, src, dst, ring_bytes(payloads[src].nbytes, n, k))
             arrival[dst] = max(arrival[dst], end, last_post)
-        mean = weighted_mean(self._decode_all(ids, payloads), [weights[i] for i in ids])
-        return Handle({i: mean for i in ids}, arrival, self.clock)
+        w = [weights[i] for i in ids]
+        mean = weighted_mean([decode(payloads[i]) for i in ids], w)
+        results = {i: mean for i in ids}
+        for k, dst in enumerate(ids):
+            if holes.get(dst):  # dst decodes its ring predecessor's payload as it arrived
+                pred = ids[k - 1]
+                results[dst] = weighted_mean([decode(received_payload(payloads[i], holes[dst]) if i == pred
+                                                     else payloads[i]) for i in ids], w)
+        return Handle(results, arrival, self.clock)
 
     def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
         ids = self._members(channel, payloads)
         arrival = {i: self.clock.now[i] for i in ids}
+        holes: dict[tuple[int, int], list[list[int]]] = {}
         for src in ids:
             for dst in ids:
                 if src != dst:
-                    arrival[dst] = max(arrival[dst], self._send(channel, src, dst, payloads[src].nbytes))
-        decoded = self._decode_all(ids, payloads)
-        gathered = [(i, float(weights[i]), x) for i, x in zip(ids, decoded)]
-        return Handle({i: gathered for i in ids}, arrival, self.clock)
+                    end, holes[(src, dst)] = self._send(channel, src, dst, payloads[src].nbytes)
+                    arrival[dst] = max(arrival[dst], end)
+        gathered = [(i, float(weights[i]), decode(payloads[i])) for i in ids]
+        results = {}
+        for dst in ids:
+            if any(holes.get((src, dst)) for src in ids):
+                results[dst] = [(i, w, decode(received_payload(payloads[i], holes[(i, dst)])) if i != dst else x)
+                                for i, w, x in gathered]
+            else:
+                results[dst] = gathered
+        return Handle(results, arrival, self.clock)
 
     def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
         for i, j in partner.items():
@@ -360,7 +376,19 @@ class LocalTransport(Transport):
         results: dict[int, torch.Tensor] = {}
         for src in sorted(payloads):
             dst = partner[src]
-            arrival[dst] = self._send(channel, src, dst, payloads[src].nbytes)
-            p = payloads[src]
-            results[dst] = get_codec(p.codec, p.block_size).decode(p)
+            arrival[dst], holes = self._send(channel, src, dst, payloads[src].nbytes)
+            results[dst] = decode(received_payload(payloads[src], holes))
         return Handle(results, arrival, self.clock)
+
+
+def decode(p: Payload) -> torch.Tensor:
+    return get_codec(p.codec, p.block_size).decode(p)
+
+
+def received_payload(p: Payload, holes: list[list[int]]) -> Payload:
+    """``p`` as the receiver holds it after a transfer that left ``holes`` (``comm.link.received``)."""
+    if not holes:
+        return p
+    from islands_kit.comm.link import received
+
+    return Payload(p.codec, p.numel, p.block_size, received(p.data, holes))
