@@ -67,6 +67,7 @@ the peer rank (no rank is left waiting).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import struct
 import zlib
@@ -212,6 +213,9 @@ class TorchDistTransport(Transport):
                 f"islands_kit.distributed: protocol desync on rank {self.rank} (island {self.island}): expected "
                 f"{op.kind} #{op.seq} on {op.channel!r} from island {src} to {dst}, got #{seq} from {s} to {d} "
                 "(every process must post the same operations in the same order)")
+        if not (math.isfinite(weight) and weight >= 0):  # a token count: a peer may lie about it, not break the mean
+            raise DistributedError(f"islands_kit.distributed: {op.kind} #{op.seq} on {op.channel!r}: island {src} sent "
+                                   f"weight {weight!r}; token weights must be finite and >= 0")
         try:
             p = decode_bytes(b[META_BYTES:])
         except ValueError as e:
