@@ -132,8 +132,7 @@ class _Op:
 # bytes, src, dst, channel)), the payload bytes it handed over per channel, and its clock
 _RECORD = ((int, int, int), (float, float, int, int, int, str))
 _WORLD_SCHEMA = {"island": int, "leader": bool, "sent": MapOf(int), "records": [_RECORD],
-                 "clock": {"now": MapOf(float), "busy": MapOf(float), "idle": MapOf(float),
-                           "waits": [(int, float, float)]}}
+                 "clock": {"now": MapOf(float), "busy": MapOf(float), "idle": MapOf(float)}}
 
 
 def _channel_id(channel: str) -> int:
@@ -424,7 +423,6 @@ class TorchDistTransport(Transport):
         if {k: v for k, v in sent.items() if v} != {k: v for k, v in got.items() if v}:
             raise DistributedError(f"islands_kit.distributed: ledger mismatch: bytes sent {sent} != bytes received {got}")
         clock = SimClock(list(range(self.n_islands)))
-        waits = []
         for o in sorted((o for o in objs if o["leader"]), key=lambda o: o["island"]):
             i, c = o["island"], o["clock"]
             k = str(i)  # JSON object keys are strings
@@ -432,8 +430,6 @@ class TorchDistTransport(Transport):
                 raise DistributedError(f"islands_kit.distributed: control message 'ledger': island {i}'s leader sent "
                                        "no clock for its island")
             clock.now[i], clock.busy[i], clock.idle[i] = float(c["now"][k]), float(c["busy"][k]), float(c["idle"][k])
-            waits.extend(tuple(w) for w in c["waits"])
-        clock.waits = sorted(waits, key=lambda w: (w[1], w[0]))
         return ledger, clock
 
     @contextlib.contextmanager

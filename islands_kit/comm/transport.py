@@ -126,7 +126,6 @@ class SimClock:
         self.now = {i: 0.0 for i in islands}
         self.busy = {i: 0.0 for i in islands}
         self.idle = {i: 0.0 for i in islands}
-        self.waits: list[tuple[int, float, float]] = []  # (island, at, seconds)
 
     def compute(self, island: int, seconds: float) -> None:
         self.now[island] += seconds
@@ -134,7 +133,6 @@ class SimClock:
 
     def wait_until(self, island: int, t: float) -> None:
         if t > self.now[island]:
-            self.waits.append((island, self.now[island], t - self.now[island]))
             self.idle[island] += t - self.now[island]
             self.now[island] = t
 
@@ -144,13 +142,12 @@ class SimClock:
         return busy / total if total > 0 else 1.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle), "waits": list(self.waits)}
+        return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.now = {int(k): float(v) for k, v in d["now"].items()}
         self.busy = {int(k): float(v) for k, v in d["busy"].items()}
         self.idle = {int(k): float(v) for k, v in d["idle"].items()}
-        self.waits = [tuple(w) for w in d["waits"]]
 
 
 class Handle:
