@@ -41,7 +41,7 @@ from islands_kit.data import atomic_write_bytes
 if TYPE_CHECKING:
     from islands_kit.run import Experiment
 
-FORMAT = "islands_kit.checkpoint/1"
+FORMAT = "islands_kit.checkpoint/2"  # 2: plain data only (1 held pickled ledger, link and transfers)
 FILENAME = "checkpoint.pt"
 _SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
 

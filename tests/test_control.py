@@ -93,3 +93,16 @@ def test_checkpoints_are_plain_data(tmp_path):
         run_experiment(cfg, tmp_path / exp)
         state = torch.load(tmp_path / exp / "checkpoint.pt", weights_only=True)
         assert state["step"] == 3 and state["transport"]["ledger"]["timeline"]
+
+
+def test_one_process_transport_checks_control_messages_too():
+    """The one-process default of Transport.gather_control goes through the same encode/decode: a body off its own
+    schema fails here, not first under torchrun."""
+    from islands_kit.comm.transport import LocalTransport
+
+    tr = LocalTransport(2)
+    assert tr.gather_control("checkpoint.steps", [2, 4], [int]) == [[2, 4]]
+    with pytest.raises(ControlError, match=r"control message 'checkpoint.steps' from rank 0: body\[1\]: must be an integer"):
+        tr.gather_control("checkpoint.steps", [2, "4"], [int])
+    with tr.world_view() as view:
+        assert view is tr

@@ -278,8 +278,8 @@ class Transport(abc.ABC):
         return transfer_time_stats(durs) if (durs and self.link is not None) else {}
 
     def state_dict(self) -> dict[str, Any]:
-        """This process's share of the wire for a checkpoint, as tensors-free plain data: the clock, the ledger and
-        the link model's state (the link itself is rebuilt from the config)."""
+        """This process's share of the wire for a checkpoint, as plain data (no tensors, nothing pickled): the clock,
+        the ledger and the link model's state (the link itself is rebuilt from the config)."""
         return {"rank": self.rank, "world_size": self.world_size, "clock": self.clock.state_dict(),
                 "ledger": self.ledger.state_dict(), "link": self.link.state_dict() if self.link is not None else None}
 
@@ -379,6 +379,7 @@ class LocalTransport(Transport):
 
 
 def decode(p: Payload) -> torch.Tensor:
+    """The tensor a payload carries (its codec's decode)."""
     return get_codec(p.codec, p.block_size).decode(p)
 
 
