@@ -1,4 +1,6 @@
 """Wide-area link model: how long a payload takes to cross a slow, jittery, lossy link between two islands.
+(Over 400 lines because the model is stated in full below and its two send paths, naive and chunked with FEC, are
+one simulation; the named links are data in ``config.py``.)
 
 Model (one ``LinkModel`` per link; all times in seconds on the simulated clock)
 -------------------------------------------------------------------------------
