@@ -141,7 +141,7 @@ def _write_atomic(path: Path, state: dict[str, Any]) -> Path:
 def load_checkpoint(path: str | Path, transport: Transport | None = None) -> dict[str, Any]:
     """Read a checkpoint (a folder or a file). Under torch.distributed (``transport`` a TorchDistTransport; a
     collective): this rank's shard of the latest step every rank has, from the folder ``path``."""
-    if transport is not None and _sharded(transport):
+    if transport is not None and _sharded(transport):  # (the None test is for the type checker)
         return _load_shard(Path(path), transport)
     p = Path(path)
     if p.is_dir():
@@ -167,7 +167,8 @@ def _load_shard(folder: Path, tr: Transport) -> dict[str, Any]:
                 raise ConfigError(f"--resume: {mine[step]} is not a torch.distributed shard of step {step}")
         except ConfigError as e:
             err = f"rank {tr.rank}: {e}"
-    errors = [e for e in tr.gather_control("checkpoint.error", err, Opt(str)) if e]  # every rank stops with the same error, or none does
+    # every rank stops with the same error, or none does
+    errors = [e for e in tr.gather_control("checkpoint.error", err, Opt(str)) if e]
     if errors:
         raise ConfigError("; ".join(dict.fromkeys(errors)))
     return state
@@ -179,8 +180,9 @@ def _read(p: Path) -> dict[str, Any]:
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)  # tensors and plain data only: never runs code
     except pickle.UnpicklingError as e:  # weights_only refused a global: a pickled object, maybe one that runs code
+        last = str(e).strip().splitlines()[-1][:300] if str(e).strip() else ""
         raise ConfigError(f"--resume: {p} holds objects other than tensors and plain data (loading it could run "
-                          f"code), refused: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}") from None
+                          f"code), refused: {last}") from None
     except Exception as e:  # truncated zip, garbage bytes, ...
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         raise ConfigError(f"--resume: {p} is truncated or not a checkpoint ({type(e).__name__}: {first})") from None

@@ -136,7 +136,8 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     return rank, world
 
 
-def make_transport(cfg: ExperimentConfig, transport_cls: type[TorchDistTransport] = TorchDistTransport) -> TorchDistTransport:
+def make_transport(cfg: ExperimentConfig,
+                   transport_cls: type[TorchDistTransport] = TorchDistTransport) -> TorchDistTransport:
     """A ``TorchDistTransport`` (or the subclass ``transport_cls``: the tests' fault injection) for ``cfg``,
     initialising torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
     wrong process count fails at once on every rank."""

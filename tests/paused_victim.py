@@ -47,7 +47,7 @@ def main() -> int:
 
         os.replace = replace
     else:
-        raise SystemExit(f"ISLANDS_KIT_TEST_PAUSE: must be step:K or write:K (got {os.environ['ISLANDS_KIT_TEST_PAUSE']!r})")
+        raise SystemExit(f"ISLANDS_KIT_TEST_PAUSE: must be step:K or write:K (got {kind}:{k})")
     from islands_kit.cli import main as cli_main
 
     return cli_main(sys.argv[1:])

@@ -1,5 +1,6 @@
 """No code runs because a peer or a file said so: control messages are schema-checked JSON, checkpoints load with
-``torch.load(weights_only=True)``. The torch.distributed side (a peer rank sending a pickle) is in test_torch_dist.py."""
+``torch.load(weights_only=True)``. The torch.distributed side (a peer rank sending a pickle) is in
+test_torch_dist.py."""
 from __future__ import annotations
 
 import io
@@ -102,7 +103,7 @@ def test_one_process_transport_checks_control_messages_too():
 
     tr = LocalTransport(2)
     assert tr.gather_control("checkpoint.steps", [2, 4], [int]) == [[2, 4]]
-    with pytest.raises(ControlError, match=r"control message 'checkpoint.steps' from rank 0: body\[1\]: must be an integer"):
+    with pytest.raises(ControlError, match=r"'checkpoint.steps' from rank 0: body\[1\]: must be an integer"):
         tr.gather_control("checkpoint.steps", [2, "4"], [int])
     with tr.world_view() as view:
         assert view is tr

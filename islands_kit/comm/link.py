@@ -60,8 +60,8 @@ Contents (``Transfer.holes``, ``received``)
 ------------------------------------------
 The link carries the payload's bytes, not just its size: a chunk reaches the receiver only as a good copy (first
 pass or a resend) or as part of a rebuilt FEC group. ``Transfer.holes`` lists the byte ranges ``[offset, length]`` of
-the data chunks that never did; ``received(data, transfer.holes)`` is what the receiver holds: the payload with those ranges
-zeroed (a lost chunk never came, a corrupt one failed its checksum and was discarded). The transports decode what
+the data chunks that never did; ``received(data, transfer.holes)`` is what the receiver holds: the payload with those
+ranges zeroed (a lost chunk never came, a corrupt one failed its checksum and was discarded). The transports decode what
 ``received`` returns, so a chunk the protocol failed to re-request changes the numbers, not only the clock. With
 ``LinkModel(..., repair=True)`` (the default, and what every run uses) the resends and FEC leave no holes; with
 ``repair=False`` the receiver never re-requests (FEC still rebuilds what it can; a naive transfer makes one attempt),
@@ -522,5 +522,5 @@ class LinkModel:
                         order.tolist(), parity_chunks=G * m, holes=holes)
 
 
-__all__ = ["LINK_PRESETS", "LinkModel", "Transfer", "closed_form_time", "effective_rate_bps", "late_threshold_s", "received",
-           "link_config", "one_way_latency", "transfer_time_stats", "ConfigError"]
+__all__ = ["LINK_PRESETS", "LinkModel", "Transfer", "closed_form_time", "effective_rate_bps", "late_threshold_s",
+           "received", "link_config", "one_way_latency", "transfer_time_stats", "ConfigError"]

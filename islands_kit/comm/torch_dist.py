@@ -42,10 +42,10 @@ Ledger. Each process records the messages it *receives* (its leader's inbound li
 start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an
 all_reduce only the ring transfer from its predecessor (``ring_bytes`` of that payload; the wire here really carries
 every payload to every leader, which the ring accounting deliberately does not price: it is what a ring implementation
-would send), for an all_gather each other island's payload, for an exchange the partner's. Senders separately count the payload bytes they
-hand to torch.distributed (``sent_bytes``); ``world_view()`` checks the two agree. The full ledger is assembled by the
-collective ``world_view()`` (every rank must call it at the same point; run.py does around evaluation records and the
-final result).
+would send), for an all_gather each other island's payload, for an exchange the partner's. Senders separately count
+the payload bytes they hand to torch.distributed (``sent_bytes``), priced the same way; ``world_view()`` checks the two
+agree. The full ledger is assembled by the collective ``world_view()`` (every rank must call it at the same point;
+run.py does around evaluation records and the final result).
 
 Simulated clock. The sender's simulated time travels in the header; the receiver computes the arrival with its own
 ``LinkModel`` for the (src -> me) direction. ``LinkModel`` keeps each direction's wire, connections and random stream
@@ -358,7 +358,8 @@ class TorchDistTransport(Transport):
     # -- control messages -----------------------------------------------------------------------------------------
     def gather_control(self, kind: str, body: Any, schema: Any) -> list[Any]:
         """Collective: every rank's ``body`` in rank order, sent as a ``comm.control`` JSON message and checked
-        against ``schema`` on receipt. A bad message from any rank raises the same ``DistributedError`` on every rank."""
+        against ``schema`` on receipt. A bad message from any rank raises the same ``DistributedError`` on every
+        rank."""
         return self._decode_all(kind, schema, self._gather_bytes(kind, control.encode(kind, body)))
 
     def _decode_all(self, kind: str, schema: Any, raws: list[bytes]) -> list[Any]:
