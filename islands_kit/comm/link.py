@@ -90,7 +90,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from islands_kit.config import LINK_PRESETS, ConfigError, LinkConfig, _check, link_config  # noqa: F401 (re-exported)
+from islands_kit.config import LINK_PRESETS, ConfigError, LinkConfig, link_config  # noqa: F401 (re-exported)
 
 LATE_SIGMAS = 3.0  # a chunk later than 3 sigma of the jitter body (plus reordering slack) is declared missing
 REORDER_SLACK_RTT = 1.0 / 8.0  # RFC 9002 kTimeThreshold = 9/8: the extra 1/8 RTT
