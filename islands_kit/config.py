@@ -144,7 +144,8 @@ class SyncConfig:
 
 @dataclass
 class LinkConfig:
-    """Wide-area link between islands; see islands_kit/comm/link.py for the model and presets."""
+    """Wide-area link between islands; see islands_kit/comm/link.py for the model and ``LINK_PRESETS`` below for the
+    named links."""
 
     preset: str = "transpacific-25g"  # named link (comm/link.py); setting it sets every link field
     bandwidth_bps: float = 25e9  # bits per second
@@ -192,6 +193,38 @@ class LinkConfig:
                "fec_group + fec_parity must be <= 255 (a Reed-Solomon code over GF(2^8))", self.fec_group + self.fec_parity)
         _check(self.fec_parity == 0 or self.method == "chunked", p + "fec_parity", "needs method=chunked",
                self.fec_parity)
+
+
+# Field overrides of LinkConfig per named link. The figures are round, plausible numbers, not measurements.
+LINK_PRESETS: dict[str, dict[str, Any]] = {
+    # The seed's link: 25 Gbit/s across ~14,500 km of fibre, 145 ms round trip at best; moderate jitter, a heavy tail.
+    # Identical to the LinkConfig defaults, so LinkConfig() is this link.
+    "transpacific-25g": dict(bandwidth_bps=25e9, rtt_s=0.145, jitter_sigma=0.25, tail_prob=0.01, tail_alpha=1.5,
+                             tail_scale_s=0.2, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=4 << 20,
+                             contact_period_s=0.0, contact_fraction=1.0),
+    # Inside one data centre: 400 Gbit/s, 50 us round trip, tiny jitter, rare millisecond stalls.
+    "intra-dc": dict(bandwidth_bps=400e9, rtt_s=50e-6, jitter_sigma=0.1, tail_prob=1e-4, tail_alpha=2.0,
+                     tail_scale_s=1e-3, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=16 << 20,
+                     contact_period_s=0.0, contact_fraction=1.0),
+    # A home / small-office line: 1 Gbit/s, 30 ms, noisy, some loss.
+    "consumer-1g": dict(bandwidth_bps=1e9, rtt_s=0.030, jitter_sigma=0.5, tail_prob=0.02, tail_alpha=1.5,
+                        tail_scale_s=0.1, loss_prob=0.005, corrupt_prob=1e-4, n_connections=4, chunk_bytes=1 << 20,
+                        contact_period_s=0.0, contact_fraction=1.0),
+    # An intermittent low-earth-orbit link (illustrative): 200 Mbit/s, 40 ms, noisy, 1.5% chunk loss, and contact
+    # only during the first half of every minute (think of passes over a ground station, compressed in time).
+    "leo-satellite": dict(bandwidth_bps=200e6, rtt_s=0.040, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
+                          tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
+                          contact_period_s=60.0, contact_fraction=0.5),
+}
+
+
+def link_config(preset: str, **overrides: Any) -> LinkConfig:
+    """A validated ``LinkConfig`` for a named link (``LINK_PRESETS``) with field overrides; errors name the field."""
+    _check(preset in LINK_PRESETS, "link.preset", "must be one of " + "|".join(LINK_PRESETS), preset)
+    names = sorted(f.name for f in fields(LinkConfig) if f.name != "preset")
+    for key in overrides:
+        _check(key in names, f"link.{key}", "unknown link field (valid: " + ", ".join(names) + ")", key)
+    return LinkConfig(preset=preset, **{**LINK_PRESETS[preset], **overrides})
 
 
 @dataclass
@@ -406,8 +439,6 @@ def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> Experim
     """Apply dotted-path overrides such as ``{"sync.H": "100"}`` and re-validate; unknown keys and bad types raise."""
     d = cfg.to_dict()
     if "link.preset" in overrides:  # a named link first sets every link field; explicit link.* overrides then apply
-        from islands_kit.comm.link import link_config
-
         d["link"] = asdict(link_config(str(overrides["link.preset"])))
         overrides = {k: v for k, v in overrides.items() if k != "link.preset"}
     for key, value in overrides.items():

@@ -28,7 +28,7 @@ import islands_kit
 from islands_kit import kernels
 from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
-from islands_kit.comm.transport import LocalTransport, Transport
+from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.io import atomic_write_bytes
@@ -109,7 +109,7 @@ class Experiment:
             slow = cfg.faults.straggler_factor if cfg.faults.straggler_island == i else 1.0
             self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps,
                                      slow * step_seconds(icfg, cfg.model, self.params_active),
-                                     process_group=getattr(self.transport, "island_group", None))
+                                     process_group=self.transport.island_group)
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
         self.strategy = build_strategy(cfg, self.models, self.transport)
@@ -129,7 +129,7 @@ class Experiment:
         self.progress: Progress | None = None  # set by run_experiment: live progress lines
         self.probe_x = self.eval_x[: min(8, len(self.eval_x))]
         # the one process that writes outputs (under torch.distributed: rank 0, which holds island 0)
-        self.is_writer = min(self.islands) == 0 and getattr(self.transport, "is_writer", True)
+        self.is_writer = min(self.islands) == 0 and self.transport.is_writer
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -189,11 +189,7 @@ class Experiment:
         active = {}
         for i, isl in self.islands.items():
             away = self.preempted(i, t)
-            if hasattr(self.strategy, "present"):
-                if away and self.strategy.present[i]:
-                    self.strategy.present[i] = False  # the others go on; syncs average over the islands present
-                elif not away and not self.strategy.present[i]:
-                    self.strategy.rejoin(i)  # back: take the current global state before training again
+            self.strategy.set_present(i, not away)  # away: syncs go on without it; back: it rejoins first
             if away:
                 self.transport.clock.wait_until(i, self.transport.clock.now[i] + isl.compute_s)  # lost time
                 continue
@@ -248,7 +244,7 @@ class Experiment:
                     tracker.log_train(self.train_record(losses))
                 if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                     self.check_eval_state()
-                    with self._world_view():
+                    with self.transport.world_view():
                         self._record_eval(losses, final=False, tracker=tracker)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps and self.out_dir:
                     from islands_kit.checkpoint import save_checkpoint
@@ -258,7 +254,7 @@ class Experiment:
         except (Diverged, NonFiniteError) as e:
             self._diverged(e)
         losses = {i: isl.last_loss for i, isl in self.islands.items()}
-        with self._world_view():
+        with self.transport.world_view():  # a collective under torch.distributed (comm/torch_dist.py)
             try:
                 self._record_eval(losses, final=True, tracker=tracker)
             except Diverged as e:  # the final flush brought the NaN in
@@ -276,12 +272,6 @@ class Experiment:
         would cost a blocking round trip every step."""
         self.diverged_at_step, self.diverged_reason = self.step, f"{type(e).__name__}: {e}"
         warnings.warn(f"{self.cfg.experiment}: diverged at step {self.step}: {e}", RuntimeWarning, stacklevel=3)
-
-    def _world_view(self):
-        """Whole-world ledger and clock while recording: a collective under torch.distributed (every rank calls it at
-        the same point; see comm/torch_dist.py), nothing in one process."""
-        view = getattr(self.transport, "world_view", None)
-        return view() if view is not None else contextlib.nullcontext()
 
     def _record_eval(self, losses: dict[int, float], final: bool, tracker: Tracker | None) -> None:
         # other ranks would only repeat the evaluation; a diverged model has no bpb
@@ -314,9 +304,7 @@ class Experiment:
         n = len(cfg.islands)
         # every transfer on the link, written to its own file (LINK_TIMELINE) rather than into result.json
         self.link_timeline = [[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline]
-        fragments_stats = {}
-        if hasattr(self.transport, "transfer_stats"):
-            fragments_stats = self.transport.transfer_stats("fragments")
+        fragments_stats = self.transport.transfer_stats("fragments")
         res = Result(
             experiment=cfg.experiment, preset=cfg.preset, seed=cfg.seed, corpus=self.corpus.name,
             corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
@@ -327,7 +315,7 @@ class Experiment:
             compressor_bpb_all_val=compressor_bpb(bytes(self.val.numpy().tobytes())),
             cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
             gradient_bytes=led.bytes("gradients"),
-            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
+            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step), cost_model=COST_MODEL,
             routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
