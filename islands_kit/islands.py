@@ -22,6 +22,7 @@ from torch import nn
 
 from islands_kit.config import ConfigError, IslandConfig, ModelConfig, OptimConfig
 from islands_kit.data import BatchStream
+from islands_kit.device import autocast, use_fused_adamw
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,14 @@ def lr_lambda(step: int, cfg: OptimConfig, total_steps: int) -> float:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> torch.optim.Optimizer:
-    """Inner optimizer. Weight decay applies to matrices only (not norms, router bias or other 1-D tensors)."""
+    """Inner optimizer, its state on the model's device (float32, like the weights). Weight decay applies to matrices
+    only (not norms, router bias or other 1-D tensors). AdamW is the fused kernel on CUDA and torch's default on CPU."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if cfg.name == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+        fused = use_fused_adamw(next(model.parameters()).device) or None  # None: torch's default (CPU: unchanged)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
     if cfg.name == "shampoo":
@@ -84,11 +87,17 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> t
 
 
 class Island:
+    """``model`` already sits on its device; batches are moved there (from the CPU data stream) at every step and the
+    forward/backward runs under ``precision``'s autocast (``islands_kit.device``)."""
+
     def __init__(self, island_id: int, cfg: IslandConfig, model: nn.Module, optim_cfg: OptimConfig,
-                 stream: BatchStream, total_steps: int, compute_s: float, process_group=None) -> None:
+                 stream: BatchStream, total_steps: int, compute_s: float, process_group=None,
+                 precision: str = "fp32") -> None:
         self.id = island_id
         self.cfg = cfg
         self.model = model
+        self.device = next(model.parameters()).device
+        self.precision = precision
         self.optim_cfg = optim_cfg
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_lambda(s, optim_cfg, total_steps))
@@ -111,13 +120,15 @@ class Island:
         different order (equal within float tolerance, not bitwise)."""
         self.model.train()
         x, y = self.stream.next()  # (B, T): every rank draws the whole island batch so the streams stay in step
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)  # no-op on the CPU
         xs, ys = x.chunk(self.n_chunks), y.chunk(self.n_chunks)  # n_chunks x (micro_batch_size, T)
         size, rank = self._group_size_rank()
         lo, hi = rank * self.n_chunks // size, (rank + 1) * self.n_chunks // size
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # read back once per step, not per chunk
         loads = None
         for xc, yc in zip(xs[lo:hi], ys[lo:hi]):
-            out = self.model(xc, yc)
+            with autocast(self.device, self.precision):
+                out = self.model(xc, yc)
             ((out.loss + out.aux_loss) / self.n_chunks).backward()
             loss_sum += out.loss.detach().double()
             stats = self.model.routing_stats()
