@@ -30,17 +30,41 @@ class HardwareProfile:
     name: str
     peak_flops: float  # dense bf16 (GPUs) / fp32 (CPUs) FLOP/s per accelerator
     mfu: float  # model FLOPs utilisation assumed for training
+    hbm_bytes_per_s: float = 0.0  # peak memory bandwidth per accelerator (0 = not stated)
+    memory_bytes: float = 0.0  # memory per accelerator (0 = not stated)
+    gpu_names: tuple[str, ...] = ()  # substrings of torch.cuda.get_device_name() that identify it (most specific first)
 
 
+# Peak figures are the vendors' spec-sheet numbers, dense (without 2:4 sparsity), per GPU:
+#   A100 SXM 80GB: 312 TFLOP/s bf16, 2.039 TB/s HBM2e (NVIDIA A100 datasheet);
+#   H100 SXM: 989 TFLOP/s bf16 (1,979 with sparsity), 80 GB, 3.35 TB/s HBM3 (NVIDIA H100 datasheet);
+#   H200 SXM: the H100's compute, 141 GB, 4.8 TB/s HBM3e (NVIDIA H200 datasheet);
+#   L40S: 362 TFLOP/s bf16 (733 with sparsity), 48 GB, 0.864 TB/s GDDR6 (NVIDIA L40S datasheet);
+#   B300 (HGX B300, Blackwell Ultra): 36 PFLOP/s bf16 *with sparsity* per 8-GPU board = 2.25 PFLOP/s dense per GPU,
+#     288 GB, 8 TB/s HBM3e (NVIDIA HGX B300 platform table; the B200 has the same bf16 rate);
+#   GB300 (GB300 NVL72 rack): 360 PFLOP/s bf16 with sparsity per 72 GPUs = 2.5 PFLOP/s dense per GPU, 288 GB,
+#     8 TB/s HBM3e (NVIDIA GB300 NVL72 spec; higher clocks and power than the HGX part).
+# The seed run's two sites were GB300 and B300 clusters. MFU 0.40 is the assumption the simulated clock has always
+# used for Hopper-class training; measured figures for this kit's models belong in benchmarks/RESULTS.md.
 HARDWARE: dict[str, HardwareProfile] = {
-    "h100": HardwareProfile("NVIDIA H100 SXM (bf16 dense)", 989e12, 0.40),
-    "h200": HardwareProfile("NVIDIA H200 (bf16 dense)", 989e12, 0.42),
-    "a100": HardwareProfile("NVIDIA A100 SXM (bf16 dense)", 312e12, 0.40),
-    "l40s": HardwareProfile("NVIDIA L40S (bf16 dense)", 362e12, 0.35),
+    "h100": HardwareProfile("NVIDIA H100 SXM (bf16 dense)", 989e12, 0.40, 3.35e12, 80e9, ("H100",)),
+    "h200": HardwareProfile("NVIDIA H200 (bf16 dense)", 989e12, 0.42, 4.8e12, 141e9, ("H200",)),
+    "a100": HardwareProfile("NVIDIA A100 SXM (bf16 dense)", 312e12, 0.40, 2.039e12, 80e9, ("A100",)),
+    "l40s": HardwareProfile("NVIDIA L40S (bf16 dense)", 362e12, 0.35, 0.864e12, 48e9, ("L40S",)),
+    "b300": HardwareProfile("NVIDIA B300 HGX (bf16 dense)", 2.25e15, 0.40, 8.0e12, 288e9, ("B300",)),
+    "gb300": HardwareProfile("NVIDIA GB300 NVL72 (bf16 dense)", 2.5e15, 0.40, 8.0e12, 288e9, ("GB300",)),
     # laptop-scale islands: what the demo actually runs on (2 CPU cores); about 30 GFLOP/s achieved by this kit
     "cpu-2core": HardwareProfile("2 x86 CPU cores (fp32)", 1.0e11, 0.30),
     "cpu-1core": HardwareProfile("1 x86 CPU core (fp32)", 0.5e11, 0.30),
 }
+
+
+def profile_for_gpu(device_name: str) -> str | None:
+    """The HARDWARE key whose ``gpu_names`` match ``torch.cuda.get_device_name()`` (GB300 before B300), else None."""
+    for key in sorted((k for k, h in HARDWARE.items() if h.gpu_names), key=lambda k: -max(map(len, HARDWARE[k].gpu_names))):
+        if any(n in device_name for n in HARDWARE[key].gpu_names):
+            return key
+    return None
 
 
 def step_flops(model_cfg: ModelConfig, active_params: int, tokens: int) -> float:

@@ -1,12 +1,13 @@
 """Named presets: one size dial per experiment. ``smoke`` runs in seconds (tests), ``demo`` in a few minutes on two
-CPU cores (the README's main job), ``gpu`` is a larger model for a lent GPU.
-
-All three experiments of one preset train the same model for the same number of inner steps with the same global
-batch (the sum of the islands' batches), so they are compared at equal total training tokens:
-  * baseline — the two sites' batches, gradients all-reduced every step (one model on the summed batch);
-  * two_site — site A (3 units of compute, batch 24 as 2 ranks x 12) and site B (slower units, batch 16 as 1 rank x
-    2 micro-batches of 8): the seed's 3:2 asymmetry, Streaming DiLoCo between them;
-  * eight_cell — eight equal cells of batch 5, butterfly mixing.
+CPU cores (the README's main job); ``gpu-small`` (quick checks, <= 3 minutes per experiment) and ``gpu`` (<= 10 minutes
+per experiment) are for one GPU: every island of an experiment in one process on the same GPU, bf16 autocast, Shampoo
+inner optimizer, ``device=cuda`` (so a machine without CUDA refuses them with a ConfigError naming ``device`` instead of
+training on the CPU; ``--set device=cpu`` overrides). Their islands carry GPU hardware profiles for the simulated clock
+(site A: 4 x GB300, site B: 3 x B300, the seed's two kinds of site, balanced for 3:2 batches; cells: one B300 each).
+Sizing: the model, step count and Shampoo root cadence are chosen so that all islands of an experiment fit one H200
+(141 GB) and each experiment should finish within the budget above; the estimate (FLOPs, memory, kernel launches and
+Shampoo eigendecompositions) and its status (unmeasured until benchmarks/gpu_check.sh has run on a GPU) are in
+benchmarks/RESULTS.md, "GPU presets".
 """
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig
 
-PRESETS = ("smoke", "demo", "gpu")
+PRESETS = ("smoke", "demo", "gpu-small", "gpu")
+GPU_PRESETS = ("gpu-small", "gpu")
 
 _MODEL = {
     "smoke": dict(seq_len=32, d_model=32, n_layers=2, n_heads=2, n_experts=4, top_k=2, d_expert=32),
     "demo": dict(seq_len=128, d_model=128, n_layers=4, n_heads=4, n_experts=16, top_k=2, d_expert=128),
-    "gpu": dict(seq_len=512, d_model=512, n_layers=8, n_heads=8, n_experts=64, top_k=2, d_expert=512),
+    "gpu-small": dict(seq_len=256, d_model=256, n_layers=4, n_heads=4, n_experts=16, top_k=2, d_expert=256),
+    "gpu": dict(seq_len=512, d_model=512, n_layers=6, n_heads=8, n_experts=16, top_k=2, d_expert=512),
 }
 _RUN = {
     # steps, eval_every, eval_bytes, warmup, lr
@@ -28,21 +31,28 @@ _RUN = {
     # Shampoo beat AdamW by 5.2% bpb at equal tokens on the demo baseline (seed 0: 2.452 vs 2.586) but costs 1.3-1.5x
     # per step on CPU, which the demo's 5-minute budget cannot pay; on a GPU its overhead is small (<= 10% in the
     # Distributed Shampoo paper), so the gpu preset trains with it. --set optim.name=shampoo switches any preset.
-    "gpu": dict(steps=5000, eval_every=250, data=dict(eval_bytes=262144),
-                optim=dict(name="shampoo", warmup_steps=200, lr=1e-3, start_preconditioning_step=200)),
+    "gpu-small": dict(steps=600, eval_every=100, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
+                      optim=dict(name="shampoo", warmup_steps=50, lr=2e-3, start_preconditioning_step=50,
+                                 precondition_frequency=50)),
+    "gpu": dict(steps=1500, eval_every=250, data=dict(eval_bytes=262144), device="cuda", precision="bf16",
+                optim=dict(name="shampoo", warmup_steps=150, lr=1e-3, start_preconditioning_step=150,
+                           precondition_frequency=100)),
 }
 
 
-def _islands(experiment: str) -> list[dict[str, Any]]:
+def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
     """The same global batch of 40 sequences in every experiment (3:2 = 24 + 16 for two sites, 8 x 5 for cells).
 
-    Site A: 3 units of the faster profile, 2 data-parallel ranks of 12 sequences; site B: 4 units of the slower
-    profile, one rank accumulating 2 micro-batches of 8. Per-step compute is then equal (3:2 throughput for 3:2
-    batches), as a well-planned two-site run would arrange."""
+    Site A: 2 data-parallel ranks of 12 sequences; site B: one rank accumulating 2 micro-batches of 8. CPU presets:
+    site A has 3 units of the faster CPU profile, site B 4 units of the slower one; GPU presets: 4 x GB300 (10 PFLOP/s)
+    against 3 x B300 (6.75 PFLOP/s). Per-step compute is then (nearly) equal — 3:2 throughput for 3:2 batches — as a
+    well-planned two-site run would arrange."""
+    gpu = preset in GPU_PRESETS
+    hw_a, n_a, hw_b, n_b, hw_cell = ("gb300", 4, "b300", 3, "b300") if gpu else ("cpu-2core", 3, "cpu-1core", 4, "cpu-2core")
     if experiment in ("baseline", "two_site"):
-        return [dict(name="site-a", batch_size=24, micro_batch_size=12, dp_ranks=2, hardware="cpu-2core", n_accelerators=3),
-                dict(name="site-b", batch_size=16, micro_batch_size=8, dp_ranks=1, hardware="cpu-1core", n_accelerators=4)]
-    return [dict(name=f"cell-{i}", batch_size=5, micro_batch_size=5, dp_ranks=1, hardware="cpu-2core", n_accelerators=1)
+        return [dict(name="site-a", batch_size=24, micro_batch_size=12, dp_ranks=2, hardware=hw_a, n_accelerators=n_a),
+                dict(name="site-b", batch_size=16, micro_batch_size=8, dp_ranks=1, hardware=hw_b, n_accelerators=n_b)]
+    return [dict(name=f"cell-{i}", batch_size=5, micro_batch_size=5, dp_ranks=1, hardware=hw_cell, n_accelerators=1)
             for i in range(8)]
 
 
@@ -64,7 +74,7 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
     d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(_MODEL[preset]),
-                         "islands": _islands(experiment), "sync": dict(_SYNC[experiment])}
+                         "islands": _islands(experiment, preset), "sync": dict(_SYNC[experiment])}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
     if preset == "smoke":

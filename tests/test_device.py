@@ -181,3 +181,23 @@ def test_bf16_autocast_on_cpu_trains_within_half_a_percent_of_fp32(experiment):
                    if isinstance(v, torch.Tensor) and v.is_floating_point())
     if isinstance(exp.strategy, DiLoCo):
         assert all(g.dtype == torch.float32 for g in exp.strategy.global_params)
+
+
+# -- GPU presets ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset", ["gpu-small", "gpu"])
+def test_gpu_presets_train_on_the_gpu_in_bf16_with_shampoo_and_gpu_hardware_profiles(preset):
+    from islands_kit.islands import HARDWARE
+    from islands_kit.presets import get_preset
+
+    for experiment in ("baseline", "two_site", "eight_cell"):
+        cfg = get_preset(experiment, preset)
+        assert (cfg.device, cfg.precision, cfg.optim.name) == ("cuda", "bf16", "shampoo")
+        assert all(HARDWARE[i.hardware].gpu_names for i in cfg.islands)  # GPU profiles, not cpu-*
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's error")
+def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_not_trained_on_the_cpu(tmp_path):
+    from islands_kit.presets import get_preset
+
+    with pytest.raises(ConfigError, match=r"^device: cuda was asked for but CUDA is not available"):
+        run_experiment(get_preset("two_site", "gpu-small"), tmp_path)
