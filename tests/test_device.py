@@ -201,3 +201,37 @@ def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_not_trained_on_the_cp
 
     with pytest.raises(ConfigError, match=r"^device: cuda was asked for but CUDA is not available"):
         run_experiment(get_preset("two_site", "gpu-small"), tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's refusal")
+def test_gpu_check_script_fails_clearly_without_a_gpu(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_OUT": str(tmp_path / "out")}
+    p = subprocess.run(["bash", str(root / "benchmarks" / "gpu_check.sh")], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "gpu_check: FAILED: no CUDA GPU is visible to torch" in p.stderr
+    assert not (tmp_path / "out").exists()  # stopped before any work
+
+
+def test_gpu_check_measurements_run_end_to_end_at_cpu_smoke_size(tmp_path):
+    """The GPU check's own code (benchmarks, runs, table) on tiny CPU sizes, so it does not rot between GPU loans."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_check.py"), "--cpu-smoke", "--out", str(tmp_path)],
+                       cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert set(s["runs"]) == {"baseline", "two_site", "eight_cell"}
+    assert all(r["tokens_per_s"] > 0 and r["device"] == "cpu" for r in s["runs"].values())
+    assert s["codec"]["gb_per_s"] > 0 and s["gemm"]["speedup"] > 0
+    for row in ("kernel tests (native)", "SR codec kernel", "grouped expert GEMM, 64 experts", "MXFP8 vs bf16",
+                "smoke eight_cell"):
+        assert row in p.stdout
