@@ -96,6 +96,22 @@ def describe(device: torch.device, precision: str) -> dict[str, Any]:
     return info
 
 
+def wire_device(run_device: torch.device, backend: str) -> torch.device:
+    """Where ``TorchDistTransport`` puts its wire messages (and so which backend carries them), given the run's device
+    and the process group's backend (``islands_kit.distributed``: gloo, nccl or cpu:gloo,cuda:nccl).
+
+    A run on a GPU with NCCL in the group sends its messages as GPU tensors over NCCL: the message (header, codec
+    bytes, checksum) is assembled in host memory, copied to the GPU and all-gathered / exchanged there, and read back
+    to host memory to be checked and decoded — staging through the host, since the wire format is bytes with a
+    checksummed header. Otherwise (a CPU run, or gloo forced) the messages stay in host memory and travel over gloo.
+    Pure ``nccl`` carries CUDA tensors only, so there they go to the current GPU whatever the run's device."""
+    if backend == "nccl":
+        return run_device if run_device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+    if "nccl" in backend and run_device.type == "cuda":
+        return run_device
+    return torch.device("cpu")
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (for honest wall-clock timings on a GPU); a no-op on the CPU."""
     if device.type == "cuda":

@@ -235,3 +235,13 @@ def test_gpu_check_measurements_run_end_to_end_at_cpu_smoke_size(tmp_path):
     for row in ("kernel tests (native)", "SR codec kernel", "grouped expert GEMM, 64 experts", "MXFP8 vs bf16",
                 "smoke eight_cell"):
         assert row in p.stdout
+
+
+def test_wire_messages_travel_over_nccl_only_for_a_gpu_run_with_nccl_in_the_group():
+    from islands_kit.device import wire_device
+
+    gpu, cpu = torch.device("cuda", 1), torch.device("cpu")
+    assert wire_device(gpu, "cpu:gloo,cuda:nccl") == gpu  # torchrun on GPUs: messages on cuda:LOCAL_RANK, over NCCL
+    assert wire_device(cpu, "cpu:gloo,cuda:nccl") == cpu  # device=cpu on a GPU machine: gloo
+    assert wire_device(gpu, "gloo") == cpu and wire_device(cpu, "gloo") == cpu
+    assert wire_device(gpu, "nccl") == gpu

@@ -76,6 +76,7 @@ import torch.distributed as dist
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
 from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, weighted_mean
 from islands_kit.config import ConfigError, ExperimentConfig
+from islands_kit.device import resolve_device, wire_device
 
 if TYPE_CHECKING:
     from islands_kit.comm.link import LinkModel
@@ -197,8 +198,7 @@ class TorchDistTransport(Transport):
         self._inflight: list[_Op] = []
         self._seq = 0
         self.steps = 0  # compute() calls: the island's inner steps
-        self.device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
-                       else torch.device("cpu"))
+        self.device = wire_device(resolve_device(cfg.device), dist.get_backend())  # messages' device (NCCL or gloo)
         # every rank creates every group, in the same order (a torch.distributed rule)
         self._guard("creating process groups", lambda: self._make_groups())
         die = os.environ.get("ISLANDS_KIT_TEST_DIE_AT_STEP", "")
