@@ -49,6 +49,10 @@ class OnDevice(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # pragma: no cover - only inside the mode
         raise RuntimeError(f"OnDevice tensor used outside DeviceCheckMode ({func})")
 
+    @property
+    def is_meta(self) -> bool:  # it holds data: e.g. Module.load_state_dict must copy into it, not skip it as "meta"
+        return False
+
     def __repr__(self) -> str:  # the default repr would try to read meta storage
         return f"OnDevice({self.inner!r})"
 

@@ -245,3 +245,17 @@ def test_wire_messages_travel_over_nccl_only_for_a_gpu_run_with_nccl_in_the_grou
     assert wire_device(cpu, "cpu:gloo,cuda:nccl") == cpu  # device=cpu on a GPU machine: gloo
     assert wire_device(gpu, "gloo") == cpu and wire_device(cpu, "gloo") == cpu
     assert wire_device(gpu, "nccl") == gpu
+
+
+@pytest.mark.parametrize("experiment,at", [("two_site", 4), ("eight_cell", 5)])  # steps with transfers in flight
+def test_a_cpu_checkpoint_resumes_on_the_device(experiment, at, tmp_path, monkeypatch):
+    """Checkpoints load onto the CPU (map_location); resuming one on the device moves the replicas, optimizer and
+    strategy state (residuals, transfers in flight, the routing channel) there, with the uninterrupted CPU run's bpb."""
+    cfg = apply_overrides(golden_config(experiment), {"steps": 9, "eval_every": 5, "model.kernels": "torch",
+                                                      "checkpoint_every": at})
+    full = run_experiment(cfg, tmp_path / "cpu")  # leaves checkpoint.pt of step `at` (in-flight transfers included)
+    _on_stand_in(monkeypatch)
+    with DeviceCheckMode():
+        res = run_experiment(cfg, tmp_path / "dev", resume=tmp_path / "cpu")
+    assert res["device"] == str(DEVICE)
+    assert res["final_val_bpb"] == pytest.approx(full["final_val_bpb"], rel=1e-6)
