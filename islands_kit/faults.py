@@ -118,7 +118,7 @@ def inject_non_finite(payload: Payload, fraction: float, generator: torch.Genera
     k = max(1, round(fraction * m))
     idx = torch.randperm(m, generator=generator)[:k]
     specials = torch.tensor([math.nan, math.inf, -math.inf], dtype=torch.float32)
-    vals[idx] = specials[torch.arange(k) % 3].to(vals.dtype)
+    vals[idx] = specials[torch.arange(k) % 3].to(vals)
     return Payload(payload.codec, payload.numel, payload.block_size, data)
 
 
@@ -172,6 +172,8 @@ class Adversary:
             if stale is None:  # nothing sent yet for this fragment: nothing to replay
                 return payload
             self.n_tampered += 1
+            if stale.data.device != payload.data.device:  # stored before a resume: loaded on the CPU
+                stale = Payload(stale.codec, stale.numel, stale.block_size, stale.data.to(payload.data.device))
             return stale
         self.n_tampered += 1
         return inject_non_finite(payload, INJECT_FRACTION, self._generator(step, fragment))
@@ -281,7 +283,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
     na, nb = float(a.double().norm()), float(b.double().norm())
     if na == 0.0 or nb == 0.0:
         return None
-    return float(torch.dot(a.double().reshape(-1), b.double().reshape(-1))) / (na * nb)
+    return float(torch.dot(a.double().reshape(-1), b.double().reshape(-1).to(a.device))) / (na * nb)
 
 
 class Defense:
@@ -368,7 +370,7 @@ class Defense:
             reference = weighted_mean([xs[j] for j in others], [ws[j] for j in others])
             prev = self._accepted.get((i, p))
             if prev is not None:  # and i's own last accepted update: both trusted directions, as unit vectors
-                reference = _unit(reference) + _unit(prev)
+                reference = _unit(reference) + _unit(prev.to(reference.device))  # (a resumed run's loads on the CPU)
             cos = _cosine(xs[i], reference)
             if cos is not None and cos < c.min_cosine:
                 flags[i].append(("direction", cos, c.min_cosine))

@@ -22,8 +22,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 DEVICE = torch.device("meta")
 aten = torch.ops.aten
-_MIX_ALLOWED = {aten.copy_.default, aten._to_copy.default, aten.index.Tensor, aten.index_put_.default,
-                aten.index_put.default, aten._index_put_impl_.default, aten.lift_fresh.default}
+_MIX_ALLOWED = {aten.copy_.default, aten._to_copy.default, aten.lift_fresh.default}
+_INDEXING = {aten.index.Tensor, aten.index_put_.default, aten.index_put.default, aten._index_put_impl_.default}
 _SDP_MATH = 0  # torch.nn.attention.SDPBackend.MATH
 
 
@@ -97,6 +97,8 @@ class DeviceCheckMode(TorchDispatchMode):
         on = any(isinstance(t, OnDevice) for t in flat)
         dev = kwargs.get("device")
         to_device = dev is not None and torch.device(dev).type == DEVICE.type
+        if on and func in _INDEXING:  # CPU index tensors are fine on CUDA; the indexed tensor and values are not
+            flat, _ = tree_flatten(([args[0], *args[2:]], kwargs))
         if on and func not in _MIX_ALLOWED:
             written = [args[i] if i < len(args) else kwargs.get(arg.name) for i, arg in enumerate(func._schema.arguments)
                        if arg.alias_info is not None and arg.alias_info.is_write]

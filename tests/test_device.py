@@ -247,12 +247,17 @@ def test_wire_messages_travel_over_nccl_only_for_a_gpu_run_with_nccl_in_the_grou
     assert wire_device(gpu, "nccl") == gpu
 
 
-@pytest.mark.parametrize("experiment,at", [("two_site", 4), ("eight_cell", 5)])  # steps with transfers in flight
-def test_a_cpu_checkpoint_resumes_on_the_device(experiment, at, tmp_path, monkeypatch):
+REPLAY = {"faults.attack": "replay", "faults.attack_start": 2, "faults.defense": "auto", "steps": 12}
+
+
+@pytest.mark.parametrize("experiment,at,extra", [("two_site", 4, {}), ("eight_cell", 5, {}),  # transfers in flight
+                                                 ("two_site", 8, REPLAY)])  # the attacker's and defence's state
+def test_a_cpu_checkpoint_resumes_on_the_device(experiment, at, extra, tmp_path, monkeypatch):
     """Checkpoints load onto the CPU (map_location); resuming one on the device moves the replicas, optimizer and
-    strategy state (residuals, transfers in flight, the routing channel) there, with the uninterrupted CPU run's bpb."""
+    strategy state (residuals, transfers in flight, the routing channel, a replay attacker's stored payloads, the
+    defence's last updates) there, with the uninterrupted CPU run's bpb."""
     cfg = apply_overrides(golden_config(experiment), {"steps": 9, "eval_every": 5, "model.kernels": "torch",
-                                                      "checkpoint_every": at})
+                                                      "checkpoint_every": at, **extra})
     full = run_experiment(cfg, tmp_path / "cpu")  # leaves checkpoint.pt of step `at` (in-flight transfers included)
     _on_stand_in(monkeypatch)
     with DeviceCheckMode():
