@@ -276,3 +276,35 @@ def test_model_compile_trains_like_the_eager_model():
     assert all(type(isl.model).__name__ == "ByteTransformer" and isl.model._compiled_call_impl is not None
                for isl in exp.islands.values())
     assert compiled == pytest.approx(eager, rel=1e-6)
+
+
+def test_result_fields_describe_a_gpu_run(monkeypatch):
+    """What a CUDA run records (torch.cuda's answers stubbed: no GPU here): name, visible count, CUDA and NCCL."""
+    from islands_kit.device import describe
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))
+    assert describe(torch.device("cuda", 3), "bf16") == {
+        "device": "cuda:3", "precision": "bf16", "gpu_name": "NVIDIA H200", "gpu_count": 8, "cuda_version": "12.8",
+        "nccl_version": "2.27.3"}
+
+
+def test_device_resolution_on_a_gpu_machine_and_under_torchrun(monkeypatch):
+    """With CUDA (stubbed: 2 GPUs): auto and cuda pick the current GPU, cuda:N that GPU, a missing one is an error
+    naming the field; under torchrun (WORLD_SIZE > 1) auto and cuda mean cuda:LOCAL_RANK."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 0)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1) and resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ConfigError, match=r"^device: GPU 2 does not exist; this machine has 2"):
+        resolve_device("cuda:2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 1)
+    monkeypatch.setenv("LOCAL_RANK", "3")  # 4 ranks on a 2-GPU node: refused, not doubled up silently
+    with pytest.raises(ConfigError, match=r"^device: GPU 3 does not exist"):
+        resolve_device("auto")
