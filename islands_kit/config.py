@@ -44,7 +44,7 @@ class ModelConfig:
     dispatch: str = "grouped"  # grouped | loop (the plain per-expert reference)
     mxfp8: bool = False  # MXFP8 quantise-dequantise emulation on the expert matmuls
     kernels: str = "auto"  # auto | torch | triton
-    compile: bool = False  # torch.compile the model's forward (off by default; islands_kit/device.py)
+    compile: bool = False  # torch.compile every replica in place (Module.compile); off by default
 
     def __post_init__(self) -> None:
         p = "model."

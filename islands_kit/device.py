@@ -110,9 +110,3 @@ def wire_device(run_device: torch.device, backend: str) -> torch.device:
     if "nccl" in backend and run_device.type == "cuda":
         return run_device
     return torch.device("cpu")
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (for honest wall-clock timings on a GPU); a no-op on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
