@@ -110,8 +110,9 @@ def table(s: dict[str, Any]) -> str:
              f"{'check':<34} {'result':<58}", "-" * 92,
              f"{'kernel tests (native)':<34} " + ("not run" if "passed" not in kt else
                                                   f"{kt['passed']} passed, {kt['failed']} failed, {kt['skipped']} skipped"),
-             f"{'SR codec kernel (int4+EF, n=' + format(c['numel'], ',') + ')':<34} {c['gb_per_s']:.1f} GB/s = {_fmt(c['pct_peak'], '.0%')} of HBM peak "
-             f"{_fmt(c['peak_gb_per_s'], '.0f')} GB/s (copy {c['copy_gb_per_s']:.1f} GB/s)",
+             f"{'SR codec kernel (int4+EF, n=' + format(c['numel'], ',') + ')':<34} {c['gb_per_s']:.1f} GB/s = "
+             f"{_fmt(c['pct_peak'], '.0%')} of HBM peak {_fmt(c['peak_gb_per_s'], '.0f')} GB/s "
+             f"(copy {c['copy_gb_per_s']:.1f} GB/s)",
              f"{'grouped expert GEMM, 64 experts':<34} kernels {g['kernel_ms']:.3f} ms vs torch {g['torch_ms']:.3f} ms "
              f"fwd+bwd ({g['speedup']:.2f}x, {g['kernel_tflops']:.1f} TFLOP/s, {g['dtype']})",
              f"{'MXFP8 vs bf16 expert matmul':<34} {g['mxfp8_ms']:.3f} ms vs {g['kernel_ms']:.3f} ms fwd+bwd "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +20,6 @@ from islands_kit.islands import Island
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.diloco import DiLoCo
-
-from pathlib import Path
 
 GOLDEN = Path(__file__).parent / "golden"
 
