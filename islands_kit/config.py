@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -45,6 +46,7 @@ class ModelConfig:
     dispatch: str = "grouped"  # grouped | loop (the plain per-expert reference)
     mxfp8: bool = False  # MXFP8 quantise-dequantise emulation on the expert matmuls
     kernels: str = "auto"  # auto | torch | triton
+    compile: bool = False  # torch.compile every replica in place (Module.compile); off by default
 
     def __post_init__(self) -> None:
         p = "model."
@@ -322,6 +324,8 @@ class ExperimentConfig:
     experiment: str = "baseline"  # baseline | two_site | eight_cell
     preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | gpu)
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)
+    precision: str = "fp32"  # fp32 | bf16 (bf16 autocast for forward/backward; fp32 weights, optimizer and sync state)
     steps: int = 100  # inner steps per island (all islands step together)
     eval_every: int = 50  # evaluate on the validation windows every N steps (and at the end)
     data: DataConfig = field(default_factory=DataConfig)  # corpus, validation split and evaluation bytes
@@ -345,6 +349,8 @@ class ExperimentConfig:
     def validate(self) -> None:
         _check(self.experiment in EXPERIMENTS, "experiment", "must be one of " + "|".join(EXPERIMENTS), self.experiment)
         _check(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
+        check_device_spelling(self.device)
+        _check(self.precision in PRECISIONS, "precision", "must be one of " + "|".join(PRECISIONS), self.precision)
         _check(isinstance(self.steps, int) and self.steps >= 1, "steps", "must be an integer >= 1", self.steps)
         _check(isinstance(self.eval_every, int) and self.eval_every >= 1, "eval_every", "must be an integer >= 1", self.eval_every)
         _check(len(self.islands) >= 1, "islands", "must list at least one island", self.islands)
@@ -383,6 +389,15 @@ class ExperimentConfig:
 
 
 EXPERIMENTS = ("baseline", "two_site", "eight_cell")
+PRECISIONS = ("fp32", "bf16")
+_DEVICE_RE = re.compile(r"(auto|cpu|cuda|cuda:\d+)")
+
+
+def check_device_spelling(spec: Any) -> None:
+    """``device`` must read auto, cpu, cuda or cuda:N. Whether that device exists is checked by
+    ``islands_kit.device.resolve_device`` when the run starts (it needs torch.cuda; this module stays torch-free)."""
+    _check(isinstance(spec, str) and _DEVICE_RE.fullmatch(spec) is not None, "device",
+           "must be auto, cpu, cuda or cuda:N", spec)
 
 
 def _coerce(tp: Any, value: Any, path: str) -> Any:

@@ -9,10 +9,11 @@ The CLI switches to this transport when ``WORLD_SIZE > 1``. Processes: ``len(isl
 data-parallel rank; ``RankLayout`` below maps ranks to islands).
 
 Backend: ``gloo`` without CUDA; with CUDA ``cpu:gloo,cuda:nccl`` — torch then routes each collective by its tensors'
-device: CUDA tensors (gradients of models on the GPU) over NCCL, CPU tensors (the transport's wire messages, which
-cross a TCP wide-area link anyway, and anything the loop keeps on the CPU) over gloo. ``ISLANDS_KIT_DIST_BACKEND``
-overrides (gloo | nccl | cpu:gloo,cuda:nccl; with pure nccl the transport moves its messages to the GPU). The
-ledger/clock merging always runs on a gloo group. Only gloo is exercised by the tests (no GPU in CI).
+device. A run on the GPU (``device`` auto or cuda: ``cuda:LOCAL_RANK`` on every rank, ``islands_kit/device.py``) keeps
+its gradients, routing loads and Shampoo blocks there and sends its wire messages from there too (``device.wire_device``),
+all over NCCL; a run with ``device=cpu`` keeps everything on the CPU, over gloo. ``ISLANDS_KIT_DIST_BACKEND`` overrides
+(gloo | nccl | cpu:gloo,cuda:nccl). The ledger/clock merging always runs on a gloo group. Only gloo is exercised by
+the tests (no GPU in CI).
 
 Bounded waits (``ISLANDS_KIT_DIST_TIMEOUT_S``, default 300 s, = T):
   * a peer that never arrives: the rendezvous gives up after T (rank 0 waits for the others' store connections);

@@ -22,6 +22,7 @@ from torch import nn
 
 from islands_kit.config import ConfigError, IslandConfig, ModelConfig, OptimConfig
 from islands_kit.data import BatchStream
+from islands_kit.device import autocast, use_fused_adamw
 
 
 @dataclass(frozen=True)
@@ -29,17 +30,41 @@ class HardwareProfile:
     name: str
     peak_flops: float  # dense bf16 (GPUs) / fp32 (CPUs) FLOP/s per accelerator
     mfu: float  # model FLOPs utilisation assumed for training
+    hbm_bytes_per_s: float = 0.0  # peak memory bandwidth per accelerator (0 = not stated)
+    memory_bytes: float = 0.0  # memory per accelerator (0 = not stated)
+    gpu_names: tuple[str, ...] = ()  # substrings of torch.cuda.get_device_name() that identify it (most specific first)
 
 
+# Peak figures are the vendors' spec-sheet numbers, dense (without 2:4 sparsity), per GPU:
+#   A100 SXM 80GB: 312 TFLOP/s bf16, 2.039 TB/s HBM2e (NVIDIA A100 datasheet);
+#   H100 SXM: 989 TFLOP/s bf16 (1,979 with sparsity), 80 GB, 3.35 TB/s HBM3 (NVIDIA H100 datasheet);
+#   H200 SXM: the H100's compute, 141 GB, 4.8 TB/s HBM3e (NVIDIA H200 datasheet);
+#   L40S: 362 TFLOP/s bf16 (733 with sparsity), 48 GB, 0.864 TB/s GDDR6 (NVIDIA L40S datasheet);
+#   B300 (HGX B300, Blackwell Ultra): 36 PFLOP/s bf16 *with sparsity* per 8-GPU board = 2.25 PFLOP/s dense per GPU,
+#     288 GB, 8 TB/s HBM3e (NVIDIA HGX B300 platform table; the B200 has the same bf16 rate);
+#   GB300 (GB300 NVL72 rack): 360 PFLOP/s bf16 with sparsity per 72 GPUs = 2.5 PFLOP/s dense per GPU, 288 GB,
+#     8 TB/s HBM3e (NVIDIA GB300 NVL72 spec; higher clocks and power than the HGX part).
+# The seed run's two sites were GB300 and B300 clusters. MFU 0.40 is the assumption the simulated clock has always
+# used for Hopper-class training; measured figures for this kit's models belong in benchmarks/RESULTS.md.
 HARDWARE: dict[str, HardwareProfile] = {
-    "h100": HardwareProfile("NVIDIA H100 SXM (bf16 dense)", 989e12, 0.40),
-    "h200": HardwareProfile("NVIDIA H200 (bf16 dense)", 989e12, 0.42),
-    "a100": HardwareProfile("NVIDIA A100 SXM (bf16 dense)", 312e12, 0.40),
-    "l40s": HardwareProfile("NVIDIA L40S (bf16 dense)", 362e12, 0.35),
+    "h100": HardwareProfile("NVIDIA H100 SXM (bf16 dense)", 989e12, 0.40, 3.35e12, 80e9, ("H100",)),
+    "h200": HardwareProfile("NVIDIA H200 (bf16 dense)", 989e12, 0.42, 4.8e12, 141e9, ("H200",)),
+    "a100": HardwareProfile("NVIDIA A100 SXM (bf16 dense)", 312e12, 0.40, 2.039e12, 80e9, ("A100",)),
+    "l40s": HardwareProfile("NVIDIA L40S (bf16 dense)", 362e12, 0.35, 0.864e12, 48e9, ("L40S",)),
+    "b300": HardwareProfile("NVIDIA B300 HGX (bf16 dense)", 2.25e15, 0.40, 8.0e12, 288e9, ("B300",)),
+    "gb300": HardwareProfile("NVIDIA GB300 NVL72 (bf16 dense)", 2.5e15, 0.40, 8.0e12, 288e9, ("GB300",)),
     # laptop-scale islands: what the demo actually runs on (2 CPU cores); about 30 GFLOP/s achieved by this kit
     "cpu-2core": HardwareProfile("2 x86 CPU cores (fp32)", 1.0e11, 0.30),
     "cpu-1core": HardwareProfile("1 x86 CPU core (fp32)", 0.5e11, 0.30),
 }
+
+
+def profile_for_gpu(device_name: str) -> str | None:
+    """The HARDWARE key whose ``gpu_names`` match ``torch.cuda.get_device_name()`` (GB300 before B300), else None."""
+    for key in sorted((k for k, h in HARDWARE.items() if h.gpu_names), key=lambda k: -max(map(len, HARDWARE[k].gpu_names))):
+        if any(n in device_name for n in HARDWARE[key].gpu_names):
+            return key
+    return None
 
 
 def step_flops(model_cfg: ModelConfig, active_params: int, tokens: int) -> float:
@@ -64,12 +89,14 @@ def lr_lambda(step: int, cfg: OptimConfig, total_steps: int) -> float:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> torch.optim.Optimizer:
-    """Inner optimizer. Weight decay applies to matrices only (not norms, router bias or other 1-D tensors)."""
+    """Inner optimizer, its state on the model's device (float32, like the weights). Weight decay applies to matrices
+    only (not norms, router bias or other 1-D tensors). AdamW is the fused kernel on CUDA and torch's default on CPU."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if cfg.name == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+        fused = use_fused_adamw(next(model.parameters()).device) or None  # None: torch's default (CPU: unchanged)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
     if cfg.name == "shampoo":
@@ -84,11 +111,17 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> t
 
 
 class Island:
+    """``model`` already sits on its device; batches are moved there (from the CPU data stream) at every step and the
+    forward/backward runs under ``precision``'s autocast (``islands_kit.device``)."""
+
     def __init__(self, island_id: int, cfg: IslandConfig, model: nn.Module, optim_cfg: OptimConfig,
-                 stream: BatchStream, total_steps: int, compute_s: float, process_group=None) -> None:
+                 stream: BatchStream, total_steps: int, compute_s: float, process_group=None,
+                 precision: str = "fp32") -> None:
         self.id = island_id
         self.cfg = cfg
         self.model = model
+        self.device = next(model.parameters()).device
+        self.precision = precision
         self.optim_cfg = optim_cfg
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_lambda(s, optim_cfg, total_steps))
@@ -110,13 +143,15 @@ class Island:
         different order (equal within float tolerance, not bitwise)."""
         self.model.train()
         x, y = self.stream.next()  # (B, T): every rank draws the whole island batch so the streams stay in step
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)  # no-op on the CPU
         xs, ys = x.chunk(self.n_chunks), y.chunk(self.n_chunks)  # n_chunks x (micro_batch_size, T)
         size, rank = self._group_size_rank()
         lo, hi = rank * self.n_chunks // size, (rank + 1) * self.n_chunks // size
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # read back once per step, not per chunk
         loads = None
         for xc, yc in zip(xs[lo:hi], ys[lo:hi]):
-            out = self.model(xc, yc)
+            with autocast(self.device, self.precision):
+                out = self.model(xc, yc)
             ((out.loss + out.aux_loss) / self.n_chunks).backward()
             loss_sum += out.loss.detach().double()
             stats = self.model.routing_stats()

@@ -90,7 +90,7 @@ def evaluate_bpb(model_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
         raise ValueError(f"batch_size: must be an integer >= 1 (got {batch_size!r})")
     if x.numel() == 0:
         raise ValueError("x: must hold at least one window")
-    total = torch.zeros((), dtype=torch.float64)
+    total: torch.Tensor | None = None  # float64 on the windows' device: one read-back at the end, not one per chunk
     for i in range(0, x.shape[0], batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]  # (b, T)
         if device is not None:
@@ -100,5 +100,6 @@ def evaluate_bpb(model_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
             raise ValueError(f"model_fn: must return logits of shape (b, T, 256) = {(*xb.shape, 256)} "
                              f"(got {tuple(logits.shape)})")
         nll = F.cross_entropy(logits.reshape(-1, 256).double(), yb.reshape(-1), reduction="sum")  # scalar, nats
-        total += nll.cpu()
+        total = nll if total is None else total + nll
+    assert total is not None
     return bits_per_byte(total.item(), y.numel())

@@ -1,5 +1,13 @@
 """Named presets: one size dial per experiment. ``smoke`` runs in seconds (tests), ``demo`` in a few minutes on two
-CPU cores (the README's main job), ``gpu`` is a larger model for a lent GPU.
+CPU cores (the README's main job); ``gpu-small`` (quick checks, <= 3 minutes per experiment) and ``gpu`` (<= 10 minutes
+per experiment) are for one GPU: every island of an experiment in one process on the same GPU, bf16 autocast, Shampoo
+inner optimizer, ``device=cuda`` (so a machine without CUDA refuses them with a ConfigError naming ``device`` instead of
+training on the CPU; ``--set device=cpu`` overrides). Their islands carry GPU hardware profiles for the simulated clock
+(site A: 4 x GB300, site B: 3 x B300, the seed's two kinds of site, balanced for 3:2 batches; cells: one B300 each).
+Sizing: the model, step count and Shampoo root cadence are chosen so that all islands of an experiment fit one H200
+(141 GB) and each experiment should finish within the budget above; the estimate (FLOPs, memory, kernel launches and
+Shampoo eigendecompositions) and its status (unmeasured until benchmarks/gpu_check.sh has run on a GPU) are in
+benchmarks/RESULTS.md, "GPU presets".
 
 All three experiments of one preset train the same model for the same number of inner steps with the same global
 batch (the sum of the islands' batches), so they are compared at equal total training tokens:
@@ -17,7 +25,7 @@ plus two controls at the demo size, read through :func:`model_config`:
   only the router is wider).
 * ``demo-dense``: the dense control (one SwiGLU MLP, no router) with d_expert 260, chosen so its active parameters
   match ``demo``'s within 0.5% (3 * 128 * 260 = 99,840 vs router + 2 experts = 2,048 + 98,304 = 100,352 per layer).
-* ``gpu``: the model for a lent GPU.
+* ``gpu-small``, ``gpu``: the models for one lent GPU (quick checks; the full GPU preset).
 """
 from __future__ import annotations
 
@@ -25,7 +33,8 @@ from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
 
-PRESETS = ("smoke", "demo", "gpu")
+PRESETS = ("smoke", "demo", "gpu-small", "gpu")
+GPU_PRESETS = ("gpu-small", "gpu")
 
 _DEMO: dict[str, Any] = dict(seq_len=128, d_model=128, n_layers=4, n_heads=4, d_expert=128)
 MODEL_SIZES: dict[str, dict[str, Any]] = {
@@ -33,7 +42,8 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
     "demo": dict(_DEMO, n_experts=16, top_k=2),
     "demo-64x2": dict(_DEMO, n_experts=64, top_k=2),
     "demo-dense": dict(_DEMO, n_experts=1, top_k=1, d_expert=260),
-    "gpu": dict(seq_len=512, d_model=512, n_layers=8, n_heads=8, n_experts=64, top_k=2, d_expert=512),
+    "gpu-small": dict(seq_len=256, d_model=256, n_layers=4, n_heads=4, n_experts=16, top_k=2, d_expert=256),
+    "gpu": dict(seq_len=512, d_model=512, n_layers=6, n_heads=8, n_experts=16, top_k=2, d_expert=512),
 }
 
 
@@ -49,21 +59,28 @@ _RUN: dict[str, dict[str, Any]] = {
     # Shampoo beats AdamW at equal tokens on the demo baseline but costs more per step on CPU (both measured in
     # benchmarks/RESULTS.md), which the demo's 5-minute budget cannot pay; on a GPU its overhead is small (<= 10% in
     # the Distributed Shampoo paper), so the gpu preset trains with it. --set optim.name=shampoo switches any preset.
-    "gpu": dict(steps=5000, eval_every=250, data=dict(eval_bytes=262144),
-                optim=dict(name="shampoo", warmup_steps=200, lr=1e-3, start_preconditioning_step=200)),
+    "gpu-small": dict(steps=600, eval_every=100, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
+                      optim=dict(name="shampoo", warmup_steps=50, lr=2e-3, start_preconditioning_step=50,
+                                 precondition_frequency=50)),
+    "gpu": dict(steps=1500, eval_every=250, data=dict(eval_bytes=262144), device="cuda", precision="bf16",
+                optim=dict(name="shampoo", warmup_steps=150, lr=1e-3, start_preconditioning_step=150,
+                           precondition_frequency=100)),
 }
 
 
-def _islands(experiment: str) -> list[dict[str, Any]]:
+def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
     """The same global batch of 40 sequences in every experiment (3:2 = 24 + 16 for two sites, 8 x 5 for cells).
 
-    Site A: 3 units of the faster profile, 2 data-parallel ranks of 12 sequences; site B: 4 units of the slower
-    profile, one rank accumulating 2 micro-batches of 8. Per-step compute is then equal (3:2 throughput for 3:2
-    batches), as a well-planned two-site run would arrange."""
+    Site A: 2 data-parallel ranks of 12 sequences; site B: one rank accumulating 2 micro-batches of 8. CPU presets:
+    site A has 3 units of the faster CPU profile, site B 4 units of the slower one; GPU presets: 4 x GB300 (10 PFLOP/s)
+    against 3 x B300 (6.75 PFLOP/s). Per-step compute is then (nearly) equal — 3:2 throughput for 3:2 batches — as a
+    well-planned two-site run would arrange."""
+    gpu = preset in GPU_PRESETS
+    hw_a, n_a, hw_b, n_b, hw_cell = ("gb300", 4, "b300", 3, "b300") if gpu else ("cpu-2core", 3, "cpu-1core", 4, "cpu-2core")
     if experiment in ("baseline", "two_site"):
-        return [dict(name="site-a", batch_size=24, micro_batch_size=12, dp_ranks=2, hardware="cpu-2core", n_accelerators=3),
-                dict(name="site-b", batch_size=16, micro_batch_size=8, dp_ranks=1, hardware="cpu-1core", n_accelerators=4)]
-    return [dict(name=f"cell-{i}", batch_size=5, micro_batch_size=5, dp_ranks=1, hardware="cpu-2core", n_accelerators=1)
+        return [dict(name="site-a", batch_size=24, micro_batch_size=12, dp_ranks=2, hardware=hw_a, n_accelerators=n_a),
+                dict(name="site-b", batch_size=16, micro_batch_size=8, dp_ranks=1, hardware=hw_b, n_accelerators=n_b)]
+    return [dict(name=f"cell-{i}", batch_size=5, micro_batch_size=5, dp_ranks=1, hardware=hw_cell, n_accelerators=1)
             for i in range(8)]
 
 
@@ -85,7 +102,7 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
     d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(MODEL_SIZES[preset]),
-                         "islands": _islands(experiment), "sync": dict(_SYNC[experiment])}
+                         "islands": _islands(experiment, preset), "sync": dict(_SYNC[experiment])}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
     if preset == "smoke":

@@ -31,6 +31,8 @@ from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
+from islands_kit.device import autocast, check_precision, resolve_device
+from islands_kit.device import describe as describe_device
 from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
@@ -86,20 +88,25 @@ class Experiment:
         cfg.validate()
         self.cfg = cfg
         self.out_dir = Path(out_dir) if out_dir else None
+        # every tensor of the run lives here (islands_kit/device.py); an unavailable GPU fails now, naming the field
+        self.device = resolve_device(cfg.device)
+        check_precision(cfg.precision, self.device)
         torch.manual_seed(cfg.seed)
-        # -- data ------------------------------------------------------------------------------------------------
+        # -- data: the corpus and batch streams stay on the CPU; evaluation windows go to the device once ------------
         self.corpus = load_data_corpus(cfg.data)
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
-        self.eval_x, self.eval_y = eval_windows(self.val, T, cfg.data.eval_bytes)
-        self.final_x, self.final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
+        self.eval_x, self.eval_y = (w.to(self.device) for w in eval_windows(self.val, T, cfg.data.eval_bytes))
+        final_x, final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
+        self.scored_bytes = bytes(final_y.to(torch.uint8).flatten().numpy().tobytes())  # what final_val_bpb scores
+        self.final_x, self.final_y = final_x.to(self.device), final_y.to(self.device)
         self.val_bytes = int(self.final_y.numel())
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
         self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
         # -- islands: identical initial weights, separate data streams -------------------------------------------
         torch.manual_seed(cfg.seed)
-        base = MoETransformer(cfg.model)
+        base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device
         self.params_total = base.num_params()
         self.params_active = base.num_active_params()
         self.islands: dict[int, Island] = {}
@@ -109,7 +116,10 @@ class Experiment:
             slow = cfg.faults.straggler_factor if cfg.faults.straggler_island == i else 1.0
             self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps,
                                      slow * step_seconds(icfg, cfg.model, self.params_active),
-                                     process_group=self.transport.island_group)
+                                     process_group=self.transport.island_group,
+                                     precision=cfg.precision)
+            if cfg.model.compile:
+                self.islands[i].model.compile()  # in place: parameter names (fragments, checkpoints) unchanged
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
         self.strategy = build_strategy(cfg, self.models, self.transport)
@@ -152,7 +162,8 @@ class Experiment:
         self.check_eval_state()
         m = self._load_eval_model()
         x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
-        return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
+        with autocast(self.device, self.cfg.precision):
+            return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
 
     @torch.no_grad()
     def routing_drift(self) -> dict[str, float] | None:
@@ -311,7 +322,7 @@ class Experiment:
             params_total=self.params_total, params_active=self.params_active,
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
             # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split
-            compressor_bpb=compressor_bpb(bytes(self.final_y.to(torch.uint8).flatten().numpy().tobytes())),
+            compressor_bpb=compressor_bpb(self.scored_bytes),
             compressor_bpb_all_val=compressor_bpb(bytes(self.val.numpy().tobytes())),
             cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
             gradient_bytes=led.bytes("gradients"),
@@ -321,6 +332,8 @@ class Experiment:
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
             wall_time_s=self.elapsed_s(),
+            # device, precision, GPU name and count, CUDA and NCCL versions (GPU fields null on the CPU)
+            **describe_device(self.device, cfg.precision),
             # torch's CPU kernels split reductions by thread: results are bit-reproducible per seed *and* thread count
             versions={"python": platform.python_version(), "torch": torch.__version__,
                       "torch_threads": torch.get_num_threads(),
@@ -339,6 +352,7 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
 
     ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
+    check_precision(cfg.precision, resolve_device(cfg.device))  # device=cuda without CUDA fails before any work
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     state = None

@@ -52,7 +52,7 @@ def inject_non_finite(payload: Payload, fraction: float, generator: torch.Genera
     k = max(1, round(fraction * m))
     idx = torch.randperm(m, generator=generator)[:k]
     specials = torch.tensor([math.nan, math.inf, -math.inf], dtype=torch.float32)
-    vals[idx] = specials[torch.arange(k) % 3].to(vals.dtype)
+    vals[idx] = specials[torch.arange(k) % 3].to(vals)
     return Payload(payload.codec, payload.numel, payload.block_size, data)
 
 
@@ -103,6 +103,8 @@ class Adversary:
             stale = self.honest.get(fragment)
             if stale is None:  # nothing sent yet for this fragment: nothing to replay
                 return payload
+            if stale.data.device != payload.data.device:  # stored before a resume: loaded on the CPU
+                stale = Payload(stale.codec, stale.numel, stale.block_size, stale.data.to(payload.data.device))
             return stale
         return inject_non_finite(payload, INJECT_FRACTION, self._generator(step, fragment))
 

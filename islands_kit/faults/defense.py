@@ -98,7 +98,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
     na, nb = float(a.double().norm()), float(b.double().norm())
     if na == 0.0 or nb == 0.0:
         return None
-    return float(torch.dot(a.double().reshape(-1), b.double().reshape(-1))) / (na * nb)
+    return float(torch.dot(a.double().reshape(-1), b.double().reshape(-1).to(a.device))) / (na * nb)
 
 
 class Defense:
@@ -185,7 +185,7 @@ class Defense:
             reference = weighted_mean([xs[j] for j in others], [ws[j] for j in others])
             prev = self._accepted.get((i, p))
             if prev is not None:  # and i's own last accepted update: both trusted directions, as unit vectors
-                reference = _unit(reference) + _unit(prev)
+                reference = _unit(reference) + _unit(prev.to(reference.device))  # (a resumed run's loads on the CPU)
             cos = _cosine(xs[i], reference)
             if cos is not None and cos < c.min_cosine:
                 flags[i].append(("direction", cos, c.min_cosine))

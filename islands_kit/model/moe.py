@@ -169,6 +169,7 @@ def _padded_bmm(x_MD: Tensor, w_EDF: Tensor, group_sizes_E: Tensor, offs_E: Tens
     return y_ECF.reshape(n_groups * C, -1).index_select(0, slot_M)
 
 
+@torch.compiler.disable  # model.compile: run eagerly (the native op's fake-tensor rule takes bf16 only; shapes vary)
 def grouped_matmul(x_MD: Tensor, w_EDF: Tensor, group_sizes_E: Tensor) -> Tensor:
     """Rows of ``x_MD`` sorted by group (``group_sizes_E[e]`` consecutive rows each) times ``w_EDF[e]``."""
     offs_E = torch.cumsum(group_sizes_E, 0).to(torch.int32)

@@ -221,7 +221,8 @@ class Shampoo(torch.optim.Optimizer):
             load[r] -= neg_cost
             owners[i][j] = r
         return {
-            p: _Layout(stack, m, n, nb_m, nb_n, bs_m, bs_n, owners[i], (owners[i] == self._rank).nonzero().flatten())
+            p: _Layout(stack, m, n, nb_m, nb_n, bs_m, bs_n, owners[i].to(p.device),
+                       (owners[i] == self._rank).nonzero().flatten().to(p.device))
             for i, (p, stack, m, n, nb_m, nb_n, bs_m, bs_n) in enumerate(plans)
         }
 

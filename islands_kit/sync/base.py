@@ -33,7 +33,8 @@ def strided_fragments(block_names: list[list[str]], extra: dict[str, list[str]],
 
 
 class FragmentView:
-    """The parameters of one fragment of one replica, flattened to a single fp32 vector and written back."""
+    """The parameters of one fragment of one replica, flattened to a single fp32 vector (on the replica's device)
+    and written back."""
 
     def __init__(self, model: nn.Module, names: list[str]) -> None:
         params = dict(model.named_parameters())
@@ -41,6 +42,7 @@ class FragmentView:
         if missing:
             raise KeyError(f"fragment names not in model: {missing[:3]}")
         self.params = [params[n] for n in names]
+        self.device = self.params[0].device if self.params else torch.device("cpu")
         self.numel = sum(p.numel() for p in self.params)
 
     @torch.no_grad()

@@ -138,8 +138,8 @@ class Butterfly(SyncStrategy):
     @torch.no_grad()
     def _merge(self, pend: Pending) -> None:
         for i in self.ids:
-            theirs = pend.handle.wait(i)
             v = self.views[i][pend.fragment]
+            theirs = pend.handle.wait(i).to(v.device)  # (a resumed run's in-flight results load on the CPU)
             v.assign(0.5 * (v.flat() + theirs))
 
     def eval_state(self) -> dict[str, torch.Tensor]:

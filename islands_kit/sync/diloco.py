@@ -141,7 +141,7 @@ class DiLoCo(SyncStrategy):
             return
         mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
         g = self.global_params[p]
-        g.grad = mean_delta.clone().view_as(g)
+        g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
         self.outer_opts[p].step()
         g.grad = None
         a = self.cfg.alpha

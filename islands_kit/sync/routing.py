@@ -39,7 +39,7 @@ class RoutingSync:
         if len(self.in_flight) <= self.delay:
             return None
         h, shape = self.in_flight.pop(0)
-        out = {i: h.wait(i).view(shape) for i in loads if i in h.arrival}
+        out = {i: h.wait(i).view(shape).to(loads[i].device) for i in loads if i in h.arrival}
         if out:  # an island back from preemption this step was not in that message; the mean is the same for all
             any_mean = next(iter(out.values()))
             out.update({i: any_mean for i in loads if i not in out})
