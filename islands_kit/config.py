@@ -121,6 +121,12 @@ class SyncConfig:
     stochastic_rounding: bool = True
     error_feedback: bool = True
     routing_sync: bool = True  # all-reduce expert loads every step on their own channel
+    # published improvements (each off by default: today's behaviour bit for bit)
+    merge: str = "alpha"  # alpha: θ_i ← α θ_i + (1−α) θ_g | keep_local: θ_i ← θ_g + (θ_i − θ_i as sent), keeps the τ steps
+    final_codec: str = ""  # codec of the final flush sync ("" = sync.codec); fp32 makes the last sync lossless
+    warm_start_steps: int = 0  # post-local SGD (Lin et al. 2020): every fragment averaged every step for this many steps
+    outer_momentum_warmup: int = 0  # outer steps over which the outer momentum ramps linearly from 0 to outer_momentum
+    eager: bool = False  # eager updates (Kale et al. 2025): with tau >= 1 apply an estimated outer step at send time
     # butterfly
     exchanges_per_window: int = 6  # how many times each fragment is exchanged per H-step window
     delay: int = 2  # a partner's fragment sent at step t is merged at step t + delay
@@ -137,6 +143,16 @@ class SyncConfig:
         _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
         _check(self.codec in CODECS, p + "codec", "must be one of " + "|".join(CODECS), self.codec)
         _check(self.codec_block_size >= 1, p + "codec_block_size", "must be >= 1", self.codec_block_size)
+        _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
+        _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
+               "must be 0 with sync.merge=keep_local (alpha blends only in the alpha merge)", self.alpha)
+        _check(self.final_codec == "" or self.final_codec in CODECS, p + "final_codec",
+               "must be empty (= sync.codec) or one of " + "|".join(CODECS), self.final_codec)
+        _check(self.warm_start_steps >= 0, p + "warm_start_steps", "must be >= 0 (0 = no warm start)", self.warm_start_steps)
+        _check(self.outer_momentum_warmup >= 0, p + "outer_momentum_warmup", "must be >= 0 (0 = none)",
+               self.outer_momentum_warmup)
+        _check(not self.eager or self.tau >= 1, p + "eager", "needs sync.tau >= 1 (with tau = 0 nothing overlaps)",
+               self.eager)
         _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
         _check(self.delay >= 0, p + "delay", "must be >= 0", self.delay)
 
@@ -259,10 +275,14 @@ class DataConfig:
     val_fraction: float = 0.05  # the last val_fraction of the bytes are validation
     eval_bytes: int = 65536  # validation bytes scored at each evaluation (a fixed, evenly spaced sample); 0 = all
     final_eval_bytes: int = 0  # validation bytes scored for final_val_bpb; 0 = all of them (demo, gpu)
+    # the tuning split: this fraction of the bytes just before the validation tail is held out of training and scored
+    # at the end as final_tune_bpb; hyperparameters are chosen on it, never on the validation bytes (0 = no tune split)
+    tune_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
         _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
+        _check(0.0 <= self.tune_fraction < 0.5, "data.tune_fraction", "must be in [0, 0.5)", self.tune_fraction)
         _check(self.final_eval_bytes >= 0, "data.final_eval_bytes", "must be >= 0 (0 = all validation bytes)", self.final_eval_bytes)
 
 
