@@ -130,6 +130,10 @@ class SyncConfig:
     # butterfly
     exchanges_per_window: int = 6  # how many times each fragment is exchanged per H-step window
     delay: int = 2  # a partner's fragment sent at step t is merged at step t + delay
+    butterfly_merge: str = "mean"  # mean: θ_i ← ½(θ_i(t+d) + θ̂_j(t)) | delay_aware: θ_i ← θ_i(t+d) + ½(θ̂_j(t) − θ_i(t))
+    exact_average_every: int = 0  # every K windows a complete butterfly on a frozen snapshot (exact mean); 0 = never
+    final_average: bool = False  # a complete butterfly at the end, so every cell (and the deployed model) is the mean
+    butterfly_eval: str = "cell0"  # cell0: score cell 0's replica | mean: score the mean of all cells (one process)
 
     def __post_init__(self) -> None:
         p = "sync."
@@ -155,6 +159,12 @@ class SyncConfig:
                self.eager)
         _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
         _check(self.delay >= 0, p + "delay", "must be >= 0", self.delay)
+        _check(self.butterfly_merge in ("mean", "delay_aware"), p + "butterfly_merge", "must be one of mean|delay_aware",
+               self.butterfly_merge)
+        _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
+               self.exact_average_every)
+        _check(self.butterfly_eval in ("cell0", "mean"), p + "butterfly_eval", "must be one of cell0|mean",
+               self.butterfly_eval)
 
 
 @dataclass

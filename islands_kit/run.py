@@ -313,7 +313,7 @@ class Experiment:
         if stats is not None and self.cfg.model.n_experts > 1:
             rec["balance_loss"] = [round(float(v), 6) for v in stats.balance_loss]
             rec["max_over_mean_load"] = [round(float(v), 4) for v in stats.max_over_mean]
-        if self.cfg.sync.strategy == "diloco" and self.is_writer and self.diverged_at_step is None:
+        if not self.strategy.deploys_own_replica and self.is_writer and self.diverged_at_step is None:
             rec["val_bpb_replica"] = self.evaluate_replica()
         drift = self.routing_drift()
         if drift is not None:

@@ -120,6 +120,8 @@ class PendingQueue:
 
 class SyncStrategy(abc.ABC):
     name: str = "base"
+    # does ``eval_state`` score the first local island's own replica? (then a separate replica score adds nothing)
+    deploys_own_replica: bool = True
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         self.models = models

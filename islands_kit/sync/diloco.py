@@ -62,6 +62,7 @@ class DiLoCo(SyncStrategy):
     """Streaming DiLoCo; with ``n_fragments=1`` and ``tau=0`` it is plain DiLoCo."""
 
     name = "diloco"
+    deploys_own_replica = False  # the global (outer) model
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int) -> None:
