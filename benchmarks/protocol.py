@@ -12,7 +12,7 @@ The protocol (also written into the report):
   2. Scoring. The winner of each arm is trained at every seed of ``--seeds`` (seed 0 is the tuning run itself: the
      same config, so the same run). Seeds pair arms: the same seed gives the same initial weights and data order.
   3. Ratios. arm / baseline per seed on ``final_val_bpb`` (all validation bytes), then mean and spread (min..max).
-  4. Ablations: one change at a time on top of the tuned two_site winner, each paired with it at the same seeds
+  4. Ablations: one change at a time on top of a tuned winner (two_site, eight_cell), paired with it at the same seeds
      (``--ablation-seeds``, seed 0 by default: one run per row).
 Every run is its own ``islands-kit run`` process with one torch thread (bit-reproducible per seed and thread count),
 read back from its result.json; a finished run (result.json present) is never run again, so an interrupted protocol
@@ -61,27 +61,38 @@ class Arm:
 # them away), and a final flush at int8 so the last sync does not leave int4 rounding in the deployed model.
 TWO_SITE_METHOD = {"sync.merge": "keep_local", "sync.alpha": "0.0", "sync.final_codec": "int8"}
 SHAMPOO = {"optim.name": "shampoo"}
+# eight cells: merge the partner against the snapshot as sent (the delay's local steps keep full weight) and end with
+# one complete butterfly, so every cell — and the deployed model — is the exact cell mean
+EIGHT_CELL_METHOD = {"sync.butterfly_merge": "delay_aware", "sync.final_average": "true"}
 ARMS: dict[str, Arm] = {
     "baseline": Arm("baseline", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}),
     "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.outer_lr": ["1.0", "1.3"]}, TWO_SITE_METHOD),
-    "eight_cell": Arm("eight_cell", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}),
+    "eight_cell": Arm("eight_cell", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}, EIGHT_CELL_METHOD),
     "baseline_shampoo": Arm("baseline", {"optim.lr": ["1e-3", "2e-3", "3e-3", "4e-3"]}, SHAMPOO, ref="baseline_shampoo"),
     "two_site_shampoo": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.outer_lr": ["1.0", "1.3"]},
                             {**TWO_SITE_METHOD, **SHAMPOO}, ref="baseline_shampoo"),
 }
 # arms run phase by phase (tuning, then seeds); a phase's arms share its tuning stage
 PHASES = [["baseline", "two_site"], ["eight_cell"], ["baseline_shampoo", "two_site_shampoo"]]
-ABLATIONS: dict[str, dict[str, str]] = {
-    "alpha merge 0.5 (before)": {"sync.merge": "alpha", "sync.alpha": "0.5"},
-    "final sync int4": {"sync.final_codec": ""},
-    "final sync fp32": {"sync.final_codec": "fp32"},
-    "eager updates": {"sync.eager": "true"},
-    "Nesterov 0.7/0.9, momentum warm-up 2": {"sync.outer_lr": "0.7", "sync.outer_momentum": "0.9",
-                                             "sync.outer_momentum_warmup": "2"},
-    "warm start 30 steps (post-local SGD)": {"sync.warm_start_steps": "30"},
-    "H=25": {"sync.H": "25"},
-    "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
-                                     "sync.final_codec": ""},
+ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
+    "two_site": {
+        "alpha merge 0.5 (before)": {"sync.merge": "alpha", "sync.alpha": "0.5"},
+        "final sync int4": {"sync.final_codec": ""},
+        "final sync fp32": {"sync.final_codec": "fp32"},
+        "eager updates": {"sync.eager": "true"},
+        "Nesterov 0.7/0.9, momentum warm-up 2": {"sync.outer_lr": "0.7", "sync.outer_momentum": "0.9",
+                                                 "sync.outer_momentum_warmup": "2"},
+        "warm start 30 steps (post-local SGD)": {"sync.warm_start_steps": "30"},
+        "H=25": {"sync.H": "25"},
+        "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
+                                         "sync.final_codec": ""},
+    },
+    "eight_cell": {
+        "plain mean merge (before)": {"sync.butterfly_merge": "mean"},
+        "no final average (cell 0 deployed)": {"sync.final_average": "false"},
+        "exact average every window": {"sync.exact_average_every": "1"},
+        "int8 payloads + error feedback": {"sync.codec": "int8"},
+    },
 }
 
 
@@ -153,7 +164,7 @@ def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds:
     global JOBS
     JOBS = jobs
     n_trials = sum(len(ARMS[a].trials()) for a in arms)
-    total = n_trials + len(arms) * (len(seeds) - 1) + (len(ABLATIONS) * len(ablation_seeds) if "two_site" in arms else 0)
+    total = n_trials + len(arms) * (len(seeds) - 1) + sum(len(ABLATIONS.get(a, {})) for a in arms) * len(ablation_seeds)
     finished = sum(1 for p in out.rglob("result.json")) if out.exists() else 0
     log = Progress(total, min(finished, total))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -167,12 +178,12 @@ def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds:
             for a in mine:
                 best, _ = winner(out, a)
                 stage2 += [(a, ARMS[a].experiment, best, s) for s in seeds]
-            if "two_site" in mine:
-                best, _ = winner(out, "two_site")
-                for change in ABLATIONS.values():
-                    stage2 += [("two_site_ablation", "two_site", {**best, **change}, s) for s in ablation_seeds]
+            for a in mine:
+                best, _ = winner(out, a)
+                for change in ABLATIONS.get(a, {}).values():
+                    stage2 += [(f"{a}_ablation", ARMS[a].experiment, {**best, **change}, s) for s in ablation_seeds]
             # seed by seed, so a stopped protocol holds complete pairs
-            stage2.sort(key=lambda r: (r[3], r[0] == "two_site_ablation"))
+            stage2.sort(key=lambda r: (r[3], r[0].endswith("_ablation")))
             list(pool.map(lambda r: run_one(out, *r, preset=preset, log=log), stage2))
 
 
@@ -226,26 +237,29 @@ def report(out: Path, preset: str, seeds: list[int], arms: list[str], ablation_s
         fewer = f"{r0['ddp_equivalent_bytes'] / r0['cross_site_bytes']:.0f}x less" if r0 and r0["cross_site_bytes"] else "—"
         win = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.items() if k in ARMS[a].grid)
         lines.append(f"| {a} | {grid} | {win} | {_spread(vals)} | {_spread(ratios)} | {fewer} |")
-    if "two_site" in winners:
-        best = winners["two_site"]
-        lines += ["", f"Ablations on the tuned two_site (one change each; seeds {ablation_seeds}), paired with it per seed:", "",
-                  "| change | val bpb | / tuned two_site | / baseline | bytes vs DDP |", "|---|---|---|---|---|"]
-        for name, change in ABLATIONS.items():
-            rs, vs_ts, vs_b = [], [], []
+    for a, rows in ABLATIONS.items():
+        if a not in winners:
+            continue
+        best = winners[a]
+        ref, ref_best = ARMS[a].ref, best_of(ARMS[a].ref)
+        lines += ["", f"Ablations on the tuned {a} (one change each; seeds {ablation_seeds}), paired with it per seed:",
+                  "", f"| change | val bpb | / tuned {a} | / {ref} | bytes vs DDP |", "|---|---|---|---|---|"]
+        for name, change in rows.items():
+            rs, vs_arm, vs_ref = [], [], []
             for s in ablation_seeds:
-                r = _load(out, "two_site_ablation", {**best, **change}, s)
-                t = _load(out, "two_site", best, s)
-                b = _load(out, "baseline", base_best, s) if base_best else None
+                r = _load(out, f"{a}_ablation", {**best, **change}, s)
+                t = _load(out, a, best, s)
+                b = _load(out, ref, ref_best, s) if ref_best else None
                 if r and r.get("final_val_bpb"):
                     rs.append(r["final_val_bpb"])
                     if t and t.get("final_val_bpb"):
-                        vs_ts.append(r["final_val_bpb"] / t["final_val_bpb"])
+                        vs_arm.append(r["final_val_bpb"] / t["final_val_bpb"])
                     if b and b.get("final_val_bpb"):
-                        vs_b.append(r["final_val_bpb"] / b["final_val_bpb"])
-            r0 = next((x for x in (_load(out, "two_site_ablation", {**best, **change}, s) for s in ablation_seeds) if x),
+                        vs_ref.append(r["final_val_bpb"] / b["final_val_bpb"])
+            r0 = next((x for x in (_load(out, f"{a}_ablation", {**best, **change}, s) for s in ablation_seeds) if x),
                       None)
             fewer = f"{r0['ddp_equivalent_bytes'] / r0['cross_site_bytes']:.0f}x less" if r0 else "—"
-            lines.append(f"| {name} | {_spread(rs)} | {_spread(vs_ts)} | {_spread(vs_b)} | {fewer} |")
+            lines.append(f"| {name} | {_spread(rs)} | {_spread(vs_arm)} | {_spread(vs_ref)} | {fewer} |")
     cmd = (f"python benchmarks/protocol.py --preset {preset} --seeds {' '.join(map(str, seeds))} --ablation-seeds "
            f"{' '.join(map(str, ablation_seeds))} --out {out}")
     lines += ["", f"Command: `{cmd}` (resumable; `--report` re-prints this table)."]
