@@ -100,7 +100,9 @@ class OptimConfig:
         _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
 
 
-CODECS = ("fp32", "bf16", "int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2")
+# top{e}_{values}: top-k sparsified outer gradients, 1 value in every e kept per block (SparseLoCo-style)
+CODECS = ("fp32", "bf16", "int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2", "top8_int4", "top16_int4", "top32_int4",
+          "top16_int2")
 
 
 @dataclass
@@ -147,6 +149,8 @@ class SyncConfig:
         _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
         _check(self.codec in CODECS, p + "codec", "must be one of " + "|".join(CODECS), self.codec)
         _check(self.codec_block_size >= 1, p + "codec_block_size", "must be >= 1", self.codec_block_size)
+        _check(not self.codec.startswith("top") or self.codec_block_size <= 256, p + "codec_block_size",
+               f"must be <= 256 with the top-k codec {self.codec} (one-byte in-block indices)", self.codec_block_size)
         _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
         _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
                "must be 0 with sync.merge=keep_local (alpha blends only in the alpha merge)", self.alpha)
