@@ -100,9 +100,10 @@ class OptimConfig:
         _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
 
 
+DENSE_CODECS = ("fp32", "bf16", "int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2")  # every value sent
 # top{e}_{values}: top-k sparsified outer gradients, 1 value in every e kept per block (SparseLoCo-style)
-CODECS = ("fp32", "bf16", "int8", "fp8_e4m3", "int4", "fp4_e2m1", "int2", "top8_int4", "top16_int4", "top32_int4",
-          "top16_int2")
+SPARSE_CODECS = ("top8_int4", "top16_int4", "top32_int4", "top16_int2")
+CODECS = DENSE_CODECS + SPARSE_CODECS
 
 
 @dataclass

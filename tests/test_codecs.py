@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from islands_kit.config import CODECS
+from islands_kit.config import DENSE_CODECS as CODECS  # the sparse ones: tests/test_topk_codec.py
 from islands_kit.comm.codecs import (FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes,
                                      get_codec)
 
