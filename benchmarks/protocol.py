@@ -86,6 +86,15 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "H=25": {"sync.H": "25"},
         "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
                                          "sync.final_codec": ""},
+        # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
+        "frontier: int8": {"sync.codec": "int8"},
+        "frontier: int2": {"sync.codec": "int2"},
+        "frontier: top8_int4": {"sync.codec": "top8_int4"},
+        "frontier: top16_int4": {"sync.codec": "top16_int4"},
+        "frontier: top32_int4": {"sync.codec": "top32_int4"},
+        "frontier: top16_int2": {"sync.codec": "top16_int2"},
+        "frontier: int4, H=100": {"sync.H": "100"},
+        "frontier: top16_int4, H=25": {"sync.codec": "top16_int4", "sync.H": "25"},
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly_merge": "mean"},
