@@ -153,6 +153,7 @@ class Progress:
 
 
 JOBS = 1
+SKIPPED: set[str] = set()  # ablation rows left out of this invocation (--only-ablations)
 
 
 def winner(out: Path, arm: str) -> tuple[dict[str, str], list[tuple[dict[str, str], float | None]]]:
@@ -173,7 +174,8 @@ def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds:
     global JOBS
     JOBS = jobs
     n_trials = sum(len(ARMS[a].trials()) for a in arms)
-    total = n_trials + len(arms) * (len(seeds) - 1) + sum(len(ABLATIONS.get(a, {})) for a in arms) * len(ablation_seeds)
+    n_abl = sum(1 for a in arms for n in ABLATIONS.get(a, {}) if n not in SKIPPED)
+    total = n_trials + len(arms) * (len(seeds) - 1) + n_abl * len(ablation_seeds)
     finished = sum(1 for p in out.rglob("result.json")) if out.exists() else 0
     log = Progress(total, min(finished, total))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -189,7 +191,7 @@ def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds:
                 stage2 += [(a, ARMS[a].experiment, best, s) for s in seeds]
             for a in mine:
                 best, _ = winner(out, a)
-                for change in ABLATIONS.get(a, {}).values():
+                for change in [c for n, c in ABLATIONS.get(a, {}).items() if n not in SKIPPED]:
                     stage2 += [(f"{a}_ablation", ARMS[a].experiment, {**best, **change}, s) for s in ablation_seeds]
             # seed by seed, so a stopped protocol holds complete pairs
             stage2.sort(key=lambda r: (r[3], r[0].endswith("_ablation")))
@@ -298,9 +300,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("runs/protocol"))
     ap.add_argument("--ablation-seeds", type=int, nargs="*", default=[0], help="seeds of the ablation rows (none: skip)")
+    ap.add_argument("--only-ablations", nargs="*", default=None, metavar="SUBSTRING",
+                    help="run only the ablation rows whose name contains one of these (the report shows all rows)")
     ap.add_argument("--report", action="store_true", help="only print the table from finished runs")
     ap.add_argument("--write-results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
     a = ap.parse_args(argv)
+    if a.only_ablations is not None:
+        for arm_rows in ABLATIONS.values():
+            for name in [n for n in arm_rows if not any(sub in n for sub in a.only_ablations)]:
+                SKIPPED.add(name)
     if not a.report:
         execute(a.out, a.preset, a.seeds, a.jobs, a.ablation_seeds, a.arms)
     text = report(a.out, a.preset, a.seeds, a.arms, a.ablation_seeds)
