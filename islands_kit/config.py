@@ -123,7 +123,8 @@ class SyncConfig:
     codec_block_size: int = 128
     stochastic_rounding: bool = True
     error_feedback: bool = True
-    routing_sync: bool = True  # all-reduce expert loads every step on their own channel
+    routing_sync: bool = True  # sync expert loads every step on their own channel
+    routing_sync_mode: str = "all_reduce"  # all_reduce (every island) | butterfly (pairwise with the round's partner)
     # published improvements (each off by default: today's behaviour bit for bit)
     merge: str = "alpha"  # alpha: θ_i ← α θ_i + (1−α) θ_g | keep_local: θ_i ← θ_g + (θ_i − θ_i as sent), keeps the τ steps
     final_codec: str = ""  # codec of the final flush sync ("" = sync.codec); fp32 makes the last sync lossless
@@ -164,6 +165,8 @@ class SyncConfig:
                self.eager)
         _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
         _check(self.delay >= 0, p + "delay", "must be >= 0", self.delay)
+        _check(self.routing_sync_mode in ("all_reduce", "butterfly"), p + "routing_sync_mode",
+               "must be one of all_reduce|butterfly", self.routing_sync_mode)
         _check(self.butterfly_merge in ("mean", "delay_aware"), p + "butterfly_merge", "must be one of mean|delay_aware",
                self.butterfly_merge)
         _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
@@ -335,7 +338,7 @@ class ExperimentConfig:
             isl.validate(f"islands[{i}]")
         _check(self.wandb_mode in ("offline", "online", "disabled"), "wandb_mode", "must be one of offline|online|disabled", self.wandb_mode)
         n = len(self.islands)
-        if self.sync.strategy == "butterfly":
+        if self.sync.strategy == "butterfly" or self.sync.routing_sync_mode == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
         _check(self.threads >= 0, "threads", "must be >= 0 (0 = torch default)", self.threads)
         _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)

@@ -124,7 +124,8 @@ class Experiment:
         from islands_kit.faults import install
 
         self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
-        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1)
+        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1,
+                                   butterfly=cfg.sync.routing_sync_mode == "butterfly")
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
         self.tokens_total = 0
