@@ -95,6 +95,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: top16_int2": {"sync.codec": "top16_int2"},
         "frontier: int4, H=100": {"sync.H": "100"},
         "frontier: top16_int4, H=25": {"sync.codec": "top16_int4", "sync.H": "25"},
+        "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
+        "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
+        "frontier: top32_int4, H=10, final fp32": {"sync.codec": "top32_int4", "sync.H": "10", "sync.final_codec": "fp32"},
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly_merge": "mean"},
@@ -193,8 +196,8 @@ def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds:
                 best, _ = winner(out, a)
                 for change in [c for n, c in ABLATIONS.get(a, {}).items() if n not in SKIPPED]:
                     stage2 += [(f"{a}_ablation", ARMS[a].experiment, {**best, **change}, s) for s in ablation_seeds]
-            # seed by seed, so a stopped protocol holds complete pairs
-            stage2.sort(key=lambda r: (r[3], r[0].endswith("_ablation")))
+            # the arms' seeds first (seed by seed, so a stopped protocol holds complete pairs), then the ablations
+            stage2.sort(key=lambda r: (r[0].endswith("_ablation"), r[3]))
             list(pool.map(lambda r: run_one(out, *r, preset=preset, log=log), stage2))
 
 
