@@ -80,6 +80,7 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "final sync int4": {"sync.final_codec": ""},
         "final sync fp32": {"sync.final_codec": "fp32"},
         "eager updates": {"sync.eager": "true"},
+        "inner lr 4e-3 (beyond the grid's edge)": {"optim.lr": "4e-3"},
         "Nesterov 0.7/0.9, momentum warm-up 2": {"sync.outer_lr": "0.7", "sync.outer_momentum": "0.9",
                                                  "sync.outer_momentum_warmup": "2"},
         "warm start 30 steps (post-local SGD)": {"sync.warm_start_steps": "30"},
