@@ -23,8 +23,12 @@ RUNS = {
     "baseline": ("baseline", []),
     "two_site": ("two_site", []),
     "eight_cell": ("eight_cell", []),
-    # control: the same eight cells synchronised with the DiLoCo all-reduce instead of butterfly exchanges
-    "eight_cell_diloco": ("eight_cell", ["sync.strategy=diloco", "sync.tau=1", "sync.alpha=0.5", "sync.codec=int4"]),
+    # control: the same eight cells synchronised with the DiLoCo all-reduce instead of butterfly exchanges, like for
+    # like with the butterfly: fp32 payloads, plain averaging (outer lr 1, no momentum), the same overlap (tau = the
+    # butterfly's delay, local steps kept) and the same cadence (each fragment synced every H/6 ~ 8 steps)
+    "eight_cell_diloco": ("eight_cell", ["sync.strategy=diloco", "sync.H=8", "sync.tau=2", "sync.merge=keep_local",
+                                         "sync.alpha=0.0", "sync.codec=fp32", "sync.outer_lr=1.0",
+                                         "sync.outer_momentum=0.0"]),
     # non-streaming DiLoCo between the two sites: the peak-bytes reference for streaming
     "two_site_p1": ("two_site", ["sync.n_fragments=1"]),
 }

@@ -16,9 +16,11 @@ class CodecSpec:
     """One wire codec.
 
     ``kind``: ``fp32`` (raw float32), ``bf16`` (bfloat16), ``uniform`` (per-block scaled grid ``{j + offset}``,
-    ``|level| <= qmax``, offset 0.5 when qmax is a half-integer: int2's mid-rise grid) or ``minifloat`` (per-block
+    ``|level| <= qmax``, offset 0.5 when qmax is a half-integer: int2's mid-rise grid), ``minifloat`` (per-block
     scaled OCP float grid with ``mbits`` mantissa bits, minimum normal exponent ``emin``, subnormals below, saturating
-    at ``qmax``; the code is the OCP bit pattern, sign in the top bit). ``bits``: bits per value on the wire.
+    at ``qmax``; the code is the OCP bit pattern, sign in the top bit) or ``topk`` (sparsified: 1 value in every
+    ``every`` of a block kept, as a one-byte index and a code on the ``values`` codec's grid). ``bits``: bits per
+    value code on the wire.
     """
 
     name: str
@@ -28,10 +30,12 @@ class CodecSpec:
     qmax: float = 0.0
     emin: int = 0
     mbits: int = 0
+    every: int = 0  # topk: keep 1 value in every `every` per block
+    values: str = ""  # topk: the dense uniform codec whose grid the kept values use
 
     @property
     def block_scaled(self) -> bool:
-        """True for the per-block absmax-scaled codecs (all but fp32 and bf16)."""
+        """True for the dense per-block absmax-scaled codecs (all but fp32, bf16 and the sparse top-k ones)."""
         return self.kind in ("uniform", "minifloat")
 
     @property
@@ -48,5 +52,12 @@ CODEC_SPECS: dict[str, CodecSpec] = {s.name: s for s in (
     CodecSpec("int4", 4, "uniform", 4, qmax=7.0),
     CodecSpec("fp4_e2m1", 5, "minifloat", 4, qmax=6.0, emin=0, mbits=1),
     CodecSpec("int2", 6, "uniform", 2, qmax=1.5),
+    # top-k sparsified outer gradients (SparseLoCo-style), top{every}_{values}
+    CodecSpec("top8_int4", 7, "topk", 4, qmax=7.0, every=8, values="int4"),
+    CodecSpec("top16_int4", 8, "topk", 4, qmax=7.0, every=16, values="int4"),
+    CodecSpec("top32_int4", 9, "topk", 4, qmax=7.0, every=32, values="int4"),
+    CodecSpec("top16_int2", 10, "topk", 2, qmax=1.5, every=16, values="int2"),
 )}
 CODECS: tuple[str, ...] = tuple(CODEC_SPECS)  # the valid values of sync.codec
+DENSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if s.kind != "topk")  # every value sent
+SPARSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if s.kind == "topk")

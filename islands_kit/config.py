@@ -119,14 +119,25 @@ class SyncConfig:
     outer_lr: float = 0.7  # outer SGD learning rate (DiLoCo)
     outer_momentum: float = 0.9  # outer SGD momentum (DiLoCo)
     nesterov: bool = True  # Nesterov outer momentum (DiLoCo)
-    codec: str = "fp32"  # wire format of outer gradients / fragments: fp32|bf16|int8|fp8_e4m3|int4|fp4_e2m1|int2
+    codec: str = "fp32"  # wire format of outer gradients / fragments (codec_registry.CODECS; top*: top-k sparsified)
     codec_block_size: int = 128  # elements sharing one quantisation scale
     stochastic_rounding: bool = True  # unbiased rounding to the codec grid
     error_feedback: bool = True  # carry each island's quantisation error into its next payload
-    routing_sync: bool = True  # all-reduce expert loads every step on their own channel
+    routing_sync: bool = True  # sync expert loads every step on their own channel
+    routing_sync_mode: str = "all_reduce"  # all_reduce (every island) | butterfly (pairwise with the round's partner)
+    # published improvements (each off by default: today's behaviour bit for bit)
+    merge: str = "alpha"  # alpha: θ_i ← α θ_i + (1−α) θ_g | keep_local: θ_i ← θ_g + (θ_i − θ_i as sent), keeps the τ steps
+    final_codec: str = ""  # codec of the final flush sync ("" = sync.codec); fp32 makes the last sync lossless
+    warm_start_steps: int = 0  # post-local SGD (Lin et al. 2020): every fragment averaged every step for this many steps
+    outer_momentum_warmup: int = 0  # outer steps over which the outer momentum ramps linearly from 0 to outer_momentum
+    eager: bool = False  # eager updates (Kale et al. 2025): with tau >= 1 apply an estimated outer step at send time
     # butterfly
     exchanges_per_window: int = 6  # how many times each fragment is exchanged per H-step window
     delay: int = 2  # a partner's fragment sent at step t is merged at step t + delay
+    butterfly_merge: str = "mean"  # mean: θ_i ← ½(θ_i(t+d) + θ̂_j(t)) | delay_aware: θ_i ← θ_i(t+d) + ½(θ̂_j(t) − θ_i(t))
+    exact_average_every: int = 0  # every K windows a complete butterfly on a frozen snapshot (exact mean); 0 = never
+    final_average: bool = False  # a complete butterfly at the end, so every cell (and the deployed model) is the mean
+    butterfly_eval: str = "cell0"  # cell0: score cell 0's replica | mean: score the mean of all cells (one process)
 
     def __post_init__(self) -> None:
         p = "sync."
@@ -140,8 +151,28 @@ class SyncConfig:
         _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
         _check(self.codec in CODECS, p + "codec", "must be one of " + "|".join(CODECS), self.codec)
         _check(self.codec_block_size >= 1, p + "codec_block_size", "must be >= 1", self.codec_block_size)
+        _check(not self.codec.startswith("top") or self.codec_block_size <= 256, p + "codec_block_size",
+               f"must be <= 256 with the top-k codec {self.codec} (one-byte in-block indices)", self.codec_block_size)
+        _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
+        _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
+               "must be 0 with sync.merge=keep_local (alpha blends only in the alpha merge)", self.alpha)
+        _check(self.final_codec == "" or self.final_codec in CODECS, p + "final_codec",
+               "must be empty (= sync.codec) or one of " + "|".join(CODECS), self.final_codec)
+        _check(self.warm_start_steps >= 0, p + "warm_start_steps", "must be >= 0 (0 = no warm start)", self.warm_start_steps)
+        _check(self.outer_momentum_warmup >= 0, p + "outer_momentum_warmup", "must be >= 0 (0 = none)",
+               self.outer_momentum_warmup)
+        _check(not self.eager or self.tau >= 1, p + "eager", "needs sync.tau >= 1 (with tau = 0 nothing overlaps)",
+               self.eager)
         _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
         _check(self.delay >= 0, p + "delay", "must be >= 0", self.delay)
+        _check(self.routing_sync_mode in ("all_reduce", "butterfly"), p + "routing_sync_mode",
+               "must be one of all_reduce|butterfly", self.routing_sync_mode)
+        _check(self.butterfly_merge in ("mean", "delay_aware"), p + "butterfly_merge", "must be one of mean|delay_aware",
+               self.butterfly_merge)
+        _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
+               self.exact_average_every)
+        _check(self.butterfly_eval in ("cell0", "mean"), p + "butterfly_eval", "must be one of cell0|mean",
+               self.butterfly_eval)
 
 
 @dataclass
@@ -301,10 +332,14 @@ class DataConfig:
     revision: str = ""  # hub: the dataset revision to pin (commit sha, tag or branch); "" = the default branch
     streaming: bool = False  # hub: stream the rows instead of downloading the dataset; needs max_bytes
     max_bytes: int = 0  # use only the first max_bytes bytes of the corpus (0 = all)
+    # the tuning split: this fraction of the bytes just before the validation tail is held out of training and scored
+    # at the end as final_tune_bpb; hyperparameters are chosen on it, never on the validation bytes (0 = no tune split)
+    tune_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
         _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
+        _check(0.0 <= self.tune_fraction < 0.5, "data.tune_fraction", "must be in [0, 0.5)", self.tune_fraction)
         _check(self.final_eval_bytes >= 0, "data.final_eval_bytes", "must be >= 0 (0 = all validation bytes)", self.final_eval_bytes)
         hub = isinstance(self.corpus, str) and self.corpus.startswith("hub:")
         _check(isinstance(self.text_field, str) and self.text_field.strip() != "", "data.text_field",
@@ -358,7 +393,7 @@ class ExperimentConfig:
             isl.validate(f"islands[{i}]")
         _check(self.wandb_mode in ("offline", "online", "disabled"), "wandb_mode", "must be one of offline|online|disabled", self.wandb_mode)
         n = len(self.islands)
-        if self.sync.strategy == "butterfly":
+        if self.sync.strategy == "butterfly" or self.sync.routing_sync_mode == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
         _check(self.threads >= 0, "threads", "must be >= 0 (0 = torch default)", self.threads)
         _check(isinstance(self.log_every, int) and self.log_every >= 1, "log_every", "must be an integer >= 1",

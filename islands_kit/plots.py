@@ -502,3 +502,60 @@ def transfer_times(durations: Mapping[str, Sequence[float]], ideal_s: float | No
     ax_c.set_title("Cumulative distribution")
     fig.suptitle(title or "Transfer times on the simulated link")
     return fig
+
+
+def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """bpb ratio to the synchronous baseline vs training FLOPs: our two_site and eight_cell points (mean over seeds,
+    seeds as small dots) beside the published DiLoCo points (Charles et al. 2025, Table 4: M = 2 and M = 8) and
+    Streaming DiLoCo (Douillard et al. 2025, M = 2), whose FLOPs assume ~20 tokens per parameter (Chinchilla)."""
+    from islands_kit import scaling
+
+    if not rows:
+        raise ValueError("scaling_ratios: no finished points to draw (run the study first)")
+    fig, ax = new_figure(width=7.2, height=4.4)
+    for e, marker in (("two_site", "o"), ("eight_cell", "s")):
+        pts: dict[float, list[float]] = {}
+        for r in rows:
+            if f"{e}_ratio" in r:
+                pts.setdefault(float(r["flops"]), []).append(100.0 * (r[f"{e}_ratio"] - 1.0))
+        if not pts:
+            continue
+        xs = sorted(pts)
+        for x in xs:
+            if len(pts[x]) > 1:
+                ax.scatter([x] * len(pts[x]), pts[x], s=8, color=color(e, 0), alpha=0.4)
+        ax.plot(xs, [float(np.mean(pts[x])) for x in xs], marker=marker, color=color(e, 0), label=f"{e} (this kit)")
+    refs = (("DiLoCo M=2 (Charles et al. 2025)", scaling.REFERENCE_DILOCO_M2, "two_site", "^"),
+            ("DiLoCo M=8 (Charles et al. 2025)", scaling.REFERENCE_DILOCO_M8, "eight_cell", "^"),
+            ("Streaming DiLoCo M=2 (Douillard et al. 2025)", scaling.REFERENCE_STREAMING_M2, "two_site", "x"))
+    for label, pts_ref, like, marker in refs:
+        ax.plot([scaling.reference_flops(n) for n, _ in pts_ref], [100.0 * d for _, d in pts_ref], linestyle=":",
+                marker=marker, color=color(like, 0), markerfacecolor="none", label=label)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training compute (FLOPs, 6 x active params x tokens; published: 20 tokens/param assumed)")
+    ax.set_ylabel("bpb / loss vs synchronous baseline (%)")
+    ax.set_title(title or "Gap to synchronous training vs compute")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """bpb ratio to the baseline vs bytes sent (as 'x fewer bytes than data-parallel', log scale): one point per
+    setting (``label``, ``fewer``, ``ratio``; ``default`` marks the operating point the preset uses)."""
+    if not points:
+        raise ValueError("frontier: no points")
+    fig, ax = new_figure(width=7.0, height=4.2)
+    for i, p in enumerate(points):
+        is_default = bool(p.get("default"))
+        ax.scatter([p["fewer"]], [p["ratio"]], s=70 if is_default else 30, marker="*" if is_default else "o",
+                   color=color("two_site", 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3)
+        ax.annotate(p["label"] + (" (default)" if is_default else ""), (p["fewer"], p["ratio"]), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+    ax.axhline(1.0, color="black", linewidth=0.8, label="baseline (synchronous, every step)")
+    ax.set_xscale("log")
+    ax.set_xlabel("x fewer bytes than data-parallel (fp32 gradient all-reduce every step)")
+    ax.set_ylabel("final bpb / baseline bpb (same seed)")
+    ax.set_title(title or "two_site: quality vs bytes on the link")
+    ax.legend(fontsize=7)
+    return fig

@@ -91,8 +91,9 @@ _SYNC: dict[str, dict[str, Any]] = {
     # paper's Nesterov setting is one --set away (sync.outer_lr=0.7 sync.outer_momentum=0.9) and in the ablations.
     "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, alpha=0.5, outer_lr=1.0, outer_momentum=0.0,
                      codec="int4", stochastic_rounding=True, error_feedback=True, routing_sync=True),
+    # routing statistics travel along the butterfly too (pairwise, no collective among all cells)
     "eight_cell": dict(strategy="butterfly", H=50, n_fragments=2, exchanges_per_window=6, delay=2, codec="fp32",
-                       stochastic_rounding=True, error_feedback=True, routing_sync=True),
+                       stochastic_rounding=True, error_feedback=True, routing_sync=True, routing_sync_mode="butterfly"),
 }
 
 

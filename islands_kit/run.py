@@ -29,7 +29,7 @@ from islands_kit import kernels
 from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
-from islands_kit.config import ExperimentConfig
+from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.device import autocast, check_precision, resolve_device
 from islands_kit.device import describe as describe_device
@@ -96,6 +96,16 @@ class Experiment:
         self.corpus = load_data_corpus(cfg.data)
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
+        self.tune_x = self.tune_y = None
+        if cfg.data.tune_fraction > 0:  # the tuning split: held out of training, just before the validation tail
+            n_tune = round(len(self.corpus.data) * cfg.data.tune_fraction)
+            if not 2 <= n_tune < self.train.numel() - T:
+                raise ConfigError(f"data.tune_fraction: leaves {n_tune} tuning bytes of {self.train.numel()} training "
+                                  f"bytes; must leave both more than model.seq_len={T} (got {cfg.data.tune_fraction})")
+            tune = self.train[-n_tune:].clone()
+            self.train = self.train[:-n_tune].clone()
+            self.tune_x, self.tune_y = eval_windows(tune, T, cfg.data.final_eval_bytes)
+        self.final_tune_bpb: float | None = None
         self.eval_x, self.eval_y = (w.to(self.device) for w in eval_windows(self.val, T, cfg.data.eval_bytes))
         final_x, final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
         self.scored_bytes = bytes(final_y.to(torch.uint8).flatten().numpy().tobytes())  # what final_val_bpb scores
@@ -126,7 +136,8 @@ class Experiment:
         from islands_kit.faults import install
 
         self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
-        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1)
+        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1,
+                                   butterfly=cfg.sync.routing_sync_mode == "butterfly")
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
         self.tokens_total = 0
@@ -159,11 +170,27 @@ class Experiment:
             raise Diverged(f"evaluation parameters hold NaN/inf ({len(bad)} tensors, first {bad[0]})")
 
     def evaluate(self, final: bool = False) -> float:
+        """bpb of the deployed model (the strategy's evaluation parameters) on the validation windows; at the end
+        also on the tuning split when there is one (``final_tune_bpb``: what hyperparameter choices are made on)."""
         self.check_eval_state()
         m = self._load_eval_model()
         x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
         with autocast(self.device, self.cfg.precision):
+            if final and self.tune_x is not None:
+                self.final_tune_bpb = evaluate_bpb(lambda xb: m(xb).logits, self.tune_x, self.tune_y, batch_size=64)
             return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
+
+    @torch.no_grad()
+    def evaluate_replica(self) -> float:
+        """bpb of the first local island's own replica on the evaluation windows: what that site holds between syncs,
+        beside the deployed (global) model that ``evaluate`` scores."""
+        m = self.islands[min(self.islands)].model
+        was_training = m.training
+        m.eval()
+        try:
+            return evaluate_bpb(lambda xb: m(xb).logits, self.eval_x, self.eval_y, batch_size=64)
+        finally:
+            m.train(was_training)
 
     @torch.no_grad()
     def routing_drift(self) -> dict[str, float] | None:
@@ -298,6 +325,8 @@ class Experiment:
         if stats is not None and self.cfg.model.n_experts > 1:
             rec["balance_loss"] = [round(float(v), 6) for v in stats.balance_loss]
             rec["max_over_mean_load"] = [round(float(v), 4) for v in stats.max_over_mean]
+        if not self.strategy.deploys_own_replica and self.is_writer and self.diverged_at_step is None:
+            rec["val_bpb_replica"] = self.evaluate_replica()
         drift = self.routing_drift()
         if drift is not None:
             rec.update(drift)
@@ -321,6 +350,7 @@ class Experiment:
             corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
             params_total=self.params_total, params_active=self.params_active,
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
+            final_tune_bpb=self.final_tune_bpb,
             # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split
             compressor_bpb=compressor_bpb(self.scored_bytes),
             compressor_bpb_all_val=compressor_bpb(bytes(self.val.numpy().tobytes())),

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from islands_kit import config
-from islands_kit.codec_registry import CODEC_SPECS, CODECS
+from islands_kit.codec_registry import CODEC_SPECS, SPARSE_CODECS
+from islands_kit.codec_registry import CODECS as ALL_CODECS
+from islands_kit.codec_registry import DENSE_CODECS as CODECS  # the sparse ones: tests/test_topk_codec.py
 from islands_kit.comm.codecs import FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes, get_codec
 
 QUANTISED = [c for c in CODECS if c not in ("fp32", "bf16")]
@@ -63,7 +65,8 @@ def wide_values(n: int, seed: int) -> torch.Tensor:
 
 
 def test_registry_matches_config_and_rejects_bad_names() -> None:
-    assert config.CODECS is CODECS  # config validates sync.codec against the registry itself
+    assert config.CODECS is ALL_CODECS  # config validates sync.codec against the registry itself
+    assert set(ALL_CODECS) == set(CODECS) | set(SPARSE_CODECS) and not set(CODECS) & set(SPARSE_CODECS)
     for name in CODECS:
         c = get_codec(name, 64)
         assert c.name == name and c.block_size == 64 and c.spec is CODEC_SPECS[name]
@@ -77,8 +80,9 @@ def test_registry_matches_config_and_rejects_bad_names() -> None:
 def test_wire_ids_are_frozen() -> None:
     """The codec id is written in every serialised payload (checkpoints, the torch.distributed wire): pinned here."""
     assert {n: s.wire_id for n, s in CODEC_SPECS.items()} == {
-        "fp32": 0, "bf16": 1, "int8": 2, "fp8_e4m3": 3, "int4": 4, "fp4_e2m1": 5, "int2": 6}
-    for name in CODECS:
+        "fp32": 0, "bf16": 1, "int8": 2, "fp8_e4m3": 3, "int4": 4, "fp4_e2m1": 5, "int2": 6,
+        "top8_int4": 7, "top16_int4": 8, "top32_int4": 9, "top16_int2": 10}
+    for name in ALL_CODECS:
         assert encode_bytes(get_codec(name).encode(torch.zeros(3)))[5] == CODEC_SPECS[name].wire_id
 
 

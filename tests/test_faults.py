@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from islands_kit.codec_registry import CODECS
+from islands_kit.codec_registry import DENSE_CODECS as CODECS
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import LocalTransport, weighted_mean
 from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
@@ -387,7 +387,10 @@ def test_an_undefended_nan_island_stops_the_run_and_still_writes_its_result(code
 def test_a_non_finite_global_model_is_refused_at_evaluation():
     from islands_kit.run import Diverged
 
-    exp = Experiment(smoke_cfg(2, steps=4))
+    exp = Experiment(smoke_cfg(2, steps=8))
+    for _ in range(5):  # fragment 0 syncs after step 4 (H=8, P=2, tau=1): from step 5 its global copy is deployed
+        exp.train_step()
+    assert exp.strategy.synced[0]
     assert math.isfinite(exp.evaluate())
     with torch.no_grad():
         exp.strategy.global_params[0][3] = float("inf")

@@ -403,11 +403,92 @@ class Fp4E2M1Codec(BlockCodec):
         return lut[codes.long()]
 
 
+class TopKCodec(Codec):
+    """Sparsified values (top-k per block, as in SparseLoCo, Templar 2025): in every block of B values only the
+    ``k = ceil(len / every)`` largest magnitudes are sent, as (in-block index, quantised value) pairs; the rest decode
+    to zero and — with error feedback — wait in the residual until they grow large enough to be picked.
+
+    Layout: ``[nb float32 scales][K uint8 in-block indices, ascending per block][K packed codes]`` with
+    ``K = Σ_blocks ceil(len_b / every)``; the kept values use the uniform grid of ``int4`` (qmax 7) or ``int2``
+    (levels ±0.5, ±1.5) with the block's absmax scale and the same rounding recipe (stochastic or nearest-even).
+    ``nbytes = 4 nb + K + ceil(K · bits / 8)``; block_size must be <= 256 (indices are one byte). Ties in magnitude
+    are broken by the lower index (stable sort), so the same input always selects the same entries."""
+
+    def __init__(self, spec: CodecSpec, block_size: int = 128) -> None:
+        super().__init__(spec, block_size)
+        if block_size > 256:
+            raise ConfigError(f"sync.codec_block_size: must be <= 256 for the top-k codec {spec.name} "
+                              f"(one-byte indices) (got {block_size})")
+        self.every, self.bits, self.qmax = spec.every, spec.bits, spec.qmax
+        # the kept values' grid and rounding: the dense uniform codec with the same bits
+        self.values = UniformCodec(CODEC_SPECS[spec.values], block_size)
+
+    def _kept(self, numel: int) -> tuple[int, int, int, int]:
+        """(blocks, full blocks, k of a full block, K in all)."""
+        B = self.block_size
+        nb, full = -(-numel // B), numel // B
+        k = -(-B // self.every)
+        last = numel - full * B
+        return nb, full, k, full * k + (-(-last // self.every) if last else 0)
+
+    def nbytes(self, numel: int) -> int:
+        nb, _, _, K = self._kept(numel)
+        return 4 * nb + K + (-(-K * self.bits // 8))
+
+    def _blocks(self, n: int) -> list[tuple[int, int, int]]:
+        """(start, length, k) of each group of blocks with the same k: the full blocks, then a partial last one."""
+        B = self.block_size
+        nb, full, k, K = self._kept(n)
+        out = [(0, full * B, k)] if full else []
+        if nb > full:
+            out.append((full * B, n - full * B, K - full * k))
+        return out
+
+    def _encode(self, xf: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+        n = xf.numel()
+        if not bool(torch.isfinite(xf).all()):
+            raise NonFiniteError(f"{self.name}.encode: payload contains non-finite values")
+        scales, idxs, vals = [], [], []
+        for start, length, k in self._blocks(n):
+            L = min(length, self.block_size)
+            xb = xf[start:start + length].view(-1, L)  # (blocks, L)
+            order = torch.sort(xb.abs(), dim=1, descending=True, stable=True).indices[:, :k]  # (blocks, k)
+            idx = torch.sort(order, dim=1).values  # ascending in-block positions
+            kept = torch.gather(xb, 1, idx)  # (blocks, k)
+            scale = xb.abs().amax(dim=1, keepdim=True) / self.qmax  # (blocks, 1)
+            scales.append(scale.reshape(-1))
+            idxs.append(idx.reshape(-1).to(torch.uint8))
+            vals.append((kept / torch.where(scale > 0, scale, torch.ones_like(scale))).clamp(-self.qmax, self.qmax)
+                        .reshape(-1))
+        if not scales:
+            return torch.zeros(0, dtype=torch.uint8, device=xf.device)
+        v = torch.cat(vals)  # (K,)
+        codes = self.values._quantise(v, None if u is None else u[: v.numel()])
+        return torch.cat([torch.cat(scales).view(torch.uint8), torch.cat(idxs), _pack(codes, self.bits)])
+
+    def _decode(self, data: torch.Tensor, n: int) -> torch.Tensor:
+        nb, _, _, K = self._kept(n)
+        scale = data[: 4 * nb].view(torch.float32)  # (nb,)
+        idx = data[4 * nb: 4 * nb + K].long()  # (K,)
+        q = self.values._levels(_unpack(data[4 * nb + K:], self.bits, K))  # (K,)
+        out = torch.zeros(n, dtype=torch.float32, device=data.device)
+        off_k, b0 = 0, 0
+        for start, length, k in self._blocks(n):
+            L = min(length, self.block_size)
+            nblk = length // L
+            blk = torch.arange(nblk, device=data.device).repeat_interleave(k)  # (nblk * k,)
+            pos = start + blk * L + idx[off_k: off_k + nblk * k]
+            out[pos] = q[off_k: off_k + nblk * k] * scale[b0 + blk]
+            off_k += nblk * k
+            b0 += nblk
+        return out
+
+
 def _codec_class(spec: CodecSpec) -> type[Codec]:
     """The class implementing a registry row: by its value format (the two minifloats differ only in their codes)."""
     if spec.kind == "minifloat":
         return Fp8E4M3Codec if spec.bits == 8 else Fp4E2M1Codec
-    return {"fp32": Fp32Codec, "bf16": Bf16Codec, "uniform": UniformCodec}[spec.kind]
+    return {"fp32": Fp32Codec, "bf16": Bf16Codec, "uniform": UniformCodec, "topk": TopKCodec}[spec.kind]
 
 
 def get_codec(name: str, block_size: int = 128) -> Codec:

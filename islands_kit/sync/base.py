@@ -16,11 +16,14 @@ from torch import nn
 
 from islands_kit.comm.transport import Handle, SimClock, Transport
 
+INPUT_SIDE = "tok_emb"  # the model's parameters outside the blocks that sit at the input end (the token embedding)
+
 
 def strided_fragments(block_names: list[list[str]], extra: dict[str, list[str]], n_fragments: int) -> list[list[str]]:
     """Streaming DiLoCo's strided assignment: block l goes to fragment l mod P, so every fragment spans the depth of
-    the network (the paper found strided better than sequential). The token embedding joins fragment 0 and the final
-    norm + output head join fragment P - 1, so the two ends of the network sync at different times too."""
+    the network (the paper found strided better than sequential). The token embedding (``extra["tok_emb"]``) joins
+    fragment 0 and everything else outside the blocks (final norm + output head) joins fragment P - 1, so the two ends
+    of the network sync at different times too (tests/test_streaming.py checks membership for every preset model)."""
     P = n_fragments
     if P > len(block_names):
         raise ValueError(f"sync.n_fragments: must be <= the number of transformer blocks ({len(block_names)}) (got {P})")
@@ -28,7 +31,7 @@ def strided_fragments(block_names: list[list[str]], extra: dict[str, list[str]],
     for l, names in enumerate(block_names):
         frags[l % P].extend(names)
     for key, names in extra.items():
-        frags[0 if key == "embedding" else P - 1].extend(names)
+        frags[0 if key == INPUT_SIDE else P - 1].extend(names)
     return frags
 
 
@@ -116,6 +119,8 @@ class PendingQueue:
 
 class SyncStrategy(abc.ABC):
     name: str = "base"
+    # does ``eval_state`` score the first local island's own replica? (then a separate replica score adds nothing)
+    deploys_own_replica: bool = True
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         self.models = models

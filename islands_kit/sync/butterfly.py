@@ -21,7 +21,23 @@ cell's update has reached every cell (``mixing_matrix``; tested). With d > 0 the
 (t, t + d] count with weight ½ instead of 1 and the partner contributes its state d steps stale; the cell average is
 then no longer exactly preserved — the price of overlapping communication with compute.
 
-Evaluation uses cell 0's replica (what one cell would deploy; with a well-mixed schedule every cell is close to it).
+Delay-aware merge (``butterfly_merge="delay_aware"``). The partner's fragment is merged against the cell's own
+state *as sent*, and the local progress made during the delay is re-applied on top:
+
+    θ_i[p] ← ½ · (θ_i[p](t) + θ̂_j[p](t)) + (θ_i[p](t + d) − θ_i[p](t))  =  θ_i[p](t + d) + ½ · (θ̂_j[p](t) − θ_i[p](t))
+
+so the mixing acts on the snapshot at t exactly as in the delay-0 butterfly and the steps in (t, t + d] keep weight 1.
+Mixing matrix: for exchanges of one fragment spaced more than d apart, with x the cells' fragments and u(s) the
+local increments of inner step s, x(end) = W(all) x(0) + Σ_s W(≥ s) u(s), where W(≥ s) is the product of the round
+matrices (``mixing_matrix``) of the exchanges sent after steps ≥ s, in order (tested against a brute-force simulation
+of the merges on scalar models). The cell average is preserved exactly (every W is doubly stochastic).
+
+Exact averages. ``exact_average_every`` = K: after every K-th window, a complete butterfly (R rounds, fp32, merged at
+once) on a frozen snapshot leaves every cell holding the exact mean; ``final_average`` does one at the end of
+training. Their bytes go into the ledger like every other exchange.
+
+Evaluation (``butterfly_eval``): ``cell0`` scores cell 0's replica (what one cell would deploy); ``mean`` scores the
+mean of all cells (needs every cell in this process). With ``final_average`` the two coincide at the end.
 """
 from __future__ import annotations
 
@@ -109,6 +125,12 @@ class Butterfly(SyncStrategy):
         self.ef = ErrorFeedback(enabled=cfg.error_feedback)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 29) for i in self.ids}
         self.pending = PendingQueue()
+        self.fp32 = get_codec("fp32")
+        self.sent: dict[tuple[int, int, int], torch.Tensor] = {}  # (cell, fragment, sent_at) -> own state as sent
+        if cfg.butterfly_eval == "mean" and len(self.ids) < self.n:
+            raise ValueError("sync.butterfly_eval: 'mean' needs every cell in this process (got "
+                             f"{len(self.ids)} of {self.n}); use cell0 with sync.final_average=true instead")
+        self.deploys_own_replica = cfg.butterfly_eval == "cell0"
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         self._apply_due(step)
@@ -118,10 +140,27 @@ class Butterfly(SyncStrategy):
                 self.counter[p] += 1
                 self._exchange(step, p, r)
         self._apply_due(step)
+        K = self.cfg.exact_average_every
+        if K and step % (K * self.cfg.H) == 0:
+            self.exact_average()
 
     def finalize(self, step: int) -> None:
         for pend in self.pending.drain():
             self._merge(pend)
+        if self.cfg.final_average:
+            self.exact_average()
+
+    @torch.no_grad()
+    def exact_average(self) -> None:
+        """A complete butterfly on a frozen snapshot: R rounds of fp32 exchanges, each merged at once, after which
+        every cell holds the exact mean of every fragment (the delay-0 mixing matrix is uniform after R rounds)."""
+        for p in range(self.P):
+            for r in range(self.R):
+                payloads = {i: self.fp32.encode(self.views[i][p].flat()) for i in self.ids}
+                handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
+                for i in self.ids:
+                    v = self.views[i][p]
+                    v.assign(0.5 * (v.flat() + handle.wait(i).to(v.device)))
 
     def _exchange(self, step: int, p: int, r: int) -> None:
         payloads = {}
@@ -129,6 +168,9 @@ class Butterfly(SyncStrategy):
             payloads[i], _ = self.ef.compress((i, p), self.views[i][p].flat(), self.codec,
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
         handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
+        if self.cfg.butterfly_merge == "delay_aware" and self.cfg.delay > 0:
+            for i in self.ids:
+                self.sent[(i, p, step)] = self.views[i][p].flat()
         self.pending.push(step + self.cfg.delay, p, handle, sent_at=step)
 
     def _apply_due(self, step: int) -> None:
@@ -140,9 +182,17 @@ class Butterfly(SyncStrategy):
         for i in self.ids:
             v = self.views[i][pend.fragment]
             theirs = pend.handle.wait(i).to(v.device)  # (a resumed run's in-flight results load on the CPU)
-            v.assign(0.5 * (v.flat() + theirs))
+            mine = self.sent.pop((i, pend.fragment, pend.sent_at), None)
+            if mine is not None:  # delay-aware: mix the snapshot as sent, keep the steps taken since
+                v.assign(v.flat() + 0.5 * (theirs - mine.to(v.device)))
+            else:
+                v.assign(0.5 * (v.flat() + theirs))
 
     def eval_state(self) -> dict[str, torch.Tensor]:
+        if self.cfg.butterfly_eval == "mean":
+            models = [self.models[i] for i in self.ids]
+            named = [dict(m.named_parameters()) for m in models]
+            return {n: torch.stack([d[n].detach() for d in named]).mean(0) for n in named[0]}
         return dict(self.models[self.ids[0]].state_dict())
 
     def state_dict(self) -> dict[str, Any]:
@@ -151,6 +201,7 @@ class Butterfly(SyncStrategy):
             "ef": self.ef.state_dict(),
             "gens": {i: g.get_state() for i, g in self.gens.items()},
             "pending": self.pending.state_dict(),
+            "sent": [[i, p, t, x.clone()] for (i, p, t), x in sorted(self.sent.items())],
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -159,3 +210,4 @@ class Butterfly(SyncStrategy):
         for i, s in d["gens"].items():
             self.gens[int(i)].set_state(s)
         self.pending.load_state_dict(d["pending"], self.transport.clock)
+        self.sent = {(int(i), int(p), int(t)): x.clone() for i, p, t, x in d["sent"]}

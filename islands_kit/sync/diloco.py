@@ -13,8 +13,24 @@ Streaming DiLoCo (Douillard et al., 2025) — symbols as in the paper:
     steps of compute); then the replica merges: θ_i ← α · θ_i + (1 − α) · θ_global (α = ``alpha``).
   * Outer gradients cross the wire through a codec (e.g. 4-bit) with stochastic rounding and per-fragment error
     feedback: the quantisation residual of fragment p on island i is added to that fragment's next outer gradient.
-  * Evaluation uses the global (outer) parameters. ``finalize`` completes every transfer in flight and then syncs
-    every fragment once more, so the final model contains every island's last steps (those bytes are counted).
+  * Evaluation uses the global (outer) parameters — what a site would deploy. Until fragment p's first outer step
+    its global copy is still the initial weights, so the deployed model carries the first local island's own copy of
+    that fragment instead. ``finalize`` completes every transfer in flight and then syncs every fragment once more
+    (through ``final_codec``, lossless with fp32), so the final model holds every island's last steps (bytes counted).
+
+Published improvements, each off by default (then the arithmetic above is unchanged bit for bit):
+  * ``merge="keep_local"``: when an outer result lands τ steps after it was sent, θ_i ← θ_global + (θ_i − θ_i^sent):
+    the replica keeps the τ inner steps it took during the transfer instead of α-blending half of its offset away.
+  * ``eager`` (Kale et al. 2025, "Eager updates for overlapped communication and computation in DiLoCo"): at send
+    time each replica restarts from an estimated outer step, θ_i ← θ_global − η_out · Δ̂_i with
+    Δ̂_i = (w_i Δ_i + (W − w_i) Δ̄_prev) / W: its own fresh outer gradient mixed with the previous (delayed) average
+    standing in for the others'; the global copy still takes the exact outer step when the average lands, and the
+    replica then re-bases its progress since the eager step on it (as keep_local).
+  * ``warm_start_steps`` (post-local SGD, Lin et al. 2020): for the first N inner steps every fragment is plainly
+    averaged every step (θ_global ← θ_global − Δ̄, replicas ← θ_global; the outer optimizer is not stepped), then
+    the streaming schedule takes over. Every byte goes into the ledger.
+  * ``outer_momentum_warmup`` K: the outer momentum of fragment p's k-th outer step (k = 0, 1, …) is
+    μ · min(1, k / K), so the first outer steps are not amplified by a momentum buffer holding one noisy direction.
 
 Islands absent from a sync (preempted) simply do not contribute; the token-weighted average uses those present.
 """
@@ -46,6 +62,7 @@ class DiLoCo(SyncStrategy):
     """Streaming DiLoCo; with ``n_fragments=1`` and ``tau=0`` it is plain DiLoCo."""
 
     name = "diloco"
+    deploys_own_replica = False  # the global (outer) model
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int) -> None:
@@ -66,6 +83,12 @@ class DiLoCo(SyncStrategy):
         self.tokens_since = {i: [0] * self.P for i in self.ids}
         self.pending = PendingQueue()
         self.names = fragments
+        self.final_codec = get_codec(cfg.final_codec, cfg.codec_block_size) if cfg.final_codec else self.codec
+        self.n_outer = [0] * self.P  # outer steps taken per fragment (momentum warm-up)
+        self.synced = [False] * self.P  # has fragment p's global copy ever been updated from the islands?
+        self.keep_local = cfg.merge == "keep_local" or cfg.eager
+        self.sent: dict[tuple[int, int], torch.Tensor] = {}  # (island, p) -> replica as sent (keep_local / eager)
+        self.last_mean: list[torch.Tensor | None] = [None] * self.P  # previous averaged outer gradient (eager)
         # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
         # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
         # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
@@ -89,6 +112,10 @@ class DiLoCo(SyncStrategy):
             for p in range(self.P):
                 self.tokens_since[i][p] += tokens.get(i, 0)
         self._apply_due(step)
+        if step <= self.cfg.warm_start_steps:
+            for p in range(self.P):
+                self._average_now(step, p)
+            return
         for p in self.fragments_due(step):
             self._send(step, p)
         self._apply_due(step)  # tau = 0: the outer result lands in the same step
@@ -98,7 +125,7 @@ class DiLoCo(SyncStrategy):
             self._apply(pend)
         for p in range(self.P):  # one last full sync so the final global model holds every island's last steps
             if any(self.tokens_since[i][p] for i in self.ids):
-                self._send(step, p, apply_at=step)
+                self._send(step, p, apply_at=step, codec=self.final_codec)
         self._apply_due(step)
 
     # -- one fragment sync ----------------------------------------------------------------------------------------
@@ -106,15 +133,17 @@ class DiLoCo(SyncStrategy):
         """Δ_i = θ_global − θ_i for fragment p (the direction the outer optimizer descends)."""
         return self.global_params[p].detach() - self.views[island][p].flat()
 
-    def _send(self, step: int, p: int, apply_at: int | None = None) -> None:
-        payloads, weights = {}, {}
+    def _post(self, step: int, p: int, codec: Any) -> tuple[Any, dict[int, torch.Tensor], dict[int, float]]:
+        """Encode every present island's outer gradient of fragment p and post the collective."""
+        payloads, weights, deltas = {}, {}, {}
         for i in self.ids:
             if not self.present[i]:
                 continue
             delta = self.outer_gradient(i, p)
             if self.tamper is not None:
                 delta = self.tamper(step, i, p, delta)
-            payloads[i], _ = self.ef.compress((i, p), delta, self.codec, stochastic=self.cfg.stochastic_rounding,
+            deltas[i] = delta
+            payloads[i], _ = self.ef.compress((i, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
                                               generator=self.gens[i])
             if self.tamper_payload is not None:
                 payloads[i] = self.tamper_payload(step, i, p, payloads[i])
@@ -124,7 +153,45 @@ class DiLoCo(SyncStrategy):
             handle = self.transport.all_reduce("fragments", payloads, weights)
         else:
             handle = self.transport.all_gather("fragments", payloads, weights)
-        self.pending.push(step + self.cfg.tau if apply_at is None else apply_at, p, handle, sent_at=step)
+        return handle, deltas, weights
+
+    def _send(self, step: int, p: int, apply_at: int | None = None, codec: Any = None) -> None:
+        handle, deltas, weights = self._post(step, p, codec or self.codec)
+        lands_at = step + self.cfg.tau if apply_at is None else apply_at
+        if self.cfg.eager and lands_at > step:
+            self._eager_step(p, deltas, weights)
+        if self.keep_local:
+            for i in deltas:
+                self.sent[(i, p)] = self.views[i][p].flat()
+        self.pending.push(lands_at, p, handle, sent_at=step)
+
+    @torch.no_grad()
+    def _eager_step(self, p: int, deltas: dict[int, torch.Tensor], weights: dict[int, float]) -> None:
+        """Restart each replica from θ_global − η_out · Δ̂_i, Δ̂_i = (w_i Δ_i + (W − w_i) Δ̄_prev) / W (module doc).
+        Before any average exists (the first sync of a fragment) Δ̄_prev is taken as zero."""
+        W = sum(weights.values())
+        prev = self.last_mean[p]
+        g = self.global_params[p].detach()
+        for i, d in deltas.items():
+            w = weights[i] / W if W > 0 else 1.0 / len(deltas)
+            est = w * d if prev is None else w * d + (1.0 - w) * prev.to(d.device)
+            self.views[i][p].assign(g - self.cfg.outer_lr * est)
+
+    @torch.no_grad()
+    def _average_now(self, step: int, p: int) -> None:
+        """Post-local SGD's warm start: average fragment p across the islands now (τ = 0, no outer optimizer)."""
+        handle, deltas, _ = self._post(step, p, self.codec)
+        got = None
+        for i in self.ids:
+            if i in handle.arrival:
+                got = handle.wait(i)
+        if got is None:
+            return
+        g = self.global_params[p]
+        g.sub_(got.view_as(g).to(g.device))
+        self.synced[p] = True
+        for i in deltas:
+            self.views[i][p].assign(g.detach())
 
     def _apply_due(self, step: int) -> None:
         for pend in self.pending.due(step):
@@ -142,20 +209,32 @@ class DiLoCo(SyncStrategy):
         mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
         g = self.global_params[p]
         g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
+        K = self.cfg.outer_momentum_warmup
+        if K > 0:
+            self.outer_opts[p].param_groups[0]["momentum"] = self.cfg.outer_momentum * min(1.0, self.n_outer[p] / K)
         self.outer_opts[p].step()
         g.grad = None
+        self.n_outer[p] += 1
+        self.synced[p] = True
+        if self.cfg.eager:
+            self.last_mean[p] = mean_delta.detach().reshape(-1).to(g.device, copy=True)
         a = self.cfg.alpha
         for i in self.ids:
             if not self.present[i]:
                 continue
             v = self.views[i][p]
-            v.assign(a * v.flat() + (1.0 - a) * g.detach() if a > 0 else g.detach())
+            sent = self.sent.pop((i, p), None)
+            if sent is not None:
+                v.assign(g.detach() + (v.flat() - sent.to(v.device)))  # keep the steps taken since sending
+            else:
+                v.assign(a * v.flat() + (1.0 - a) * g.detach() if a > 0 else g.detach())
 
     # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
     def eval_state(self) -> dict[str, torch.Tensor]:
         state: dict[str, torch.Tensor] = {}
         for p, names in enumerate(self.names):
-            flat = self.global_params[p].detach()
+            # before its first outer step a fragment's global copy is the initial weights: deploy the local replica's
+            flat = self.global_params[p].detach() if self.synced[p] else self.views[self.ids[0]][p].flat()
             off = 0
             for n, prm in zip(names, self.views[self.ids[0]][p].params):
                 state[n] = flat[off:off + prm.numel()].view_as(prm).clone()
@@ -168,6 +247,7 @@ class DiLoCo(SyncStrategy):
         for p in range(self.P):
             self.views[island][p].assign(self.global_params[p].detach())
             self.tokens_since[island][p] = 0
+            self.sent.pop((island, p), None)
         self.present[island] = True
 
     def state_dict(self) -> dict[str, Any]:
@@ -179,6 +259,10 @@ class DiLoCo(SyncStrategy):
             "tokens_since": {i: list(v) for i, v in self.tokens_since.items()},
             "pending": self.pending.state_dict(),
             "present": dict(self.present),
+            "n_outer": list(self.n_outer),
+            "synced": list(self.synced),
+            "sent": [[i, p, t.clone()] for (i, p), t in sorted(self.sent.items())],
+            "last_mean": [t.clone() if t is not None else None for t in self.last_mean],
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -193,3 +277,7 @@ class DiLoCo(SyncStrategy):
         self.tokens_since = {int(i): list(v) for i, v in d["tokens_since"].items()}
         self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.present = {int(i): bool(v) for i, v in d["present"].items()}
+        self.n_outer = [int(k) for k in d["n_outer"]]
+        self.synced = [bool(b) for b in d["synced"]]
+        self.sent = {(int(i), int(p)): t.clone() for i, p, t in d["sent"]}
+        self.last_mean = [t.clone() if t is not None else None for t in d["last_mean"]]

@@ -23,11 +23,34 @@ class RoutingSync:
 
     channel = "routing"
 
-    def __init__(self, transport: Transport, enabled: bool, delay: int = 1) -> None:
+    def __init__(self, transport: Transport, enabled: bool, delay: int = 1, butterfly: bool = False) -> None:
+        """``butterfly``: instead of an all-reduce, the c-th message goes to the butterfly partner of round
+        c mod log2(n) (cell i XOR 2^r) and each cell balances against the equal-weight mean of its own and its
+        partner's distributions — no collective among all cells, as the eight-cell experiment promises; the cells'
+        balancing states then differ (as their replicas do) and information spreads over log2(n) steps."""
         self.transport = transport
         self.enabled = enabled and transport.n_islands > 1
         self.delay = delay
+        self.butterfly = butterfly
+        if butterfly:
+            from islands_kit.sync.butterfly import check_power_of_two
+
+            self.rounds = check_power_of_two(transport.n_islands)
+        self.calls = 0
         self.in_flight: list[tuple[Handle, torch.Size]] = []
+        self.own: list[dict[int, torch.Tensor]] = []  # butterfly: each in-flight message's own distributions
+
+    def _post(self, fracs: dict[int, torch.Tensor], tokens: dict[int, int]) -> Handle:
+        if not self.butterfly:
+            return self.transport.all_reduce_tensor(self.channel, fracs, {i: float(tokens[i]) for i in fracs})
+        from islands_kit.comm.codecs import get_codec
+        from islands_kit.sync.butterfly import partner
+
+        r = self.calls % self.rounds
+        fp32 = get_codec("fp32")
+        self.own.append({i: f.reshape(-1).clone() for i, f in fracs.items()})
+        return self.transport.exchange(self.channel, {i: fp32.encode(f.reshape(-1)) for i, f in fracs.items()},
+                                       {i: partner(i, r) for i in fracs})
 
     def sync(self, loads: dict[int, torch.Tensor], tokens: dict[int, int]) -> dict[int, torch.Tensor] | None:
         if not self.enabled:
@@ -35,10 +58,15 @@ class RoutingSync:
         shape = next(iter(loads.values())).shape
         # loads are token counts: turn them into per-island fractions so the mean is a proper routing distribution
         fracs = {i: l / l.sum(dim=-1, keepdim=True).clamp_min(1.0) for i, l in loads.items()}
-        self.in_flight.append((self.transport.all_reduce_tensor(self.channel, fracs, {i: float(tokens[i]) for i in loads}), shape))
+        self.in_flight.append((self._post(fracs, tokens), shape))
+        self.calls += 1
         if len(self.in_flight) <= self.delay:
             return None
         h, shape = self.in_flight.pop(0)
+        if self.butterfly:
+            own = self.own.pop(0)
+            return {i: (0.5 * (own[i].to(loads[i].device) + h.wait(i).to(loads[i].device))).view(shape)
+                    for i in loads if i in h.arrival}
         out = {i: h.wait(i).view(shape).to(loads[i].device) for i in loads if i in h.arrival}
         if out:  # an island back from preemption this step was not in that message; the mean is the same for all
             any_mean = next(iter(out.values()))
@@ -46,10 +74,13 @@ class RoutingSync:
         return out or None
 
     def state_dict(self) -> dict:
-        return {"in_flight": [(*h.state(), tuple(s)) for h, s in self.in_flight]}
+        return {"in_flight": [(*h.state(), tuple(s)) for h, s in self.in_flight], "calls": self.calls,
+                "own": [{i: t.clone() for i, t in o.items()} for o in self.own]}
 
     def load_state_dict(self, d: dict) -> None:
         self.in_flight = [(Handle.from_state(r, a, self.transport.clock), torch.Size(s)) for r, a, s in d["in_flight"]]
+        self.calls = int(d["calls"])
+        self.own = [{int(i): t.clone() for i, t in o.items()} for o in d["own"]]
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

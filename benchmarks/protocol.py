@@ -1,0 +1,324 @@
+"""The comparison protocol, end to end from one command: every arm tuned with the same budget on a tuning split,
+scored on the untouched validation bytes, ratios paired per seed.
+
+    python benchmarks/protocol.py --preset demo --out runs/protocol --jobs 2            # run (resumable) + report
+    python benchmarks/protocol.py --preset demo --out runs/protocol --report            # report only
+    python benchmarks/protocol.py --preset demo --out runs/protocol --write-results     # report into RESULTS.md
+
+The protocol (also written into the report):
+  1. Tuning. Every arm gets the same budget: a grid of ``TRIALS`` settings, each trained at seed 0 with
+     ``data.tune_fraction`` of the bytes just before the validation tail held out of training. The winner is the trial
+     with the lowest ``final_tune_bpb`` (bpb on that tuning split); the validation bytes play no part in the choice.
+  2. Scoring. The winner of each arm is trained at every seed of ``--seeds`` (seed 0 is the tuning run itself: the
+     same config, so the same run). Seeds pair arms: the same seed gives the same initial weights and data order.
+  3. Ratios. arm / baseline per seed on ``final_val_bpb`` (all validation bytes), then mean and spread (min..max).
+  4. Ablations: one change at a time on top of a tuned winner (two_site, eight_cell), paired with it at the same seeds
+     (``--ablation-seeds``, seed 0 by default: one run per row).
+Every run is its own ``islands-kit run`` process with one torch thread (bit-reproducible per seed and thread count),
+read back from its result.json; a finished run (result.json present) is never run again, so an interrupted protocol
+resumes where it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TUNE_FRACTION = 0.05
+TRIALS = 4  # the tuning budget of every arm: settings tried per arm
+
+
+@dataclass
+class Arm:
+    """One experiment with fixed settings and a grid of exactly ``TRIALS`` settings to tune over; ``ref`` is the arm
+    its ratios are paired against (the synchronous baseline with the same inner optimizer)."""
+
+    experiment: str
+    grid: dict[str, list[str]]
+    fixed: dict[str, str] = field(default_factory=dict)
+    ref: str = "baseline"
+
+    def trials(self) -> list[dict[str, str]]:
+        keys = sorted(self.grid)
+        out = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
+        if len(out) != TRIALS:
+            raise ValueError(f"arm {self.experiment}: grid has {len(out)} trials, the protocol gives every arm {TRIALS}")
+        return out
+
+
+# What the two_site method is (fixed, chosen from the literature before tuning) and what is tuned. The published
+# settings that cost no extra bytes: keep the τ overlap steps on top of the new global state (instead of α-blending
+# them away), and a final flush at int8 so the last sync does not leave int4 rounding in the deployed model.
+TWO_SITE_METHOD = {"sync.merge": "keep_local", "sync.alpha": "0.0", "sync.final_codec": "int8"}
+SHAMPOO = {"optim.name": "shampoo"}
+# eight cells: merge the partner against the snapshot as sent (the delay's local steps keep full weight) and end with
+# one complete butterfly, so every cell — and the deployed model — is the exact cell mean
+EIGHT_CELL_METHOD = {"sync.butterfly_merge": "delay_aware", "sync.final_average": "true"}
+ARMS: dict[str, Arm] = {
+    "baseline": Arm("baseline", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}),
+    "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.outer_lr": ["1.0", "1.3"]}, TWO_SITE_METHOD),
+    "eight_cell": Arm("eight_cell", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}, EIGHT_CELL_METHOD),
+    "baseline_shampoo": Arm("baseline", {"optim.lr": ["1e-3", "2e-3", "3e-3", "4e-3"]}, SHAMPOO, ref="baseline_shampoo"),
+    "two_site_shampoo": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.outer_lr": ["1.0", "1.3"]},
+                            {**TWO_SITE_METHOD, **SHAMPOO}, ref="baseline_shampoo"),
+}
+# arms run phase by phase (tuning, then seeds); a phase's arms share its tuning stage
+PHASES = [["baseline", "two_site"], ["eight_cell"], ["baseline_shampoo", "two_site_shampoo"]]
+ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
+    "two_site": {
+        "alpha merge 0.5 (before)": {"sync.merge": "alpha", "sync.alpha": "0.5"},
+        "final sync int4": {"sync.final_codec": ""},
+        "final sync fp32": {"sync.final_codec": "fp32"},
+        "eager updates": {"sync.eager": "true"},
+        "inner lr 4e-3 (beyond the grid's edge)": {"optim.lr": "4e-3"},
+        "Nesterov 0.7/0.9, momentum warm-up 2": {"sync.outer_lr": "0.7", "sync.outer_momentum": "0.9",
+                                                 "sync.outer_momentum_warmup": "2"},
+        "warm start 30 steps (post-local SGD)": {"sync.warm_start_steps": "30"},
+        "H=25": {"sync.H": "25"},
+        "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
+                                         "sync.final_codec": ""},
+        # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
+        "frontier: int8": {"sync.codec": "int8"},
+        "frontier: int2": {"sync.codec": "int2"},
+        "frontier: top8_int4": {"sync.codec": "top8_int4"},
+        "frontier: top16_int4": {"sync.codec": "top16_int4"},
+        "frontier: top32_int4": {"sync.codec": "top32_int4"},
+        "frontier: top16_int2": {"sync.codec": "top16_int2"},
+        "frontier: int4, H=100": {"sync.H": "100"},
+        "frontier: top16_int4, H=25": {"sync.codec": "top16_int4", "sync.H": "25"},
+        "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
+        "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
+        "frontier: top32_int4, H=10, final fp32": {"sync.codec": "top32_int4", "sync.H": "10", "sync.final_codec": "fp32"},
+    },
+    "eight_cell": {
+        "plain mean merge (before)": {"sync.butterfly_merge": "mean"},
+        "no final average (cell 0 deployed)": {"sync.final_average": "false"},
+        "exact average every window": {"sync.exact_average_every": "1"},
+        "int8 payloads + error feedback": {"sync.codec": "int8"},
+    },
+}
+
+
+def run_dir(out: Path, arm: str, sets: dict[str, str], seed: int) -> Path:
+    key = json.dumps(sorted(sets.items()))
+    return out / arm / hashlib.sha256(key.encode()).hexdigest()[:10] / f"seed{seed}"
+
+
+def run_one(out: Path, arm: str, experiment: str, sets: dict[str, str], seed: int, preset: str,
+            log: "Progress") -> dict:
+    d = run_dir(out, arm, sets, seed)
+    if (d / "result.json").exists():
+        return json.loads((d / "result.json").read_text())
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "settings.json").write_text(json.dumps({"arm": arm, "experiment": experiment, "sets": sets, "seed": seed}))
+    all_sets = {**sets, "seed": str(seed), "threads": "1", "data.tune_fraction": str(TUNE_FRACTION),
+                "wandb_mode": "disabled", "progress": "false"}
+    cmd = [sys.executable, "-m", "islands_kit", "run", experiment, "--preset", preset, "--out", str(d)]
+    for k, v in all_sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    log.start(arm, sets, seed)
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    (d / "log.txt").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not (d / "result.json").exists():
+        raise RuntimeError(f"{arm} {sets} seed {seed} failed (see {d / 'log.txt'}):\n{proc.stderr[-2000:]}")
+    res = json.loads((d / "result.json").read_text())
+    log.done(arm, sets, seed, res, time.time() - t0)
+    return res
+
+
+class Progress:
+    """One line per run as it starts and ends, with a running ETA from the runs finished so far."""
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.done_n, self.t0, self.times = total, done, time.time(), []
+
+    def start(self, arm: str, sets: dict[str, str], seed: int) -> None:
+        print(f"[{self.done_n}/{self.total}] start {arm} seed {seed} {sets}", flush=True)
+
+    def done(self, arm: str, sets: dict[str, str], seed: int, res: dict, secs: float) -> None:
+        self.done_n += 1
+        self.times.append(secs)
+        left = self.total - self.done_n
+        eta = statistics.median(self.times) * left / max(1, JOBS)
+        print(f"[{self.done_n}/{self.total}] done  {arm} seed {seed}: tune {res.get('final_tune_bpb')} "
+              f"val {res.get('final_val_bpb')} in {secs / 60:.1f} min; ~{eta / 60:.0f} min left", flush=True)
+
+
+JOBS = 1
+SKIPPED: set[str] = set()  # ablation rows left out of this invocation (--only-ablations)
+
+
+def winner(out: Path, arm: str) -> tuple[dict[str, str], list[tuple[dict[str, str], float | None]]]:
+    """The tuned settings of ``arm``: lowest final_tune_bpb over its trials (a diverged trial never wins)."""
+    rows = []
+    for t in ARMS[arm].trials():
+        sets = {**ARMS[arm].fixed, **t}
+        f = run_dir(out, arm, sets, 0) / "result.json"
+        bpb = json.loads(f.read_text()).get("final_tune_bpb") if f.exists() else None
+        rows.append((sets, bpb))
+    done = [(s, b) for s, b in rows if b is not None]
+    if len(done) < len(rows):
+        raise LookupError(f"{arm}: {len(rows) - len(done)} tuning runs not finished")
+    return min(done, key=lambda r: r[1])[0], rows
+
+
+def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds: list[int], arms: list[str]) -> None:
+    global JOBS
+    JOBS = jobs
+    n_trials = sum(len(ARMS[a].trials()) for a in arms)
+    n_abl = sum(1 for a in arms for n in ABLATIONS.get(a, {}) if n not in SKIPPED)
+    total = n_trials + len(arms) * (len(seeds) - 1) + n_abl * len(ablation_seeds)
+    finished = sum(1 for p in out.rglob("result.json")) if out.exists() else 0
+    log = Progress(total, min(finished, total))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for phase in PHASES:
+            mine = [a for a in phase if a in arms]
+            if not mine:
+                continue
+            tune = [(a, ARMS[a].experiment, {**ARMS[a].fixed, **t}, 0) for a in mine for t in ARMS[a].trials()]
+            list(pool.map(lambda r: run_one(out, *r, preset=preset, log=log), tune))
+            stage2 = []
+            for a in mine:
+                best, _ = winner(out, a)
+                stage2 += [(a, ARMS[a].experiment, best, s) for s in seeds]
+            for a in mine:
+                best, _ = winner(out, a)
+                for change in [c for n, c in ABLATIONS.get(a, {}).items() if n not in SKIPPED]:
+                    stage2 += [(f"{a}_ablation", ARMS[a].experiment, {**best, **change}, s) for s in ablation_seeds]
+            # the arms' seeds first (seed by seed, so a stopped protocol holds complete pairs), then the ablations
+            stage2.sort(key=lambda r: (r[0].endswith("_ablation"), r[3]))
+            list(pool.map(lambda r: run_one(out, *r, preset=preset, log=log), stage2))
+
+
+def _load(out: Path, arm: str, sets: dict[str, str], seed: int) -> dict | None:
+    f = run_dir(out, arm, sets, seed) / "result.json"
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def _spread(xs: list[float]) -> str:
+    if not xs:
+        return "—"
+    if len(xs) == 1:
+        return f"{xs[0]:.4f} (1 seed)"
+    return f"{statistics.mean(xs):.4f} ({min(xs):.4f}..{max(xs):.4f})"
+
+
+def report(out: Path, preset: str, seeds: list[int], arms: list[str], ablation_seeds: list[int]) -> str:
+    lines = [f"Protocol: every arm tuned over {TRIALS} settings at seed 0 on the tuning split (data.tune_fraction = "
+             f"{TUNE_FRACTION}: the bytes just before the validation tail, held out of training), winner = lowest "
+             f"final_tune_bpb; the winner then trained at seeds {seeds}; bpb on all validation bytes; ratios paired "
+             f"per seed (same initial weights and data order), mean (min..max). One torch thread per run.", ""]
+    lines += ["| arm | grid (tune bpb per trial) | winner | val bpb, mean (min..max) | / its baseline, paired | "
+              "bytes vs DDP |", "|---|---|---|---|---|---|"]
+    def best_of(a: str) -> dict[str, str] | None:
+        try:
+            return winner(out, a)[0]
+        except LookupError:
+            return None
+
+    winners = {}
+    for a in arms:
+        try:
+            best, rows = winner(out, a)
+        except LookupError as e:
+            lines.append(f"| {a} | {e} | | | | |")
+            continue
+        winners[a] = best
+        grid = "; ".join(", ".join(f"{k.split('.')[-1]}={v}" for k, v in s.items() if k in ARMS[a].grid)
+                         + f": {b:.4f}" for s, b in rows)
+        res = {s: _load(out, a, best, s) for s in seeds}
+        vals = [r["final_val_bpb"] for r in res.values() if r and r.get("final_val_bpb") is not None]
+        ratios = []
+        ref_best = best_of(ARMS[a].ref)
+        if ref_best is not None:
+            for s, r in res.items():
+                b = _load(out, ARMS[a].ref, ref_best, s)
+                if r and b and r.get("final_val_bpb") and b.get("final_val_bpb"):
+                    ratios.append(r["final_val_bpb"] / b["final_val_bpb"])
+        r0 = next((r for r in res.values() if r), None)
+        fewer = f"{r0['ddp_equivalent_bytes'] / r0['cross_site_bytes']:.0f}x less" if r0 and r0["cross_site_bytes"] else "—"
+        win = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in best.items() if k in ARMS[a].grid)
+        lines.append(f"| {a} | {grid} | {win} | {_spread(vals)} | {_spread(ratios)} | {fewer} |")
+    for a, rows in ABLATIONS.items():
+        if a not in winners:
+            continue
+        best = winners[a]
+        ref, ref_best = ARMS[a].ref, best_of(ARMS[a].ref)
+        lines += ["", f"Ablations on the tuned {a} (one change each; seeds {ablation_seeds}), paired with it per seed:",
+                  "", f"| change | val bpb | / tuned {a} | / {ref} | bytes vs DDP |", "|---|---|---|---|---|"]
+        for name, change in rows.items():
+            rs, vs_arm, vs_ref = [], [], []
+            for s in ablation_seeds:
+                r = _load(out, f"{a}_ablation", {**best, **change}, s)
+                t = _load(out, a, best, s)
+                b = _load(out, ref, ref_best, s) if ref_best else None
+                if r and r.get("final_val_bpb"):
+                    rs.append(r["final_val_bpb"])
+                    if t and t.get("final_val_bpb"):
+                        vs_arm.append(r["final_val_bpb"] / t["final_val_bpb"])
+                    if b and b.get("final_val_bpb"):
+                        vs_ref.append(r["final_val_bpb"] / b["final_val_bpb"])
+            r0 = next((x for x in (_load(out, f"{a}_ablation", {**best, **change}, s) for s in ablation_seeds) if x),
+                      None)
+            fewer = f"{r0['ddp_equivalent_bytes'] / r0['cross_site_bytes']:.0f}x less" if r0 else "—"
+            lines.append(f"| {name} | {_spread(rs)} | {_spread(vs_arm)} | {_spread(vs_ref)} | {fewer} |")
+    cmd = (f"python benchmarks/protocol.py --preset {preset} --seeds {' '.join(map(str, seeds))} --ablation-seeds "
+           f"{' '.join(map(str, ablation_seeds))} --out {out}")
+    lines += ["", f"Command: `{cmd}` (resumable; `--report` re-prints this table)."]
+    return "\n".join(lines)
+
+
+MARK_BEGIN, MARK_END = "<!-- protocol:begin -->", "<!-- protocol:end -->"
+
+
+def write_results(text: str, preset: str) -> None:
+    path = ROOT / "benchmarks" / "RESULTS.md"
+    doc = path.read_text()
+    block = f"{MARK_BEGIN}\n## Tuned comparison under the protocol ({preset} preset; benchmarks/protocol.py)\n\n{text}\n{MARK_END}"
+    if MARK_BEGIN in doc:
+        doc = doc[: doc.index(MARK_BEGIN)] + block + doc[doc.index(MARK_END) + len(MARK_END):]
+    else:
+        head, sep, rest = doc.partition("\n## ")
+        doc = head + "\n" + block + "\n\n## " + rest if sep else doc + "\n" + block + "\n"
+    path.write_text(doc)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="demo")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("runs/protocol"))
+    ap.add_argument("--ablation-seeds", type=int, nargs="*", default=[0], help="seeds of the ablation rows (none: skip)")
+    ap.add_argument("--only-ablations", nargs="*", default=None, metavar="SUBSTRING",
+                    help="run only the ablation rows whose name contains one of these (the report shows all rows)")
+    ap.add_argument("--report", action="store_true", help="only print the table from finished runs")
+    ap.add_argument("--write-results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
+    a = ap.parse_args(argv)
+    if a.only_ablations is not None:
+        for arm_rows in ABLATIONS.values():
+            for name in [n for n in arm_rows if not any(sub in n for sub in a.only_ablations)]:
+                SKIPPED.add(name)
+    if not a.report:
+        execute(a.out, a.preset, a.seeds, a.jobs, a.ablation_seeds, a.arms)
+    text = report(a.out, a.preset, a.seeds, a.arms, a.ablation_seeds)
+    print(text)
+    if a.write_results:
+        write_results(text, a.preset)
+
+
+if __name__ == "__main__":
+    main()
