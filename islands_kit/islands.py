@@ -22,6 +22,7 @@ from torch import nn
 
 from islands_kit.config import ConfigError, IslandConfig, ModelConfig, OptimConfig
 from islands_kit.data import BatchStream
+from islands_kit.model import ByteTransformer, RoutingStats
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> t
 
 
 class Island:
-    def __init__(self, island_id: int, cfg: IslandConfig, model: nn.Module, optim_cfg: OptimConfig,
+    def __init__(self, island_id: int, cfg: IslandConfig, model: ByteTransformer, optim_cfg: OptimConfig,
                  stream: BatchStream, total_steps: int, compute_s: float, process_group=None) -> None:
         self.id = island_id
         self.cfg = cfg
@@ -99,7 +100,7 @@ class Island:
         self.tokens_per_step = cfg.batch_size * stream.seq_len
         self.last_loss = float("nan")
         self.last_loads: torch.Tensor | None = None
-        self.last_stats = None
+        self.last_stats: RoutingStats | None = None
 
     def forward_backward(self) -> float:
         """One island batch: every rank's micro-batches, gradients accumulated as the mean over the batch.

@@ -208,7 +208,7 @@ def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path)
         vals = {r["experiment"]: r[key] for r in results}
         if len(set(vals.values())) > 1:
             raise ValueError(f"{key}: the runs of a comparison must share it (got {vals})")
-    rows = compare_table(list(results))
+    rows = compare_table([dict(r) for r in results])
     text = format_table(rows)
     out = Path(out_dir)
     write_json_atomic(out / "compare.json", rows)

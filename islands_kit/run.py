@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 import islands_kit
 from islands_kit import kernels
@@ -69,12 +70,13 @@ def git_sha() -> str | None:
 def build_strategy(cfg: ExperimentConfig, models: dict[int, MoETransformer], transport: Transport) -> SyncStrategy:
     s = cfg.sync
     m0 = next(iter(models.values()))
+    modules: dict[int, nn.Module] = dict(models)  # the strategies see plain modules
     if s.strategy == "ddp":
-        return DDP(models, transport)
+        return DDP(modules, transport)
     frags = strided_fragments(m0.block_param_names(), m0.extra_param_names(), s.n_fragments)
     if s.strategy == "diloco":
-        return DiLoCo(models, transport, frags, s, cfg.seed)
-    return Butterfly(models, transport, frags, s, cfg.seed)
+        return DiLoCo(modules, transport, frags, s, cfg.seed)
+    return Butterfly(modules, transport, frags, s, cfg.seed)
 
 
 class Experiment:
@@ -179,7 +181,7 @@ class Experiment:
         f = self.cfg.faults
         return f.preempt_island == island and f.preempt_start < step <= f.preempt_start + f.preempt_steps
 
-    def train_step(self) -> dict[str, float]:
+    def train_step(self) -> dict[int, float]:
         self.step += 1
         t = self.step
         tokens: dict[int, int] = {}
@@ -203,7 +205,11 @@ class Experiment:
         T = self.cfg.model.seq_len
         self.tokens_total += sum(ic.batch_size * T for j, ic in enumerate(self.cfg.islands) if not self.preempted(j, t))
         if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
-            synced = self.routing.sync({i: isl.last_loads for i, isl in active.items()}, tokens)
+            loads: dict[int, torch.Tensor] = {}
+            for i, isl in active.items():
+                assert isl.last_loads is not None  # set by forward_backward above
+                loads[i] = isl.last_loads
+            synced = self.routing.sync(loads, tokens)
             if synced is not None:
                 for i, isl in active.items():
                     isl.model.update_expert_bias(synced[i])
