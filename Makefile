@@ -23,7 +23,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 demo: install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/islands-kit notebook compare -p preset demo --out $(OUT)
-	$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
+	@echo; echo "== comparison (also in $(OUT)/compare.md, .csv, .json)"
+	@$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
 
 test: install
 	$(BIN)/python -m ruff check .

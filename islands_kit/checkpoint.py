@@ -12,6 +12,11 @@ one, so a crash (even SIGKILL mid-write) leaves the previous checkpoint intact. 
 a file that is truncated or not a checkpoint, one written by another format version, and one whose configuration
 differs from the run's (naming the first differing field).
 
+Nothing in a checkpoint is pickled Python: it holds tensors and plain data (dicts, lists, numbers, strings) only, and is
+read with ``torch.load(weights_only=True)``, so opening a checkpoint from someone else cannot run their code (a file
+that needs anything else is refused as not a checkpoint). The transport's part — clock, ledger, link calendars and
+RNG positions — comes from ``Transport.state_dict``.
+
 Under torch.distributed every rank writes its own shard, ``checkpoint.rank<R>.step<T>.pt``, holding its islands (or
 its share of one) and its transport state (operations in flight are completed first, on every rank at the same
 step). After every rank has written step T (a barrier), each deletes its shards of earlier steps, so a crash at any
@@ -21,20 +26,22 @@ takes the latest such step. A shard that is missing, truncated or foreign stops 
 from __future__ import annotations
 
 import io
-import pickle
+import pickle  # only for its exception type: nothing here unpickles
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from islands_kit.comm.control import Opt
+from islands_kit.comm.transport import Transport
 from islands_kit.config import ConfigError
 from islands_kit.data import atomic_write_bytes
 
 if TYPE_CHECKING:
     from islands_kit.run import Experiment
 
-FORMAT = "islands_kit.checkpoint/1"
+FORMAT = "islands_kit.checkpoint/2"  # 2: plain data only (1 held pickled ledger, link and transfers)
 FILENAME = "checkpoint.pt"
 _SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
 
@@ -62,10 +69,15 @@ def latest_common_step(steps_per_rank: list[list[int]]) -> int | None:
     return max(common) if common else None
 
 
-def _is_distributed(transport: Any) -> bool:
-    return hasattr(transport, "gather_objects")
-# fields that may differ between the interrupted and the resumed invocation without changing any number
-_IGNORED = {"progress", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads"}
+def _sharded(transport: Transport | None) -> bool:
+    """One shard per rank when the run spans several processes."""
+    return transport is not None and transport.world_size > 1
+
+
+# fields that may differ between the interrupted and the resumed invocation: the first seven change no number;
+# ``steps`` extends (or shortens) the run, the cosine schedule then decaying to the new end from the resume on
+RESUMABLE = ("progress", "log_every", "wandb_mode", "wandb_project", "wandb_group", "checkpoint_every", "threads", "steps")
+_IGNORED = set(RESUMABLE)
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -94,8 +106,7 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tr = exp.transport
-    distributed = _is_distributed(tr)
-    transport_state = tr.state_dict() if distributed else None  # collective: completes what is in flight
+    transport_state = tr.state_dict()  # under torch.distributed a collective: completes what is in flight first
     state = {
         "format": FORMAT,
         "config": exp.cfg.to_dict(),
@@ -106,17 +117,13 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
         "routing": exp.routing.state_dict(),
         "adversary": exp.adversary.state_dict() if exp.adversary is not None else None,
         "defense": exp.defense.state_dict() if exp.defense is not None else None,
-        "clock": tr.clock.state_dict(),
-        "ledger": pickle.dumps(tr.ledger),
-        "link": pickle.dumps(getattr(tr, "link", None)),
-        "transfers": pickle.dumps(getattr(tr, "transfers", [])),
         "history": exp.history,
         "val_curve": exp.val_curve,
         "torch_rng": torch.get_rng_state(),
         "elapsed_s": exp.elapsed_s(),
         "transport": transport_state,
     }
-    if not distributed:
+    if not _sharded(tr):
         return _write_atomic(out / FILENAME, state)
     path = _write_atomic(out / shard_name(tr.rank, exp.step), state)
     tr.barrier()  # every rank now holds this step: the older shards can go
@@ -133,10 +140,10 @@ def _write_atomic(path: Path, state: dict[str, Any]) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, transport: Any = None) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, transport: Transport | None = None) -> dict[str, Any]:
     """Read a checkpoint (a folder or a file). Under torch.distributed (``transport`` a TorchDistTransport; a
     collective): this rank's shard of the latest step every rank has, from the folder ``path``."""
-    if _is_distributed(transport):
+    if transport is not None and _sharded(transport):  # (the None test is for the type checker)
         return _load_shard(Path(path), transport)
     p = Path(path)
     if p.is_dir():
@@ -147,9 +154,9 @@ def load_checkpoint(path: str | Path, transport: Any = None) -> dict[str, Any]:
     return _read(p)
 
 
-def _load_shard(folder: Path, tr: Any) -> dict[str, Any]:
+def _load_shard(folder: Path, tr: Transport) -> dict[str, Any]:
     mine = rank_shards(folder, tr.rank) if folder.is_dir() else {}
-    steps = tr.gather_objects(sorted(mine))
+    steps = tr.gather_control("checkpoint.steps", sorted(mine), [int])
     step = latest_common_step(steps)
     err, state = None, {}
     if step is None:
@@ -158,11 +165,12 @@ def _load_shard(folder: Path, tr: Any) -> dict[str, Any]:
     else:
         try:
             state = _read(mine[step])
-            if state.get("transport") is None or state["step"] != step:
+            if state["transport"]["world_size"] != tr.world_size or state["step"] != step:
                 raise ConfigError(f"--resume: {mine[step]} is not a torch.distributed shard of step {step}")
         except ConfigError as e:
             err = f"rank {tr.rank}: {e}"
-    errors = [e for e in tr.gather_objects(err) if e]  # every rank stops with the same error, or none does
+    # every rank stops with the same error, or none does
+    errors = [e for e in tr.gather_control("checkpoint.error", err, Opt(str)) if e]
     if errors:
         raise ConfigError("; ".join(dict.fromkeys(errors)))
     return state
@@ -172,9 +180,14 @@ def _read(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise ConfigError(f"--resume: no checkpoint at {p}")
     try:
-        state = torch.load(p, map_location="cpu", weights_only=False)
+        state = torch.load(p, map_location="cpu", weights_only=True)  # tensors and plain data only: never runs code
+    except pickle.UnpicklingError as e:  # weights_only refused a global: a pickled object, maybe one that runs code
+        last = str(e).strip().splitlines()[-1][:300] if str(e).strip() else ""
+        raise ConfigError(f"--resume: {p} holds objects other than tensors and plain data (loading it could run "
+                          f"code), refused: {last}") from None
     except Exception as e:  # truncated zip, garbage bytes, ...
-        raise ConfigError(f"--resume: {p} is truncated or not a checkpoint ({type(e).__name__}: {e})") from None
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        raise ConfigError(f"--resume: {p} is truncated or not a checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ConfigError(f"--resume: {p} is not an {FORMAT} checkpoint (format={state.get('format') if isinstance(state, dict) else None!r})")
     return state
@@ -198,19 +211,28 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
     if exp.defense is not None and state.get("defense") is not None:
         exp.defense.load_state_dict(state["defense"])
     tr = exp.transport
-    if _is_distributed(tr) != (state.get("transport") is not None):
-        raise ConfigError("--resume: a torch.distributed checkpoint needs a torchrun resume and an in-process one an "
-                          "in-process resume")
-    if state.get("transport") is not None:
+    if state["transport"]["world_size"] != tr.world_size:
+        raise ConfigError("--resume: a torch.distributed checkpoint needs a torchrun resume with the same number of "
+                          f"processes and an in-process one an in-process resume (checkpoint: "
+                          f"{state['transport']['world_size']} processes, this run: {tr.world_size})")
+    try:
         tr.load_state_dict(state["transport"])
-    tr.clock.load_state_dict(state["clock"])
-    tr.ledger = pickle.loads(state["ledger"])
-    link = pickle.loads(state["link"])
-    if hasattr(tr, "link"):
-        tr.link = link
-    if hasattr(tr, "transfers"):
-        tr.transfers = pickle.loads(state["transfers"])
+    except ValueError as e:
+        raise ConfigError(f"--resume: {e}") from None
     exp.history = list(state["history"])
     exp.val_curve = [list(v) for v in state["val_curve"]]
     torch.set_rng_state(state["torch_rng"])
     exp.elapsed_before = float(state["elapsed_s"])
+
+
+def read_config(path: str | Path) -> tuple[dict[str, Any], int]:
+    """``(config dict, step)`` of the checkpoint ``--resume path`` would continue: ``checkpoint.pt`` in a folder (or
+    the file itself), else the latest per-rank shard (torch.distributed; every rank's shard holds the same config).
+    Lets ``--resume`` restore the configuration instead of asking for it again."""
+    p = Path(path)
+    if p.is_dir() and not (p / FILENAME).exists():
+        shards = rank_shards(p, 0)
+        if shards:
+            p = shards[max(shards)]
+    state = load_checkpoint(p) if p.is_file() else load_checkpoint(path)
+    return state["config"], int(state["step"])

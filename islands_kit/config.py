@@ -27,21 +27,21 @@ def _check(cond: bool, field_name: str, rule: str, value: Any) -> None:
 class ModelConfig:
     """Byte-level decoder-only MoE transformer (vocabulary 256)."""
 
-    vocab_size: int = 256
-    seq_len: int = 128
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
+    vocab_size: int = 256  # bytes: always 256
+    seq_len: int = 128  # bytes per training sequence (context length)
+    d_model: int = 128  # residual stream width
+    n_layers: int = 4  # transformer blocks
+    n_heads: int = 4  # attention heads
     n_experts: int = 16  # 1 = dense control (a plain MLP)
-    top_k: int = 2
+    top_k: int = 2  # experts each token is routed to
     d_expert: int = 256  # hidden width of one expert
     n_shared_experts: int = 0  # always-on experts added to the routed output
     aux_loss_coef: float = 0.01  # Switch-style load-balancing loss
     z_loss_coef: float = 1e-3  # router z-loss (ST-MoE)
     bias_balancing: bool = True  # aux-loss-free balancing bias, used for expert *selection* only
-    bias_update_rate: float = 1e-3
-    rope_theta: float = 10000.0
-    init_std: float = 0.02
+    bias_update_rate: float = 1e-3  # u: step of the aux-loss-free bias per training step
+    rope_theta: float = 10000.0  # RoPE base frequency
+    init_std: float = 0.02  # std of the normal weight initialisation
     dispatch: str = "grouped"  # grouped | loop (the plain per-expert reference)
     mxfp8: bool = False  # MXFP8 quantise-dequantise emulation on the expert matmuls
     kernels: str = "auto"  # auto | torch | triton
@@ -67,19 +67,19 @@ class OptimConfig:
     """Inner optimizer (per island) and its schedule: linear warm-up then cosine decay to min_lr_ratio * lr."""
 
     name: str = "adamw"  # adamw | shampoo | sgd (plain SGD: the reference for equivalence tests)
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
+    lr: float = 2e-3  # peak inner learning rate
+    min_lr_ratio: float = 0.1  # cosine decay ends at min_lr_ratio * lr
+    warmup_steps: int = 50  # linear warm-up steps
+    weight_decay: float = 0.1  # decoupled weight decay
+    beta1: float = 0.9  # first-moment decay (Adam)
+    beta2: float = 0.95  # second-moment decay (Adam)
+    eps: float = 1e-8  # Adam epsilon
     grad_clip: float = 1.0  # 0 disables clipping
     # Shampoo (Distributed Shampoo variant; see islands_kit/optim/shampoo.py)
-    precondition_frequency: int = 10
-    start_preconditioning_step: int = 50
-    max_preconditioner_dim: int = 1024
-    shampoo_epsilon: float = 1e-12
+    precondition_frequency: int = 10  # Shampoo: recompute the inverse roots every N steps
+    start_preconditioning_step: int = 50  # Shampoo: grafted steps before preconditioning starts
+    max_preconditioner_dim: int = 1024  # Shampoo: larger dimensions are split into blocks
+    shampoo_epsilon: float = 1e-12  # Shampoo: added to the factors' eigenvalues before the inverse root
     shampoo_beta2: float = 1.0  # 1.0 = plain sums of G G^T (original Shampoo)
     grafting: str = "adam"  # adam | adagrad | rmsprop | sgd
 
@@ -110,17 +110,17 @@ class SyncConfig:
     (Zhao & Canny 2013): H inner steps per window, P = n_fragments, tau = overlap delay, alpha = merge weight."""
 
     strategy: str = "ddp"  # ddp | diloco | butterfly
-    H: int = 50
+    H: int = 50  # inner steps per window
     n_fragments: int = 1  # P; 1 = plain (non-streaming) DiLoCo
     tau: int = 0  # inner steps between sending a fragment and applying its outer result
     alpha: float = 0.0  # merge: theta_local <- alpha * theta_local + (1 - alpha) * theta_global_new
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    nesterov: bool = True
-    codec: str = "fp32"
-    codec_block_size: int = 128
-    stochastic_rounding: bool = True
-    error_feedback: bool = True
+    outer_lr: float = 0.7  # outer SGD learning rate (DiLoCo)
+    outer_momentum: float = 0.9  # outer SGD momentum (DiLoCo)
+    nesterov: bool = True  # Nesterov outer momentum (DiLoCo)
+    codec: str = "fp32"  # wire format of outer gradients / fragments: fp32|bf16|int8|fp8_e4m3|int4|fp4_e2m1|int2
+    codec_block_size: int = 128  # elements sharing one quantisation scale
+    stochastic_rounding: bool = True  # unbiased rounding to the codec grid
+    error_feedback: bool = True  # carry each island's quantisation error into its next payload
     routing_sync: bool = True  # all-reduce expert loads every step on their own channel
     # butterfly
     exchanges_per_window: int = 6  # how many times each fragment is exchanged per H-step window
@@ -144,9 +144,10 @@ class SyncConfig:
 
 @dataclass
 class LinkConfig:
-    """Wide-area link between islands; see islands_kit/comm/link.py for the model and presets."""
+    """Wide-area link between islands; see islands_kit/comm/link.py for the model and ``LINK_PRESETS`` below for the
+    named links."""
 
-    preset: str = "transpacific-25g"
+    preset: str = "transpacific-25g"  # named link (comm/link.py); setting it sets every link field
     bandwidth_bps: float = 25e9  # bits per second
     rtt_s: float = 0.145  # base round-trip time
     jitter_sigma: float = 0.25  # log-normal body of the per-transfer extra latency (relative to rtt)
@@ -155,15 +156,15 @@ class LinkConfig:
     tail_scale_s: float = 0.2  # Pareto scale (seconds)
     loss_prob: float = 0.0  # per-chunk loss probability
     corrupt_prob: float = 0.0  # per-chunk corruption probability (detected by checksum)
-    n_connections: int = 8
+    n_connections: int = 8  # parallel connections a chunked transfer spreads over
     warm: bool = True  # keep connections warm (no slow start)
     idle_timeout_s: float = 1.0  # an idle connection falls back to cold after this long
     init_cwnd_bytes: int = 14600  # TCP initial window (10 MSS)
     pacing_bps: float = 0.0  # 0 = no pacing cap
-    chunk_bytes: int = 4 << 20
+    chunk_bytes: int = 4 << 20  # chunk size of a chunked transfer
     method: str = "chunked"  # chunked | naive
     contact_period_s: float = 0.0  # >0: intermittent contact (LEO); link up for contact_fraction of each period
-    contact_fraction: float = 1.0
+    contact_fraction: float = 1.0  # share of each contact period the link is up
     fec_group: int = 16  # chunked + FEC: data chunks per erasure-coded group
     fec_parity: int = 0  # parity chunks per group (any fec_group of the group's chunks rebuild it); 0 = no FEC
 
@@ -194,11 +195,43 @@ class LinkConfig:
                self.fec_parity)
 
 
+# Field overrides of LinkConfig per named link. The figures are round, plausible numbers, not measurements.
+LINK_PRESETS: dict[str, dict[str, Any]] = {
+    # The seed's link: 25 Gbit/s across ~14,500 km of fibre, 145 ms round trip at best; moderate jitter, a heavy tail.
+    # Identical to the LinkConfig defaults, so LinkConfig() is this link.
+    "transpacific-25g": dict(bandwidth_bps=25e9, rtt_s=0.145, jitter_sigma=0.25, tail_prob=0.01, tail_alpha=1.5,
+                             tail_scale_s=0.2, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=4 << 20,
+                             contact_period_s=0.0, contact_fraction=1.0),
+    # Inside one data centre: 400 Gbit/s, 50 us round trip, tiny jitter, rare millisecond stalls.
+    "intra-dc": dict(bandwidth_bps=400e9, rtt_s=50e-6, jitter_sigma=0.1, tail_prob=1e-4, tail_alpha=2.0,
+                     tail_scale_s=1e-3, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=16 << 20,
+                     contact_period_s=0.0, contact_fraction=1.0),
+    # A home / small-office line: 1 Gbit/s, 30 ms, noisy, some loss.
+    "consumer-1g": dict(bandwidth_bps=1e9, rtt_s=0.030, jitter_sigma=0.5, tail_prob=0.02, tail_alpha=1.5,
+                        tail_scale_s=0.1, loss_prob=0.005, corrupt_prob=1e-4, n_connections=4, chunk_bytes=1 << 20,
+                        contact_period_s=0.0, contact_fraction=1.0),
+    # An intermittent low-earth-orbit link (illustrative): 200 Mbit/s, 40 ms, noisy, 1.5% chunk loss, and contact
+    # only during the first half of every minute (think of passes over a ground station, compressed in time).
+    "leo-satellite": dict(bandwidth_bps=200e6, rtt_s=0.040, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
+                          tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
+                          contact_period_s=60.0, contact_fraction=0.5),
+}
+
+
+def link_config(preset: str, **overrides: Any) -> LinkConfig:
+    """A validated ``LinkConfig`` for a named link (``LINK_PRESETS``) with field overrides; errors name the field."""
+    _check(preset in LINK_PRESETS, "link.preset", "must be one of " + "|".join(LINK_PRESETS), preset)
+    names = sorted(f.name for f in fields(LinkConfig) if f.name != "preset")
+    for key in overrides:
+        _check(key in names, f"link.{key}", "unknown link field (valid: " + ", ".join(names) + ")", key)
+    return LinkConfig(preset=preset, **{**LINK_PRESETS[preset], **overrides})
+
+
 @dataclass
 class IslandConfig:
     """One island: its batch, how it splits the batch (dp_ranks x micro-batches) and its hardware profile."""
 
-    name: str = "island"
+    name: str = "island"  # label in results and plots
     batch_size: int = 32  # sequences per inner step
     micro_batch_size: int = 32  # sequences per forward/backward on one rank
     dp_ranks: int = 1  # data-parallel ranks inside the island
@@ -228,10 +261,10 @@ class FaultConfig:
     preempt_island: int = -1  # -1 = nobody is preempted
     preempt_start: int = 0  # first inner step the island misses
     preempt_steps: int = 0  # how many steps it is away; it rejoins from the current global state
-    straggler_island: int = -1
+    straggler_island: int = -1  # -1 = no straggler, else the slow island's index
     straggler_factor: float = 1.0  # compute time multiplier of the straggling island
     attack: str = "none"  # none | sign_flip | scale | nan | noise | replay
-    attack_island: int = 1
+    attack_island: int = 1  # the adversarial island's index (when attack is not none)
     attack_start: int = 0  # first step from which the attacker corrupts what it sends
     attack_scale: float = 100.0  # for "scale"
     attack_noise_std: float = 1.0  # for "noise": std of the added noise relative to the honest update's RMS
@@ -261,33 +294,50 @@ class DataConfig:
     val_fraction: float = 0.05  # the last val_fraction of the bytes are validation
     eval_bytes: int = 65536  # validation bytes scored at each evaluation (a fixed, evenly spaced sample); 0 = all
     final_eval_bytes: int = 0  # validation bytes scored for final_val_bpb; 0 = all of them (demo, gpu)
+    text_field: str = "text"  # the text column of a hub: or .parquet corpus (e.g. content)
+    split: str = "train"  # hub: the split to read (train, validation, train[:10%], ...)
+    revision: str = ""  # hub: the dataset revision to pin (commit sha, tag or branch); "" = the default branch
+    streaming: bool = False  # hub: stream the rows instead of downloading the dataset; needs max_bytes
+    max_bytes: int = 0  # use only the first max_bytes bytes of the corpus (0 = all)
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
         _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
         _check(self.final_eval_bytes >= 0, "data.final_eval_bytes", "must be >= 0 (0 = all validation bytes)", self.final_eval_bytes)
+        hub = isinstance(self.corpus, str) and self.corpus.startswith("hub:")
+        _check(isinstance(self.text_field, str) and self.text_field.strip() != "", "data.text_field",
+               "must name a column", self.text_field)
+        _check(isinstance(self.split, str) and self.split.strip() != "", "data.split", "must name a split", self.split)
+        _check(hub or self.split == "train", "data.split", "only a hub: corpus has splits (local files and the "
+               "registered corpora are one train split)", self.split)
+        _check(hub or self.revision == "", "data.revision", "only a hub: corpus has revisions", self.revision)
+        _check(self.max_bytes >= 0, "data.max_bytes", "must be >= 0 (0 = all)", self.max_bytes)
+        _check(not self.streaming or hub, "data.streaming", "only a hub: corpus can be streamed", self.streaming)
+        _check(not self.streaming or self.max_bytes > 0, "data.streaming",
+               "needs data.max_bytes > 0 (how much of the stream to read)", self.max_bytes)
 
 
 @dataclass
 class ExperimentConfig:
     experiment: str = "baseline"  # baseline | two_site | eight_cell
-    preset: str = "smoke"
-    seed: int = 0
+    preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | gpu)
+    seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     steps: int = 100  # inner steps per island (all islands step together)
-    eval_every: int = 50
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    sync: SyncConfig = field(default_factory=SyncConfig)
-    link: LinkConfig = field(default_factory=LinkConfig)
-    islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])
-    faults: FaultConfig = field(default_factory=FaultConfig)
+    eval_every: int = 50  # evaluate on the validation windows every N steps (and at the end)
+    data: DataConfig = field(default_factory=DataConfig)  # corpus, validation split and evaluation bytes
+    model: ModelConfig = field(default_factory=ModelConfig)  # the byte-level MoE transformer
+    optim: OptimConfig = field(default_factory=OptimConfig)  # the inner optimizer of every island
+    sync: SyncConfig = field(default_factory=SyncConfig)  # how the islands synchronise
+    link: LinkConfig = field(default_factory=LinkConfig)  # the wide-area link between islands (simulated clock)
+    islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])  # one entry per island
+    faults: FaultConfig = field(default_factory=FaultConfig)  # injected faults, an adversarial island and the defences
     threads: int = 0  # torch intra-op threads for this run (0 = torch's default); 1 is best on a shared machine
     checkpoint_every: int = 0  # write DIR/checkpoint.pt every N steps (0 = never); resume with --resume DIR
     wandb_mode: str = "offline"  # offline | online | disabled
-    wandb_project: str = "islands_kit"
-    wandb_group: str = ""
-    progress: bool = True
+    wandb_project: str = "islands_kit"  # wandb project name
+    wandb_group: str = ""  # wandb group; the runs of one comparison share one
+    progress: bool = True  # live progress lines (step, tokens, tokens/s, ETA, eval bpb); false = quiet
+    log_every: int = 10  # train loss, throughput, link bytes and routing balance to wandb every N inner steps
 
     def __post_init__(self) -> None:
         self.validate()
@@ -305,6 +355,8 @@ class ExperimentConfig:
         if self.sync.strategy == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
         _check(self.threads >= 0, "threads", "must be >= 0 (0 = torch default)", self.threads)
+        _check(isinstance(self.log_every, int) and self.log_every >= 1, "log_every", "must be an integer >= 1",
+               self.log_every)
         _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)
         f = self.faults
         for name in ("preempt_island", "straggler_island"):
@@ -377,7 +429,8 @@ def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:
     names = {f.name for f in fields(cls) if f.init}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (valid keys: {', '.join(sorted(names))})")
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key{_nearest(unknown[0], names, prefix)} "
+                          f"(valid keys: {', '.join(sorted(names))})")
     kwargs = {k: _coerce(hints[k], v, prefix + k) for k, v in d.items()}
     return cls(**kwargs)
 
@@ -386,8 +439,6 @@ def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> Experim
     """Apply dotted-path overrides such as ``{"sync.H": "100"}`` and re-validate; unknown keys and bad types raise."""
     d = cfg.to_dict()
     if "link.preset" in overrides:  # a named link first sets every link field; explicit link.* overrides then apply
-        from islands_kit.comm.link import link_config
-
         d["link"] = asdict(link_config(str(overrides["link.preset"])))
         overrides = {k: v for k, v in overrides.items() if k != "link.preset"}
     for key, value in overrides.items():
@@ -398,16 +449,37 @@ def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> Experim
                 _check(part.isdigit() and int(part) < len(node), ".".join(parts[: i + 1]), "must index an existing list item", part)
                 node = node[int(part)]
             else:
-                _check(isinstance(node, dict) and part in node, ".".join(parts[: i + 1]), "unknown key", part)
+                if not (isinstance(node, dict) and part in node):
+                    raise ConfigError(f"{key}: unknown key{_nearest(key, _dotted_keys(d))}")
                 node = node[part]
         last = parts[-1]
         if isinstance(node, list):
             _check(last.isdigit() and int(last) < len(node), key, "must index an existing list item", last)
             node[int(last)] = value
         else:
-            _check(isinstance(node, dict) and last in node, key, "unknown key", last)
+            if not (isinstance(node, dict) and last in node):
+                raise ConfigError(f"{key}: unknown key{_nearest(key, _dotted_keys(d))}")
             node[last] = value
     return ExperimentConfig.from_dict(d)
+
+
+def _dotted_keys(d: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a config dict, sections included (``sync``, ``sync.H``, ``islands.0.batch_size``)."""
+    items = d.items() if isinstance(d, dict) else enumerate(d) if isinstance(d, list) else ()
+    out = []
+    for k, v in items:
+        out.append(f"{prefix}{k}")
+        out.extend(_dotted_keys(v, f"{prefix}{k}."))
+    return out
+
+
+def _nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
+    """' (did you mean X?)' for the valid keys closest to a mistyped one (difflib), else ''."""
+    import difflib
+
+    same_depth = [v for v in valid if v.count(".") == key.count(".")]
+    near = difflib.get_close_matches(key, same_depth, n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(prefix + n for n in near)}?)" if near else ""
 
 
 def parse_set(items: list[str]) -> dict[str, str]:

@@ -6,7 +6,7 @@ and ``make_transport(cfg)`` (a ``TorchDistTransport`` for the config, after chec
 
 The CLI switches to this transport when ``WORLD_SIZE > 1``. Processes: ``len(islands)`` (one per island; an island's
 ``dp_ranks`` become micro-batches, bit-identical to the in-process simulator) or ``sum(islands[*].dp_ranks)`` (one per
-data-parallel rank; see ``comm.torch_dist.RankLayout`` for the rank -> island mapping).
+data-parallel rank; ``RankLayout`` below maps ranks to islands).
 
 Backend: ``gloo`` without CUDA; with CUDA ``cpu:gloo,cuda:nccl`` — torch then routes each collective by its tensors'
 device: CUDA tensors (gradients of models on the GPU) over NCCL, CPU tensors (the transport's wire messages, which
@@ -26,17 +26,64 @@ from __future__ import annotations
 
 import atexit
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from islands_kit.comm.link import LinkModel
-from islands_kit.comm.torch_dist import DistributedError, RankLayout, TorchDistTransport, dist_timeout_s
+from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport, dist_timeout_s
 from islands_kit.config import ConfigError, ExperimentConfig
 
 MIXED = "cpu:gloo,cuda:nccl"
-__all__ = ["init_from_env", "make_transport", "shutdown", "world_size", "DistributedError"]
+__all__ = ["init_from_env", "make_transport", "shutdown", "world_size", "DistributedError", "RankLayout"]
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """Which global ranks hold which island: island i owns ``ranks_per_island[i]`` contiguous ranks, its first is its
+    leader."""
+
+    ranks_per_island: tuple[int, ...]
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.ranks_per_island)
+
+    def first_rank(self, island: int) -> int:
+        return sum(self.ranks_per_island[:island])
+
+    def ranks_of(self, island: int) -> list[int]:
+        lo = self.first_rank(island)
+        return list(range(lo, lo + self.ranks_per_island[island]))
+
+    def island_of(self, rank: int) -> int:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank: must be in [0, {self.world_size}) (got {rank})")
+        for i in range(len(self.ranks_per_island)):
+            if rank < self.first_rank(i) + self.ranks_per_island[i]:
+                return i
+        raise AssertionError("unreachable")
+
+    @property
+    def leaders(self) -> list[int]:
+        return [self.first_rank(i) for i in range(len(self.ranks_per_island))]
+
+    @classmethod
+    def for_world(cls, cfg: ExperimentConfig, world_size: int) -> "RankLayout":
+        """One process per island when ``world_size == len(islands)`` (dp_ranks folded into micro-batches), else one
+        process per data-parallel rank when ``world_size == sum(dp_ranks)``; anything else is a ConfigError."""
+        n = len(cfg.islands)
+        per_rank = tuple(isl.dp_ranks for isl in cfg.islands)
+        if world_size == n:
+            return cls((1,) * n)
+        if world_size == sum(per_rank):
+            return cls(per_rank)
+        raise ConfigError(
+            f"islands[*].dp_ranks: WORLD_SIZE must equal len(islands) = {n} (one process per island, dp_ranks folded "
+            f"into micro-batches) or sum(islands[*].dp_ranks) = {sum(per_rank)} (one process per data-parallel rank, "
+            f"dp_ranks = {list(per_rank)}) (got WORLD_SIZE={world_size})")
 
 
 def world_size() -> int:
@@ -89,16 +136,18 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     return rank, world
 
 
-def make_transport(cfg: ExperimentConfig) -> TorchDistTransport:
-    """A ``TorchDistTransport`` for ``cfg`` (initialising torch.distributed if needed). WORLD_SIZE is checked against
-    the config *before* the rendezvous, so a wrong process count fails at once on every rank."""
-    RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
-    f = getattr(cfg, "faults", None)
-    if f is not None and f.preempt_island >= 0 and f.preempt_steps > 0:
+def make_transport(cfg: ExperimentConfig,
+                   transport_cls: type[TorchDistTransport] = TorchDistTransport) -> TorchDistTransport:
+    """A ``TorchDistTransport`` (or the subclass ``transport_cls``: the tests' fault injection) for ``cfg``,
+    initialising torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
+    wrong process count fails at once on every rank."""
+    layout = RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
+    f = cfg.faults
+    if f.preempt_island >= 0 and f.preempt_steps > 0:
         raise ConfigError(f"faults.preempt_island: preemption is simulated by the in-process transport only; under "
                           f"torch.distributed every island takes part in every sync (got {f.preempt_island})")
     init_from_env()
-    return TorchDistTransport(cfg, LinkModel(cfg.link, seed=cfg.seed))
+    return transport_cls(layout, LinkModel(cfg.link, seed=cfg.seed))
 
 
 def shutdown() -> None:

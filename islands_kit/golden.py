@@ -21,11 +21,26 @@ def golden_config(experiment: str) -> ExperimentConfig:
     return apply_overrides(get_preset(experiment, "smoke"), {"threads": 1})
 
 
-def pinned(result: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The fields of a result (and its history) that a fixture pins."""
+def pinned(result: dict[str, Any], history: list[dict[str, Any]],
+           link_timeline: list[list[Any]] | None = None) -> dict[str, Any]:
+    """The fields of a result (and its history and link timeline, which live in files of their own) that a fixture
+    pins."""
     out = {k: v for k, v in result.items() if k not in UNPINNED}
     out["history"] = history
+    if link_timeline is not None:
+        out["link_timeline"] = link_timeline
     return out
+
+
+def read_run_files(out_dir: Any) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+    """``(history, link_timeline)`` of a run folder, as written (history.jsonl, link_timeline.jsonl)."""
+    import json
+    from pathlib import Path
+
+    d = Path(out_dir)
+    rows = [[json.loads(line) for line in (d / name).read_text().splitlines() if line.strip()]
+            for name in ("history.jsonl", "link_timeline.jsonl")]
+    return rows[0], rows[1]
 
 
 def diff(expected: Any, actual: Any, path: str = "") -> list[str]:

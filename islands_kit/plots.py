@@ -131,6 +131,43 @@ def bpb_curves(runs: Mapping[str, History], x: str = "tokens", floors: Mapping[s
     return fig
 
 
+def bpb_band(groups: Mapping[str, Sequence[History]], x: str = "tokens", floors: Mapping[str, float] | None = None,
+             title: str | None = None) -> Figure:
+    """Validation bpb of seed sweeps: per label, the mean over seeds as a line and the spread (mean ± one sample
+    standard deviation) as a shaded band; a label with one seed is a plain line.
+
+    groups: label -> the histories of its seeds (they share their evaluation points: same steps, same tokens; the
+    simulated clock, which differs by seed, is averaged). floors as in :func:`bpb_curves`."""
+    if not groups:
+        raise ValueError("groups: need at least one label with its seeds' histories")
+    fig, ax = new_figure()
+    for i, (label, hists) in enumerate(groups.items()):
+        _check_runs({f"{label}[{j}]": h for j, h in enumerate(hists)}, "groups")
+        series = [_series(h, x, "val_bpb") for h in hists]
+        n = min(len(ys) for _, ys in series)
+        if n == 0:
+            continue
+        xs = np.mean([s[0][:n] for s in series], axis=0)
+        ys = np.asarray([s[1][:n] for s in series])
+        mean = ys.mean(axis=0)
+        c = color(label, i)
+        k = len(hists)
+        ax.plot(xs, mean, marker="o", ms=4, color=c,
+                label=f"{label} (final {mean[-1]:.3f}" + (f" ± {ys[:, -1].std(ddof=1):.3f}, {k} seeds)" if k > 1 else ")"))
+        if k > 1:
+            sd = ys.std(axis=0, ddof=1)
+            ax.fill_between(xs, mean - sd, mean + sd, color=c, alpha=0.2, lw=0)
+    for j, (name, v) in enumerate(sorted((floors or {}).items(), key=lambda kv: kv[1])):
+        ax.axhline(v, ls="--", lw=1, color=str(0.3 + 0.2 * j), label=f"{name} on the same bytes ({v:.2f})")
+    _xlabel(ax, x)
+    ax.set_ylabel("validation loss (bits per byte)")
+    ax.set_title(title or f"Validation bpb vs {'training tokens' if x == 'tokens' else 'simulated wall-clock'}"
+                 + (" (band: mean ± 1 std over seeds)" if any(len(h) > 1 for h in groups.values()) else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def link_bytes(runs: Mapping[str, History], x: str = "sim_time", ddp_bytes_per_step: Mapping[str, float] | None = None,
                timelines: Mapping[str, Sequence[Sequence[Any]]] | None = None, title: str | None = None) -> Figure:
     """Cumulative bytes sent across the wide-area link over simulated time (or tokens / steps).
@@ -243,14 +280,21 @@ def balance_vs_load(runs: Mapping[str, History], x: str = "step", title: str | N
     return fig
 
 
+def _short_run(label: str) -> str:
+    """A run folder's last part, or its last two for a seed folder (``runs/demo/two_site/s1`` -> ``two_site/s1``)."""
+    parts = Path(label).parts
+    return "/".join(parts[-2:]) if len(parts) > 1 and parts[-1][:1] == "s" and parts[-1][1:].isdigit() else parts[-1]
+
+
 def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
-    """Three panels from ``tracking.compare_table`` rows: final bpb, bytes on the link against the fp32 all-reduce
-    equivalent (log scale), and compute utilisation."""
+    """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link (log scale) with the one
+    reference run's bytes as a dotted line and each bar's "x fewer" against it, and compute utilisation."""
     if not rows:
         raise ValueError("rows: need at least one compare_table row")
     fig, axes = new_figure(ncols=3, width=4.2)
-    labels = [str(r["experiment"]) for r in rows]
-    cols = [color(l, i) for i, l in enumerate(labels)]
+    several = len({r["seed"] for r in rows}) > 1
+    labels = [f"{r['experiment']}\ns{r['seed']}" if several else str(r["experiment"]) for r in rows]
+    cols = [color(str(r["experiment"]), i) for i, r in enumerate(rows)]
     pos = np.arange(len(rows))
     bpb = [r["final_val_bpb"] for r in rows]
     axes[0].bar(pos, bpb, color=cols)
@@ -259,24 +303,25 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     axes[0].set_ylabel("final validation bpb (bits per byte)")
     axes[0].set_title("Quality at equal tokens")
     sent = [max(float(r["cross_site_bytes"]), 1.0) / 1e6 for r in rows]
-    ddp = [float(r["ddp_equivalent_bytes"]) / 1e6 for r in rows]
-    axes[1].bar(pos - 0.2, sent, width=0.4, color=cols, label="sent")
-    axes[1].bar(pos + 0.2, ddp, width=0.4, color="0.75", hatch="//", label="fp32 all-reduce every step")
+    axes[1].bar(pos, sent, color=cols)
+    ref_mb = float(rows[0]["reference_bytes"]) / 1e6
+    if ref_mb > 0:
+        axes[1].axhline(ref_mb, ls=":", color="0.3", label=f"reference: {_short_run(str(rows[0]['reference']))}")
+        axes[1].legend(fontsize=8)
     axes[1].set_yscale("log")
     for p, r in zip(pos, rows):
-        xl = r["x_less_than_ddp"]
-        axes[1].annotate("inf" if math.isinf(xl) else f"{xl:,.0f}x less", (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6),
-                         ha="center", va="bottom", fontsize=8)
+        xl = float(r["x_fewer_bytes"])
+        axes[1].annotate("inf" if math.isinf(xl) else f"{xl:,.0f}x fewer" if xl >= 10 else f"{xl:,.1f}x fewer",
+                         (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6), ha="center", va="bottom", fontsize=8)
     axes[1].set_ylabel("bytes on the link (MB, log scale)")
     axes[1].set_title("Communication")
-    axes[1].legend(fontsize=8)
     util = [100 * float(r["compute_utilization"]) for r in rows]
     axes[2].bar(pos, util, color=cols)
     axes[2].set_ylim(0, 105)
     axes[2].set_ylabel("compute utilisation (% of simulated time busy)")
     axes[2].set_title("Time spent computing")
     for ax in axes:
-        ax.set_xticks(pos, labels)
+        ax.set_xticks(pos, labels, fontsize=8 if several else None)
         ax.set_xlabel("experiment")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title or "baseline vs two_site vs eight_cell")

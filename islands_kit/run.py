@@ -6,17 +6,17 @@ Per inner step, for every island this process holds:
   sync strategy (DiLoCo fragments / butterfly exchanges) → evaluation every ``eval_every`` steps.
 Evaluation scores the strategy's evaluation parameters (the global model for DiLoCo) on fixed held-out bytes.
 At the end every transfer in flight completes, the final model is scored on *all* validation bytes, and
-``result.json`` + ``history.jsonl`` are written.
+``result.json`` + ``history.jsonl`` are written. Along the way the writer process prints progress lines
+(``progress.Progress``) and logs to wandb (``tracking.Tracker``: train records every ``log_every`` steps, every
+evaluation, and at the end the summary, figures and artifact).
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import math
-import os
 import platform
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -29,13 +29,14 @@ import islands_kit
 from islands_kit import kernels
 from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
-from islands_kit.comm.transport import LocalTransport, Transport
+from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.data import BatchStream, eval_windows, load_corpus, split_bytes
+from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.progress import Progress, describe
 from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
@@ -89,7 +90,7 @@ class Experiment:
         self.out_dir = Path(out_dir) if out_dir else None
         torch.manual_seed(cfg.seed)
         # -- data ------------------------------------------------------------------------------------------------
-        self.corpus = load_corpus(cfg.data.corpus)
+        self.corpus = load_data_corpus(cfg.data)
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
         self.eval_x, self.eval_y = eval_windows(self.val, T, cfg.data.eval_bytes)
@@ -110,7 +111,7 @@ class Experiment:
             slow = cfg.faults.straggler_factor if cfg.faults.straggler_island == i else 1.0
             self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps,
                                      slow * step_seconds(icfg, cfg.model, self.params_active),
-                                     process_group=getattr(self.transport, "island_group", None))
+                                     process_group=self.transport.island_group)
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
         self.strategy = build_strategy(cfg, self.models, self.transport)
@@ -127,9 +128,10 @@ class Experiment:
         self.diverged_reason: str | None = None
         self.val_curve: list[list[float]] = []
         self.wall_start = time.time()
+        self.progress: Progress | None = None  # set by run_experiment: live progress lines
         self.probe_x = self.eval_x[: min(8, len(self.eval_x))]
         # the one process that writes outputs (under torch.distributed: rank 0, which holds island 0)
-        self.is_writer = min(self.islands) == 0 and getattr(self.transport, "is_writer", True)
+        self.is_writer = min(self.islands) == 0 and self.transport.is_writer
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -189,11 +191,7 @@ class Experiment:
         active = {}
         for i, isl in self.islands.items():
             away = self.preempted(i, t)
-            if hasattr(self.strategy, "present"):
-                if away and self.strategy.present[i]:
-                    self.strategy.present[i] = False  # the others go on; syncs average over the islands present
-                elif not away and not self.strategy.present[i]:
-                    self.strategy.rejoin(i)  # back: take the current global state before training again
+            self.strategy.set_present(i, not away)  # away: syncs go on without it; back: it rejoins first
             if away:
                 self.transport.clock.wait_until(i, self.transport.clock.now[i] + isl.compute_s)  # lost time
                 continue
@@ -222,15 +220,23 @@ class Experiment:
     def elapsed_s(self) -> float:
         return self.elapsed_before + time.time() - self.wall_start
 
+    def train_record(self, losses: dict[int, float]) -> dict[str, Any]:
+        """What the tracker logs every ``log_every`` steps: loss (mean and per island), tokens, simulated clock,
+        cumulative link bytes per channel (this process's ledger) and the first local island's routing balance."""
+        stats = self.islands[min(self.islands)].last_stats
+        rec: dict[str, Any] = {
+            "step": self.step, "tokens": self.tokens_total, "train_loss": sum(losses.values()) / max(1, len(losses)),
+            "island_loss": dict(losses), "sim_time_s": max(self.transport.clock.now.values()),
+            "link_bytes": {ch: e.bytes for ch, e in self.transport.ledger.channels.items()},
+        }
+        if stats is not None and self.cfg.model.n_experts > 1:
+            rec["balance_loss"] = [float(v) for v in stats.balance_loss]
+            rec["max_over_mean_load"] = [float(v) for v in stats.max_over_mean]
+        return rec
+
     def run(self, tracker: Tracker | None = None) -> Result:
         cfg = self.cfg
-        bar = None
-        if cfg.progress:
-            from tqdm.auto import tqdm
-
-            # only on a terminal: in an executed notebook every refresh would become a stderr output
-            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.experiment}", leave=False,
-                       disable=not sys.stderr.isatty())
+        progress = self.progress
         try:
             while self.step < cfg.steps:
                 losses = self.train_step()
@@ -238,12 +244,13 @@ class Experiment:
                 if bad:
                     raise Diverged("training loss is not finite on island(s) " +
                                    ", ".join(f"{i} ({v})" for i, v in sorted(bad.items())))
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{sum(losses.values()) / max(1, len(losses)):.3f}")
+                if progress is not None:
+                    progress.update(self.step, self.tokens_total, sum(losses.values()) / max(1, len(losses)))
+                if tracker is not None and self.step % cfg.log_every == 0:
+                    tracker.log_train(self.train_record(losses))
                 if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                     self.check_eval_state()
-                    with self._world_view():
+                    with self.transport.world_view():
                         self._record_eval(losses, final=False, tracker=tracker)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps and self.out_dir:
                     from islands_kit.checkpoint import save_checkpoint
@@ -252,10 +259,8 @@ class Experiment:
             self.strategy.finalize(self.step)
         except (Diverged, NonFiniteError) as e:
             self._diverged(e)
-        if bar is not None:
-            bar.close()
         losses = {i: isl.last_loss for i, isl in self.islands.items()}
-        with self._world_view():
+        with self.transport.world_view():  # a collective under torch.distributed (comm/torch_dist.py)
             try:
                 self._record_eval(losses, final=True, tracker=tracker)
             except Diverged as e:  # the final flush brought the NaN in
@@ -273,12 +278,6 @@ class Experiment:
         would cost a blocking round trip every step."""
         self.diverged_at_step, self.diverged_reason = self.step, f"{type(e).__name__}: {e}"
         warnings.warn(f"{self.cfg.experiment}: diverged at step {self.step}: {e}", RuntimeWarning, stacklevel=3)
-
-    def _world_view(self):
-        """Whole-world ledger and clock while recording: a collective under torch.distributed (every rank calls it at
-        the same point; see comm/torch_dist.py), nothing in one process."""
-        view = getattr(self.transport, "world_view", None)
-        return view() if view is not None else contextlib.nullcontext()
 
     def _record_eval(self, losses: dict[int, float], final: bool, tracker: Tracker | None) -> None:
         # other ranks would only repeat the evaluation; a diverged model has no bpb
@@ -300,28 +299,31 @@ class Experiment:
         self.history.append(rec)
         self.val_curve.append([tokens, bpb])
         if tracker is not None:
-            tracker.log(rec, step=self.step)
+            tracker.log_eval(rec)
+        if self.progress is not None and math.isfinite(bpb):
+            self.progress.eval(self.step, bpb)
 
     def result(self) -> Result:
         cfg = self.cfg
         led = self.transport.ledger
         clock = self.transport.clock
         n = len(cfg.islands)
-        fragments_stats = {}
-        if hasattr(self.transport, "transfer_stats"):
-            fragments_stats = self.transport.transfer_stats("fragments")
+        # every transfer on the link, written to its own file (LINK_TIMELINE) rather than into result.json
+        self.link_timeline = [[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline]
+        fragments_stats = self.transport.transfer_stats("fragments")
         res = Result(
             experiment=cfg.experiment, preset=cfg.preset, seed=cfg.seed, corpus=self.corpus.name,
             corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
             params_total=self.params_total, params_active=self.params_active,
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
-            compressor_bpb=compressor_bpb(bytes(self.val.numpy().tobytes())),
+            # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split
+            compressor_bpb=compressor_bpb(bytes(self.final_y.to(torch.uint8).flatten().numpy().tobytes())),
+            compressor_bpb_all_val=compressor_bpb(bytes(self.val.numpy().tobytes())),
             cross_site_bytes=led.bytes(), fragment_bytes=led.bytes("fragments"),
             gradient_bytes=led.bytes("gradients"),
-            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step),
+            ddp_equivalent_bytes=ddp_equivalent_bytes(self.params_total, n, self.step), cost_model=COST_MODEL,
             routing_sync_bytes=led.bytes("routing"), peak_link_bytes_per_s=led.peak_link_bytes_per_s(),
             ledger=led.to_dict(), transfer_time_s=fragments_stats,
-            link_timeline=[[round(a, 6), round(b, 6), n, s, d, c] for a, b, n, s, d, c in led.timeline],
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
             wall_time_s=self.elapsed_s(),
@@ -343,7 +345,6 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
 
     ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
-    os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     state = None
@@ -355,31 +356,50 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
     # $ISLANDS_KIT_KERNELS and to what the machine has
     backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
     with backend:
-        return _run(cfg, out_dir, transport, state)
+        return _run(cfg, out_dir, transport, state, resume)
 
 
 def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport | None,
-         state: dict[str, Any] | None) -> Result:
+         state: dict[str, Any] | None, resume: str | Path | None = None) -> Result:
     exp = Experiment(cfg, out_dir, transport)
     if state is not None:
         from islands_kit.checkpoint import restore
 
         restore(exp, state)
     is_writer = exp.is_writer
-    tracker = Tracker(cfg, out_dir) if (out_dir and is_writer) else None
+    progress = exp.progress = Progress(f"{cfg.experiment} s{cfg.seed}", cfg.steps, exp.tokens_per_step, exp.step,
+                                       quiet=not (cfg.progress and is_writer), eval_every=cfg.eval_every)
+    tracker = Tracker(cfg, out_dir, resume=resume) if (out_dir and is_writer) else None
+    progress.start(describe(cfg, out_dir))
+    failed = True
     try:
         res = exp.run(tracker)
         if out_dir and is_writer:
-            write_outputs(Path(out_dir), res, exp.history)
+            write_outputs(Path(out_dir), res, exp.history, exp.link_timeline)
+        if out_dir:  # the final weights: every island's replica and the deployed model (islands_kit.sampling)
+            from islands_kit.sampling import save_final_models
+
+            save_final_models(exp, out_dir)
         if tracker is not None:
-            tracker.summary(res)
+            tracker.finish(res, exp.history)
+        failed = False
     finally:
         if tracker is not None:
-            tracker.close()
+            sync = tracker.info().get("sync")
+            tracker.close(failed)
+    bpb = (f"diverged at step {res['diverged_at_step']}" if res.get("diverged_at_step") is not None
+           else f"final val bpb {res['final_val_bpb']:.4f} (xz on the same bytes {res['compressor_bpb']['xz']:.3f})")
+    progress.end(bpb + (f" | wandb offline run: {sync}" if tracker is not None and sync else ""))
     return res
 
 
-def write_outputs(out: Path, res: Result, history: list[dict[str, Any]]) -> None:
+LINK_TIMELINE = "link_timeline.jsonl"  # one transfer per line: [start_s, end_s, bytes, src, dst, channel]
+
+
+def write_outputs(out: Path, res: Result, history: list[dict[str, Any]],
+                  link_timeline: list[list[Any]] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "result.json", dict(res))
     atomic_write_bytes(out / "history.jsonl", "".join(dumps_strict(rec) + "\n" for rec in history).encode())
+    if link_timeline is not None:
+        atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in link_timeline).encode())

@@ -1,16 +1,18 @@
-"""Run records: result.json (written atomically), wandb logging (offline by default) and the offline compare table.
+"""Run records: result.json (written atomically), wandb logging (offline by default) and a reader for offline runs.
 
-wandb is optional at run time: ``wandb_mode="disabled"`` (the tests) never imports it, ``offline`` (the kit's default)
-writes runs under ``<out_dir>/wandb`` for a later ``wandb sync``. The runs of one comparison share ``wandb_group``.
-``compare`` reads result.json files, so it needs no wandb server (wandb has no reader for offline runs).
+wandb is optional at run time: a disabled run (the tests) never imports it; ``offline`` (the kit's default) writes
+runs under ``<out_dir>/wandb`` for a later ``wandb sync`` (:func:`sync_command`). The runs of one comparison share
+``wandb_group``; :func:`log_comparison` adds the comparison itself as a run of that group. ``islands_kit.compare``
+builds the comparison tables from result.json files, so it needs no wandb server.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 RESULT_KEYS = (
     "experiment", "preset", "seed", "corpus", "corpus_sha256", "tokens", "steps", "params_total", "params_active",
@@ -51,39 +53,331 @@ def _jsonable(o: Any) -> Any:
     return str(o)
 
 
-class Tracker:
-    """Logs evaluations and the result summary to wandb (unless disabled)."""
+WANDB_MODES = ("offline", "online", "disabled")
+WANDB_RUN_FILE = "wandb_run.json"  # the run's wandb id, mode and folder: --resume continues the same wandb run
 
-    def __init__(self, cfg: Any, out_dir: str | Path | None) -> None:
-        self.run = None
-        mode = os.environ.get("WANDB_MODE", cfg.wandb_mode) if cfg.wandb_mode != "disabled" else "disabled"
-        if mode == "disabled":
+
+def resolve_wandb_mode(cfg_mode: str) -> str:
+    """The wandb mode of one run: ``disabled`` when either the config or ``$WANDB_MODE`` says so, else ``$WANDB_MODE``
+    when it names a mode (the caller's explicit choice, e.g. ``WANDB_MODE=online make demo``), else the config's.
+
+    The environment is only read, never written, so a run's mode cannot leak into the next run of the same process;
+    the mode reaches wandb as an explicit setting, which wandb ranks above its own environment variables."""
+    env = os.environ.get("WANDB_MODE", "")
+    if cfg_mode == "disabled" or env == "disabled":
+        return "disabled"
+    return env if env in WANDB_MODES else cfg_mode
+
+
+def run_tags(cfg: Any) -> list[str]:
+    """The wandb tags of a run: experiment, preset, corpus and sync strategy (each at most 64 characters)."""
+    tags = [cfg.experiment, f"preset:{cfg.preset}", f"corpus:{cfg.data.corpus}", f"strategy:{cfg.sync.strategy}"]
+    return [t[:64] for t in tags]
+
+
+def wandb_settings(mode: str) -> Any:
+    """Quiet settings: no banner or widget in notebook outputs, no console capture (progress lines stay in the cell),
+    no system-metrics sampler competing with training for the CPU."""
+    import wandb
+
+    return wandb.Settings(mode=mode, silent=True, show_info=False, show_warnings=False,  # type: ignore[arg-type]
+                          console="off", x_disable_stats=True, save_code=False)
+
+
+def sync_command(wandb_dir: str | Path, run_id: str | None = None) -> str:
+    """The shell command that uploads offline runs: every ``offline-run-*`` folder of ``wandb_dir/wandb`` (or only
+    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order)."""
+    pattern = f"offline-run-*-{run_id}" if run_id else "offline-run-*"
+    return f"wandb sync {Path(wandb_dir) / 'wandb' / pattern}"
+
+
+def offline_runs_hint(roots: Sequence[str | Path]) -> str | None:
+    """Where the offline wandb runs under ``roots`` are and the one command that uploads them all (None if there
+    are none)."""
+    runs = sorted({p for r in roots if Path(r).is_dir() for p in Path(r).rglob("offline-run-*") if p.is_dir()})
+    if not runs:
+        return None
+    folders = sorted({p.parent for p in runs})
+    if len(folders) <= 2:
+        cmd = "wandb sync " + " ".join(str(f / "offline-run-*") for f in folders)
+    else:
+        cmd = f"wandb sync $(find {' '.join(str(r) for r in roots)} -type d -name 'offline-run-*')"
+    return "\n".join([f"wandb: {len(runs)} offline run{'s' if len(runs) != 1 else ''} under:", *(f"  {f}" for f in folders),
+                      "upload them after `wandb login` with:", f"  {cmd}"])
+
+
+def previous_wandb_run(resume: str | Path | None) -> dict[str, Any] | None:
+    """The ``wandb_run.json`` beside the checkpoint ``resume`` (a folder or a checkpoint file), if there is one."""
+    if resume is None:
+        return None
+    p = Path(resume)
+    f = (p if p.is_dir() else p.parent) / WANDB_RUN_FILE
+    if not f.exists():
+        return None
+    with open(f) as fh:
+        return json.load(fh)
+
+
+class Tracker:
+    """One wandb run per experiment run (``job_type="experiment"``), or nothing when wandb is disabled.
+
+    What it logs, and against which x-axis (``define_metric``):
+
+    * every ``cfg.log_every`` inner steps: ``train/loss`` (mean over islands, and per island), ``train/tokens_per_s``
+      (real throughput since the previous log), ``routing/balance_loss/layer<l>`` and
+      ``routing/max_over_mean_load/layer<l>`` against ``tokens``; ``link/<channel>_bytes`` and
+      ``link/cross_site_bytes`` (cumulative) against ``sim_time_s``, the simulated wall-clock;
+    * every evaluation: ``eval/bpb`` against tokens and ``eval_sim/bpb`` (the same number) against simulated seconds;
+    * at the end (:meth:`finish`): the summary (result.json's numbers, compressor floors, versions), the evaluation
+      history as a ``wandb.Table``, the run's figures as images, and result.json / history.jsonl / the PNGs as one
+      artifact of type ``run-result``.
+
+    The run id, mode and folder go to ``out_dir/wandb_run.json``; a run resumed from that folder (``resume``) reopens
+    the same wandb run id."""
+
+    def __init__(self, cfg: Any, out_dir: str | Path | None, resume: str | Path | None = None) -> None:
+        self.run: Any = None
+        self.cfg = cfg
+        self.out_dir = Path(out_dir) if out_dir else Path(".")
+        self.mode = resolve_wandb_mode(cfg.wandb_mode)
+        self._last_train: tuple[float, int] | None = None
+        if self.mode == "disabled":
             return
-        os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        wdir = Path(out_dir) if out_dir else Path(".")
-        wdir.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, mode=mode, dir=str(wdir),
-                              name=f"{cfg.experiment}-s{cfg.seed}", config=cfg.to_dict(), reinit=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        prev = previous_wandb_run(resume)
+        run_id = prev["id"] if prev and prev.get("project") == cfg.wandb_project else None
+        self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
+                              name=f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}", tags=run_tags(cfg),
+                              config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
+                              resume="allow" if run_id else None, reinit="create_new",
+                              settings=wandb_settings(self.mode))
+        r = self.run
+        r.define_metric("tokens")
+        r.define_metric("sim_time_s")
+        for pattern in ("train/*", "routing/*", "eval/*"):
+            r.define_metric(pattern, step_metric="tokens")
+        r.define_metric("eval/bpb", step_metric="tokens", summary="min")
+        r.define_metric("eval_sim/*", step_metric="sim_time_s")
+        r.define_metric("link/*", step_metric="sim_time_s")
+        write_json_atomic(self.out_dir / WANDB_RUN_FILE, self.info())
 
-    def log(self, rec: dict[str, Any], step: int) -> None:
-        if self.run is not None:
-            self.run.log({k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}, step=step)
+    def info(self) -> dict[str, Any]:
+        """id, project, group, mode, the offline folder and the command that uploads it."""
+        if self.run is None:
+            return {"mode": "disabled"}
+        return {"id": self.run.id, "project": self.cfg.wandb_project, "group": self.cfg.wandb_group, "mode": self.mode,
+                "sync_dir": str(self.run.settings.sync_dir),
+                "sync": sync_command(self.out_dir, self.run.id) if self.mode == "offline" else None}
 
-    def summary(self, res: dict[str, Any]) -> None:
-        if self.run is not None:
-            for k, v in res.items():
-                if isinstance(v, (int, float, str)) and not isinstance(v, bool):
-                    self.run.summary[k] = v
+    def log_train(self, rec: dict[str, Any]) -> None:
+        """An inner-step record from the run loop: step, tokens, sim_time_s, train_loss, island_loss {i: loss},
+        link_bytes {channel: cumulative bytes}, balance_loss / max_over_mean_load (one value per layer)."""
+        if self.run is None:
+            return
+        now = time.perf_counter()
+        d: dict[str, Any] = {"step": rec["step"], "tokens": rec["tokens"], "sim_time_s": rec["sim_time_s"],
+                             "train/loss": rec["train_loss"]}
+        for i, v in rec.get("island_loss", {}).items():
+            d[f"train/loss_island{i}"] = v
+        if self._last_train is not None and now > self._last_train[0]:
+            d["train/tokens_per_s"] = (rec["tokens"] - self._last_train[1]) / (now - self._last_train[0])
+        if rec["sim_time_s"] > 0:
+            d["train/sim_tokens_per_s"] = rec["tokens"] / rec["sim_time_s"]
+        self._last_train = (now, rec["tokens"])
+        for ch, b in rec.get("link_bytes", {}).items():
+            d[f"link/{ch}_bytes"] = b
+        d["link/cross_site_bytes"] = sum(rec.get("link_bytes", {}).values())
+        for key in ("balance_loss", "max_over_mean_load"):
+            for layer, v in enumerate(rec.get(key) or []):
+                d[f"routing/{key}/layer{layer}"] = v
+        self.run.log(_finite(d))
 
-    def close(self) -> None:
+    def log_eval(self, rec: dict[str, Any]) -> None:
+        """A history.jsonl record (one evaluation)."""
+        if self.run is None:
+            return
+        d = {"step": rec["step"], "tokens": rec["tokens"], "sim_time_s": rec["sim_time_s"],
+             "link/cross_site_bytes": rec["cross_site_bytes"]}
+        if math.isfinite(rec["val_bpb"]):
+            d["eval/bpb"] = d["eval_sim/bpb"] = rec["val_bpb"]
+        for k in ("routing_js_bits", "routing_topk_overlap"):
+            if k in rec:
+                d[f"routing/{k}"] = rec[k]
+        self.run.log(_finite(d))
+
+    def finish(self, res: dict[str, Any], history: list[dict[str, Any]]) -> None:
+        """Summary, evaluation table, figures and the result artifact (after result.json and history.jsonl exist)."""
+        if self.run is None:
+            return
+        import wandb
+
+        r = self.run
+        for k, v in res.items():
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                r.summary[k] = _finite(v)
+        r.summary["compressor_bpb"] = dict(res["compressor_bpb"])
+        r.summary["versions"] = dict(res["versions"])
+        sent = res["cross_site_bytes"]
+        r.summary["x_fewer_bytes_than_ddp"] = res["ddp_equivalent_bytes"] / sent if sent else None
+        cols = ["step", "tokens", "sim_time_s", "val_bpb", "train_loss", "cross_site_bytes", "final"]
+        table = wandb.Table(columns=list[Any](cols), data=[[_finite(h.get(c)) for c in cols] for h in history])
+        figures = self.draw_figures(res, history)
+        logged: dict[str, Any] = {"eval_history": table}
+        logged.update({f"figures/{p.stem}": wandb.Image(str(p)) for p in figures})
+        r.log(logged)
+        art = wandb.Artifact(f"result-{res['experiment']}-{r.id}", type="run-result",
+                             description=f"{res['experiment']} {res['preset']} seed {res['seed']}: result.json, "
+                                         "history.jsonl and figures",
+                             metadata={"final_val_bpb": _finite(res["final_val_bpb"])})
+        for name in ("result.json", "history.jsonl"):
+            if (self.out_dir / name).exists():
+                art.add_file(str(self.out_dir / name), name=name)
+        for p in figures:
+            art.add_file(str(p), name=f"figures/{p.name}")
+        r.log_artifact(art)
+
+    def draw_figures(self, res: dict[str, Any], history: list[dict[str, Any]]) -> list[Path]:
+        """The run's standard figures (bpb vs tokens and vs simulated time, link bytes, routing load) as PNGs in
+        ``out_dir`` — the same files the experiment notebooks draw."""
+        from islands_kit import plots
+
+        finite = [h for h in history if h.get("val_bpb") is not None and math.isfinite(h["val_bpb"])]
+        if not finite:
+            return []
+        runs = {res["experiment"]: history}
+        out = []
+        for x in ("tokens", "sim_time"):
+            name = "bpb_vs_tokens.png" if x == "tokens" else "bpb_vs_sim_time.png"
+            out.append(plots.save(plots.bpb_curves(runs, x=x, floors=res["compressor_bpb"]), self.out_dir / name))
+        ddp_per_step = {res["experiment"]: float(res["ddp_equivalent_bytes"]) / max(int(res["steps"]), 1)}
+        out.append(plots.save(plots.link_bytes(runs, ddp_bytes_per_step=ddp_per_step,
+                                               timelines={res["experiment"]: res.get("link_timeline") or []}),
+                              self.out_dir / "link_bytes.png"))
+        if all("balance_loss" in h for h in history):
+            out.append(plots.save(plots.routing_load(history), self.out_dir / "routing_load.png"))
+        return out
+
+    def close(self, failed: bool = False) -> None:
         if self.run is not None:
-            self.run.finish()
+            sync_file = self.run.settings.sync_file
+            self.run.finish(exit_code=1 if failed else 0)
             self.run = None
+            if self.mode == "offline":
+                wait_for_offline_run(sync_file)
+
+
+def wait_for_offline_run(path: str | Path, timeout_s: float = 30.0) -> bool:
+    """Wait until an offline run's file holds its exit record: ``run.finish()`` can return while wandb's service
+    process is still writing it, and whoever reads or syncs the run next (a test, ``wandb sync`` in the same script)
+    should find it whole. True once complete; False after ``timeout_s`` (the run is then left as it is)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if any("exit" in r for r in offline_run_records(path)):
+                return True
+        except (OSError, ValueError):
+            pass  # not created or not readable yet
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: str, out_dir: str | Path,
+                   figures: Sequence[Path] = (), files: Sequence[Path] = (),
+                   seed_rows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One wandb run of ``job_type="comparison"`` in the comparison's group: the comparison table (and the per-
+    experiment seed aggregate) as ``wandb.Table``, the comparison figures as images, ``files`` as an artifact.
+    Returns the run's info (id, mode, sync command), or ``{"mode": "disabled"}``."""
+    mode = resolve_wandb_mode(mode)
+    if mode == "disabled":
+        return {"mode": "disabled"}
+    import wandb
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(project=project, group=group or None, job_type="comparison", name=f"compare-{group}"[:128],
+                     tags=["comparison"], dir=str(out), reinit="create_new", settings=wandb_settings(mode))
+    try:
+        logged: dict[str, Any] = {"comparison": _table(rows)}
+        if seed_rows:
+            logged["seed_aggregate"] = _table(list(seed_rows))
+        logged.update({f"figures/{Path(p).stem}": wandb.Image(str(p)) for p in figures})
+        run.log(logged)
+        art = wandb.Artifact(f"comparison-{run.id}", type="comparison")
+        for p in list(files) + list(figures):
+            art.add_file(str(p), name=Path(p).name)
+        run.log_artifact(art)
+        info = {"id": run.id, "mode": mode, "sync_dir": str(run.settings.sync_dir),
+                "sync": sync_command(out, run.id) if mode == "offline" else None}
+    finally:
+        sync_file = run.settings.sync_file
+        run.finish()
+    if mode == "offline":
+        wait_for_offline_run(sync_file)
+    return info
+
+
+def _table(rows: list[dict[str, Any]]) -> Any:
+    import wandb
+
+    cols = list(rows[0]) if rows else []
+    return wandb.Table(columns=list[Any](cols), data=[[_cell(r.get(c)) for c in cols] for r in rows])
+
+
+def _cell(v: Any) -> Any:
+    v = _finite(v)
+    return v if v is None or isinstance(v, (int, float, str, bool)) else json.dumps(v, default=str)
+
+
+def offline_run_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of an offline wandb run, decoded (wandb ships no reader for them): ``path`` is the run's
+    ``run-<id>.wandb`` file or its ``offline-run-*`` folder. Each record is a dict (protobuf JSON names) with one
+    record-type key such as ``run``, ``history``, ``summary``, ``artifact``, ``metric``, ``exit``.
+
+    The file is wandb's LevelDB-style log: a 7-byte header (``:W&B``, magic, version), then 32 KiB blocks of chunks,
+    each a 7-byte header (CRC-32, length, type: full / first / middle / last) and its bytes; a block's tail shorter
+    than a chunk header is zero padding. The chunks of one record, joined, are one ``wandb_internal_pb2.Record``."""
+    import struct
+
+    from google.protobuf.json_format import MessageToDict
+    from wandb.proto import wandb_internal_pb2
+
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("*.wandb"))
+        if not found:
+            raise FileNotFoundError(f"offline_run_records: no .wandb file in {p}")
+        p = found[0]
+    data = p.read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"offline_run_records: {p} is not a wandb run file (header {data[:7]!r})")
+    block, head = 32768, 7
+    pos, buf, out = head, b"", []
+    while pos + head <= len(data):
+        left = block - pos % block
+        if left < head:  # zero padding at the end of a block
+            pos += left
+            continue
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + head])
+        if kind == 0 and length == 0:  # the rest of this block was never written
+            pos += left
+            continue
+        chunk = data[pos + head:pos + head + length]
+        pos += head + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            rec = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+            rec.ParseFromString(buf)
+            out.append(MessageToDict(rec))
+            buf = b""
+    return out
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
+    """A run's result.json (``path``: the file or its folder), checked for the contract's keys; a diverged run's
+    ``null`` bpb comes back as NaN, and ``dir`` records the folder as given (compare labels rows with it)."""
     p = Path(path)
     if p.is_dir():
         p = p / "result.json"
@@ -98,49 +392,5 @@ def load_result(path: str | Path) -> dict[str, Any]:
     if res["final_val_bpb"] is None:
         res["final_val_bpb"] = math.nan
     res["val_curve"] = [[t, math.nan if b is None else b] for t, b in res["val_curve"]]
+    res["dir"] = str(path if Path(path).is_dir() else Path(path).parent)  # the run's label in a comparison
     return res
-
-
-def compare_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run: bpb, ratio to the baseline (the first run whose experiment is 'baseline', else the first),
-    bytes on the link, times less than data-parallel, simulated time and compute utilisation."""
-    base = next((r for r in results if r["experiment"] == "baseline"), results[0])
-    rows = []
-    for r in results:
-        sent = r["cross_site_bytes"]
-        ddp = r["ddp_equivalent_bytes"]
-        rows.append({
-            "experiment": r["experiment"], "seed": r["seed"], "tokens": r["tokens"],
-            "final_val_bpb": r["final_val_bpb"], "bpb_vs_baseline": r["final_val_bpb"] / base["final_val_bpb"],
-            "cross_site_bytes": sent, "ddp_equivalent_bytes": ddp,
-            "x_less_than_ddp": (ddp / sent) if sent else math.inf,
-            "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
-            "diverged_at_step": r.get("diverged_at_step"),
-        })
-    return rows
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    hdr = ["experiment", "seed", "tokens", "bpb", "vs base", "link bytes", "x less than DDP", "sim s", "util"]
-    lines = [hdr]
-    for r in rows:
-        lines.append([r["experiment"], str(r["seed"]), f"{r['tokens']:,}", _fmt_bpb(r),
-                      f"{r['bpb_vs_baseline']:.4f}", _fmt_bytes(r["cross_site_bytes"]),
-                      "inf" if math.isinf(r["x_less_than_ddp"]) else f"{r['x_less_than_ddp']:,.0f}",
-                      f"{r['sim_wall_clock_s']:.2f}", f"{100 * r['compute_utilization']:.1f}%"])
-    widths = [max(len(l[c]) for l in lines) for c in range(len(hdr))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(l, widths)) for l in lines)
-
-
-def _fmt_bpb(r: dict[str, Any]) -> str:
-    if r.get("diverged_at_step") is not None:
-        return f"diverged at step {r['diverged_at_step']}"
-    return f"{r['final_val_bpb']:.4f}"
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000:
-            return f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"

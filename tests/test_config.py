@@ -66,6 +66,7 @@ BAD = [
     ({"seed": "-1"}, "seed", ">= 0"),
     ({"steps": "0"}, "steps", ">= 1"),
     ({"wandb_mode": "cloud"}, "wandb_mode", "offline"),
+    ({"log_every": "0"}, "log_every", ">= 1"),
     ({"sync.nonsense": "1"}, "sync.nonsense", "unknown key"),
     ({"islands.5.batch_size": "4"}, "islands.5", "existing list item"),
     ({"model.bias_balancing": "maybe"}, "model.bias_balancing", "boolean"),

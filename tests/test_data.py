@@ -130,7 +130,7 @@ def test_data_card_front_matter_matches_registry(name: str) -> None:
     src = CORPORA[name]
     assert front["name"] == src.name
     assert front["source"] == {"package": src.package, "version": src.version, "path": src.path}
-    assert (front["license"], front["bytes"], front["sha256"]) == (src.license, src.bytes, src.sha256)
+    assert (front["license_details"], front["bytes"], front["sha256"]) == (src.license, src.bytes, src.sha256)
     assert "last" in front["splits"] and "val_fraction" in front["splits"]
 
 

@@ -371,12 +371,13 @@ def test_an_undefended_nan_island_stops_the_run_and_still_writes_its_result(code
     text = (tmp_path / "result.json").read_text()
     raw = json.loads(text, parse_constant=lambda c: pytest.fail(f"result.json holds {c}: not strict JSON"))
     assert raw["final_val_bpb"] is None and raw["diverged_at_step"] == res["diverged_at_step"]
-    from islands_kit.tracking import compare_table, format_table, load_result
+    from islands_kit.compare import compare_table, render
+    from islands_kit.tracking import load_result
 
     back = load_result(tmp_path)
     assert math.isnan(back["final_val_bpb"]) and math.isnan(back["val_curve"][-1][1])
     _, clean = smoke_run(2)
-    table = format_table(compare_table([dict(clean, experiment="baseline"), back]))
+    table = render(compare_table([dict(clean, experiment="baseline"), back]))
     assert f"diverged at step {res['diverged_at_step']}" in table
     hist = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert hist[-1]["final"] and hist[-1]["val_bpb"] is None and hist[-1]["step"] == res["diverged_at_step"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from islands_kit.golden import EXPERIMENTS, diff, golden_config, pinned
+from islands_kit.golden import EXPERIMENTS, diff, golden_config, pinned, read_run_files
 from islands_kit.run import run_experiment
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -18,9 +18,9 @@ GOLDEN = Path(__file__).parent / "golden"
 def test_smoke_result_matches_golden_fixture(experiment, tmp_path):
     expected = json.loads((GOLDEN / f"{experiment}.smoke.json").read_text())
     res = run_experiment(golden_config(experiment), tmp_path)
-    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    history, timeline = read_run_files(tmp_path)
     # through JSON, as the fixture was written: floats compare bit for bit after a repr round trip
-    actual = json.loads(json.dumps(pinned(dict(res), history), sort_keys=True))
+    actual = json.loads(json.dumps(pinned(dict(res), history, timeline), sort_keys=True))
     problems = diff(expected, actual)
     assert not problems, f"{len(problems)} pinned fields moved:\n" + "\n".join(problems[:20])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,21 @@ import pytest
 
 from islands_kit import cli, tour
 from islands_kit.config import ConfigError
-from islands_kit.notebooks import NOTEBOOK_DIR, comparison_report, comparison_setup, load_run, notebook_config, resolve_out_dir, run_notebook
+from islands_kit.notebooks import (
+    NOTEBOOK_DIR,
+    NotebookError,
+    check_parameters,
+    comparison_report,
+    comparison_setup,
+    format_rows,
+    load_run,
+    notebook_config,
+    parse_cli_parameters,
+    poisoned_island_setup,
+    poisoned_island_table,
+    resolve_out_dir,
+    run_notebook,
+)
 from islands_kit.presets import get_preset
 from islands_kit.tracking import RESULT_KEYS
 
@@ -36,6 +51,7 @@ def _env(monkeypatch):
     # oversubscribed OpenMP threads make the smoke runs many times slower
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("ISLANDS_KIT_QUIET", raising=False)  # a test below asks for progress lines
 
 
 def assert_png(p: Path) -> None:
@@ -79,7 +95,8 @@ def test_notebooks_match_their_generator():
 def test_experiment_notebooks_declare_their_knobs():
     import papermill as pm
 
-    common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link"}
+    common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link",
+              "overrides"}
     knobs = {"baseline": set(), "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync"},
              "eight_cell": {"H", "exchanges_per_window", "delay", "codec"}}
     for name, own in knobs.items():
@@ -98,6 +115,74 @@ def test_notebook_config_overrides_and_preset_defaults():
     assert cfg.sync.codec == "int8"
     assert cfg.link.preset == "intra-dc" and cfg.link.rtt_s == 50e-6
     assert notebook_config("baseline", "smoke", 0, 7, {}).steps == 7
+
+
+def test_notebook_overrides_parameter_sets_any_field_and_refuses_a_double_setting():
+    cfg = notebook_config("two_site", "smoke", 0, 0, {"sync.H": None}, {"optim.lr": 0.003, "threads": 1,
+                                                                          "sync.H": 4})
+    assert cfg.optim.lr == 0.003 and cfg.threads == 1 and cfg.sync.H == 4
+    with pytest.raises(ConfigError, match=r"^overrides: 'sync.H' is also set by a named parameter"):
+        notebook_config("two_site", "smoke", 0, 0, {"sync.H": 6}, {"sync.H": 4})
+    with pytest.raises(ConfigError, match=r"^overrides: 'seed' is also set"):
+        notebook_config("two_site", "smoke", 0, 0, {}, {"seed": 4})
+    with pytest.raises(ConfigError, match=r"^overrides: must be a mapping"):
+        notebook_config("two_site", "smoke", 0, 0, {}, ["optim.lr", 0.1])
+    with pytest.raises(ConfigError, match=r"^optim\.lrr: unknown key"):
+        notebook_config("two_site", "smoke", 0, 0, {}, {"optim.lrr": 0.1})
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"out_dir": 5}, r"^out_dir: must be a string \(notebook two_site, default ''\) \(got 5\)$"),
+    ({"steps": "ten"}, r"^steps: must be an integer"),
+    ({"steps": True}, r"^steps: must be an integer"),
+    ({"overrides": [1]}, r"^overrides: must be a mapping"),
+    ({"routing_sync": 1}, None),  # default None: any literal passes here, the validation cell judges it
+    ({"seed": 1.5}, r"^seed: must be an integer"),
+])
+def test_notebook_parameters_are_type_checked_before_any_kernel(params, match):
+    if match is None:
+        check_parameters("two_site", params)
+    else:
+        with pytest.raises(ConfigError, match=match):
+            check_parameters("two_site", params)
+
+
+def test_cli_parameters_keep_text_for_string_parameters():
+    params = parse_cli_parameters("two_site", [("out_dir", "5"), ("steps", "7"), ("codec", "int8"), ("H", "4"),
+                                               ("overrides", '{"optim.lr": 0.003}')])
+    assert params == {"out_dir": "5", "steps": 7, "codec": "int8", "H": 4, "overrides": {"optim.lr": 0.003}}
+    check_parameters("two_site", params)
+
+
+def test_cli_notebook_bad_type_is_one_line(tmp_path, capsys):
+    assert cli.main(["notebook", "two_site", "-p", "steps", "ten", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("islands-kit: error: steps: must be an integer")
+    assert not (tmp_path / "two_site.ipynb").exists()  # refused before any kernel started
+
+
+def test_format_rows_and_poisoned_island_helpers(tmp_path):
+    text = format_rows([{"a": 1, "b": 0.5}, {"a": 22, "c": None}])
+    assert text.splitlines() == ["a   b       c", "1   0.5000", "22"]
+    setup = poisoned_island_setup("smoke", 0, 0, "scale", 1, -1, 100.0, 1.0, "auto", "disabled", tmp_path,
+                                  {"sync.H": 4})
+    clean, attacked, defended = (setup["runs"][k] for k in ("clean", "attacked", "defended"))
+    assert setup["start"] == int(0.4 * clean.steps) and clean.sync.H == attacked.sync.H == 4
+    assert clean.faults.attack == "none" and attacked.faults.defense == "none" and defended.faults.defense == "auto"
+    assert attacked.faults.attack_start == setup["start"] == defended.faults.attack_start
+    assert setup["start_tokens"] == setup["start"] * clean.model.seq_len * sum(i.batch_size for i in clean.islands)
+    with pytest.raises(ConfigError, match="^faults.attack:"):
+        poisoned_island_setup("smoke", 0, 0, "bribe", 1, -1, 100.0, 1.0, "auto", "disabled", tmp_path)
+    with pytest.raises(ConfigError, match="^attack_start:"):
+        poisoned_island_setup("smoke", 0, 0, "scale", 1, -2, 100.0, 1.0, "auto", "disabled", tmp_path)
+    results = {"clean": {"final_val_bpb": 2.0, "faults_report": []},
+               "attacked": {"final_val_bpb": 3.0, "faults_report": []},
+               "defended": {"final_val_bpb": None, "diverged_at_step": 7, "faults_report": [{}, {}]}}
+    lines = poisoned_island_table(results, {k: k for k in results}).splitlines()
+    assert lines[0].split() == ["run", "final", "bpb", "vs", "clean", "flags"]
+    assert lines[1].split() == ["clean", "2.0000", "+0.00%", "0"]
+    assert lines[2].split() == ["attacked", "3.0000", "+50.00%", "0"]
+    assert lines[3].split() == ["defended", "diverged", "at", "step", "7", "2"]
 
 
 @pytest.mark.parametrize("experiment,steps,overrides,field", [
@@ -127,7 +212,18 @@ def test_bad_preset_and_unknown_notebook_parameter(tmp_path):
 def test_comparison_setup_validates_every_experiment_and_shares_a_group(tmp_path, monkeypatch):
     shared, out = comparison_setup(["baseline", "two_site"], "smoke", 1, 0, "shakespeare", "transpacific-25g",
                                    "disabled", "p", "", tmp_path / "c")
-    assert shared["wandb_group"] == "compare-smoke-s1" and out == (tmp_path / "c").resolve() and out.is_dir()
+    # one wandb group per comparison run (one `make demo`), named by preset and start time
+    assert re.fullmatch(r"compare-smoke-\d{8}-\d{6}", shared["wandb_group"]), shared["wandb_group"]
+    assert out == (tmp_path / "c").resolve() and out.is_dir()
+    monkeypatch.chdir(tmp_path)
+    shared, out = comparison_setup(["baseline"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled", "p",
+                                   "mine", "", seeds=[2, 0])
+    assert shared["wandb_group"] == "mine" and shared["seed"] == 2
+    assert out == tmp_path.resolve() / "runs" / "compare-smoke-seeds-2-0"
+    for bad in ([1, 1], [0, -1], [0.5]):
+        with pytest.raises(ConfigError, match="seeds"):
+            comparison_setup(["baseline"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled", "p", "",
+                             tmp_path, seeds=bad)
     with pytest.raises(ConfigError, match="experiments"):
         comparison_setup(["baseline", "ten_cell"], "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled",
                          "p", "", tmp_path)
@@ -142,10 +238,12 @@ def test_comparison_report_refuses_unequal_tokens(tmp_path):
             "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
     other = dict(base, experiment="two_site", cross_site_bytes=10, final_val_bpb=4.4)
     rows, text = comparison_report([base, other], tmp_path)
-    assert rows[1]["x_less_than_ddp"] == 100 and abs(rows[1]["bpb_vs_baseline"] - 1.1) < 1e-12
+    assert rows[1]["x_fewer_bytes"] == 100 and abs(rows[1]["bpb_vs_ref"] - 1.1) < 1e-12
     assert json.loads((tmp_path / "compare.json").read_text()) == rows
     assert (tmp_path / "compare.txt").read_text().strip() == text
-    with pytest.raises(ValueError, match="tokens"):
+    assert (tmp_path / "compare.md").read_text().startswith("| run | experiment |")
+    assert (tmp_path / "compare.csv").read_text().startswith("run,experiment,")
+    with pytest.raises(ValueError, match="token budget: the runs differ"):
         comparison_report([base, dict(other, tokens=200)], tmp_path)
 
 
@@ -203,10 +301,39 @@ def test_link_durations_no_noise_equals_the_closed_form():
 # Executed for real
 
 
+def stream_text(path: Path, name: str = "stdout") -> list[str]:
+    """The ``name`` stream outputs of an executed notebook, one string per code cell."""
+    nb = nbformat.read(path, as_version=4)
+    return ["".join(o.text for o in c.outputs if o.output_type == "stream" and o.name == name)
+            for c in nb.cells if c.cell_type == "code"]
+
+
+PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
+                           r"loss [\d.]+( \| val bpb (\d\.\d{3}) @(\d+))?$")
+
+
 def test_compare_notebook_runs_the_three_experiments(tmp_path):
     out = tmp_path / "demo"
-    executed = run_notebook("compare", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled"}, out)
+    executed = run_notebook("compare", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled",
+                                        "overrides": {"progress": True}}, out)
     assert executed == out / "compare.ipynb" and executed.is_file()
+    # progress: each experiment notebook's training cell holds its live lines (step, tokens, tok/s, ETA, latest
+    # eval bpb) and the compare notebook, which streams them, holds them too, between a start and an end line per run
+    compare_out = "".join(stream_text(executed))
+    for i, exp in enumerate(("baseline", "two_site", "eight_cell")):
+        train_cell = next(t for t in stream_text(out / exp / f"{exp}.ipynb") if f"[{exp} s0] start" in t)
+        lines = [m for m in map(PROGRESS_LINE.match, train_cell.splitlines()) if m]
+        assert len(lines) >= 5 and lines[-1].group(2) == "24", train_cell
+        evals = [(int(m.group(5)), float(m.group(4))) for m in lines if m.group(3)]
+        hist = [json.loads(x) for x in (out / exp / "history.jsonl").read_text().splitlines()]
+        assert evals[-1] == (24, round(hist[-1]["val_bpb"], 3))  # the latest eval bpb, in bits per byte
+        assert f"[{exp} s0] done in" in train_cell
+        assert f"=== [{i + 1}/3] {exp}: notebooks/{exp}.ipynb" in compare_out and f"=== [{i + 1}/3] {exp} done in" in compare_out
+        assert all(m.group(0) in compare_out for m in lines)
+        # no kernel noise (its own log, warnings) in any output cell
+        assert not any(stream_text(out / exp / f"{exp}.ipynb", "stderr")), stream_text(out / exp / f"{exp}.ipynb", "stderr")
+    assert not any(stream_text(executed, "stderr")), stream_text(executed, "stderr")
+    assert "wandb: disabled" in compare_out
     results = {}
     for exp in ("baseline", "two_site", "eight_cell"):
         d = out / exp
@@ -219,13 +346,14 @@ def test_compare_notebook_runs_the_three_experiments(tmp_path):
         # thread both ways), which is well below a uniform predictor's 8 bpb
         golden = json.loads((GOLDEN / f"{exp}.smoke.json").read_text())["final_val_bpb"]
         assert res["final_val_bpb"] == golden < 7.0
-        assert res["config"]["wandb_group"] == "compare-smoke-s0"
+        assert re.fullmatch(r"compare-smoke-\d{8}-\d{6}", res["config"]["wandb_group"])
         assert len(run["history"]) >= 1 and run["history"][-1]["final"] is True
         for png in EXPERIMENT_PNGS:
             assert_png(d / png)
     assert_png(out / "two_site" / "fragment_timeline.png")
     assert_png(out / "eight_cell" / "butterfly_timeline.png")
     assert len({r["tokens"] for r in results.values()}) == 1  # equal total training tokens
+    assert len({r["config"]["wandb_group"] for r in results.values()}) == 1  # one group for the comparison
     assert results["two_site"]["cross_site_bytes"] < results["baseline"]["cross_site_bytes"]
     for png in ("compare_bpb_vs_tokens.png", "compare_bpb_vs_sim_time.png", "compare_link_bytes.png",
                 "compare_summary.png"):
@@ -265,6 +393,7 @@ def test_cli_notebook_reports_a_bad_parameter(tmp_path, capsys):
 
 def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys):
     argv = ["notebook", "tour", "-p", "tiny_steps", "10", "-p", "race_steps", "30", "-p", "n_transfers", "40",
+            "-p", "sample_steps", "4",
             "-p", "links", '["intra-dc", "leo-satellite"]', "--out", str(tmp_path)]
     assert cli.main(argv) == 0
     assert "executed notebook" in capsys.readouterr().out
@@ -273,7 +402,22 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
     assert all(c.execution_count is not None for c in code)
     injected = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
     assert 'links = ["intra-dc", "leo-satellite"]' in injected.source and "tiny_steps = 10" in injected.source
+    # the sampling section printed the model it loaded and its samples
+    sampled = "".join(o.get("text", "") for o in code[-1]["outputs"] if o.get("output_type") == "stream")
+    assert "deployed model of two_site after step 4" in sampled and "--- greedy\nROMEO:" in sampled
+    assert (tmp_path / "sample_run" / "model.pt").is_file()
     for png in ("tour_bpb_ladder.png", "tour_routing_states.png", "tour_balance_vs_load.png",
                 "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",
                 "tour_mixing_matrices.png", "tour_link_tails_intra-dc.png", "tour_link_tails_leo-satellite.png"):
         assert_png(tmp_path / png)
+
+
+def test_other_errors_in_a_notebook_are_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(NotebookError, match=r"^FileExistsError: .*\[notebook compare, cell \d+; executed copy: "):
+        run_notebook("compare", {"preset": "smoke", "out_dir": str(blocker)}, tmp_path / "x")
+    assert cli.main(["notebook", "compare", "-p", "preset", "smoke", "-p", "out_dir", str(blocker),
+                     "--out", str(tmp_path / "y")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "FileExistsError" in err and "compare.ipynb" in err

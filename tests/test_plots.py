@@ -131,13 +131,14 @@ def test_balance_vs_load_means_over_layers():
 
 
 def test_comparison_bars():
+    common = {"seed": 0, "reference": "runs/demo/baseline", "reference_bytes": 1e9}
     rows = [
-        {"experiment": "baseline", "final_val_bpb": 3.0, "cross_site_bytes": 1e9, "ddp_equivalent_bytes": 1e9,
-         "x_less_than_ddp": 1.0, "compute_utilization": 0.5},
-        {"experiment": "two_site", "final_val_bpb": 3.1, "cross_site_bytes": 1e6, "ddp_equivalent_bytes": 1e9,
-         "x_less_than_ddp": 1000.0, "compute_utilization": 0.99},
-        {"experiment": "eight_cell", "final_val_bpb": 3.2, "cross_site_bytes": 0, "ddp_equivalent_bytes": 8e9,
-         "x_less_than_ddp": math.inf, "compute_utilization": 1.0},
+        {"experiment": "baseline", "final_val_bpb": 3.0, "cross_site_bytes": 1e9, "x_fewer_bytes": 1.0,
+         "compute_utilization": 0.5, **common},
+        {"experiment": "two_site", "final_val_bpb": 3.1, "cross_site_bytes": 1e6, "x_fewer_bytes": 1000.0,
+         "compute_utilization": 0.99, **common},
+        {"experiment": "eight_cell", "final_val_bpb": 3.2, "cross_site_bytes": 0, "x_fewer_bytes": math.inf,
+         "compute_utilization": 1.0, **common},
     ]
     fig = plots.comparison_bars(rows)
     assert_readable(fig, 3)
@@ -146,7 +147,27 @@ def test_comparison_bars():
     assert bytes_ax.get_yscale() == "log"
     assert [round(p.get_height(), 6) for p in util_ax.patches] == [50.0, 99.0, 100.0]
     assert [t.get_text() for t in bpb_ax.get_xticklabels()] == ["baseline", "two_site", "eight_cell"]
-    assert any("1,000x less" == t.get_text() for t in bytes_ax.texts)
+    assert any("1,000x fewer" == t.get_text() for t in bytes_ax.texts)
+    # one reference for every bar: the baseline's bytes, drawn once
+    assert [ln.get_ydata()[0] for ln in bytes_ax.get_lines()] == [1e3]
+    assert legend_texts(bytes_ax) == ["reference: baseline"]
+
+
+def test_bpb_band_draws_mean_and_one_std_over_seeds():
+    seeds = [history(bpb0=7.0), history(bpb0=7.2), history(bpb0=7.7)]
+    fig = plots.bpb_band({"two_site": seeds, "baseline": [history(bpb0=6.0)]}, floors={"xz": 2.7})
+    assert_readable(fig, 1)
+    ax = fig.axes[0]
+    ys = np.array([[r["val_bpb"] for r in h] for h in seeds])
+    line = ax.get_lines()[0]
+    np.testing.assert_allclose(line.get_ydata(), ys.mean(0))
+    (band,) = ax.collections  # the single-seed label has no band
+    verts = band.get_paths()[0].vertices
+    top = ys.mean(0) + ys.std(0, ddof=1)
+    assert np.isclose(verts[:, 1].max(), top.max()) and np.isclose(verts[:, 1].min(), (ys.mean(0) - ys.std(0, ddof=1)).min())
+    assert legend_texts(ax)[0].endswith("3 seeds)") and "±" in legend_texts(ax)[0]
+    with pytest.raises(ValueError, match="groups"):
+        plots.bpb_band({"x": [[]]})
 
 
 def test_teaching_figures(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,28 +78,37 @@ def test_preempted_island_rejoins(tmp_path):
     assert res.island_idle_s[1] > 0  # the preempted island's lost steps show up as idle time
 
 
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "islands_kit", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+VICTIM = Path(__file__).with_name("paused_victim.py")  # the CLI, pausing itself where the test will kill it
 
 
-def test_sigkill_and_resume_is_bit_identical(tmp_path):
+@pytest.mark.parametrize("pause, left_tmp", [
+    ("step:7", False),  # mid-run: the checkpoint of step 6 is the latest
+    ("write:4", True),  # mid-write: the step-8 checkpoint is complete in its temporary file, not yet renamed
+])
+def test_sigkill_and_resume_is_bit_identical(tmp_path, pause, left_tmp):
+    """The victim stops itself at a known point and waits for a signal (no race against a timer on a fast machine);
+    SIGKILL there, then --resume must finish with the uninterrupted run's numbers."""
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    # long enough that the victim is still training when it is killed, even on an idle machine
-    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=60", "--set", "checkpoint_every=2"]
+    common = ["run", "two_site", "--preset", "smoke", "--set", "steps=12", "--set", "checkpoint_every=2"]
     ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
-    ref = _cli(common + ["--out", str(ref_dir)], env)
-    victim = _cli(common + ["--out", str(killed_dir)], env)
-    ckpt = killed_dir / FILENAME
-    deadline = time.time() + 300
-    while not ckpt.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(random.Random(str(tmp_path)).uniform(0.0, 0.25))  # a little later: mid-run, maybe mid-write
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert ref.wait(timeout=600) == 0
-    if (killed_dir / "result.json").exists():
-        pytest.fail("the victim finished before it could be killed; the run is too short for this machine")
+    victim = subprocess.Popen([sys.executable, str(VICTIM), *common, "--out", str(killed_dir)],
+                              env={**env, "ISLANDS_KIT_TEST_PAUSE": pause}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in victim.stdout:  # ends at EOF if the victim dies first
+            seen.append(line)
+            if line.startswith("paused at"):
+                break
+        assert seen and seen[-1].startswith("paused at"), "".join(seen)[-3000:]
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    assert victim.returncode == -signal.SIGKILL and not (killed_dir / "result.json").exists()
+    assert bool(list(killed_dir.glob("checkpoint.pt.*.tmp"))) == left_tmp
+    ref = subprocess.run([sys.executable, "-m", "islands_kit", *common, "--out", str(ref_dir)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
     rc = subprocess.run([sys.executable, "-m", "islands_kit", *common, "--out", str(killed_dir), "--resume",
                          str(killed_dir)], env=env, capture_output=True, text=True, timeout=600)
     assert rc.returncode == 0, rc.stdout + rc.stderr
@@ -131,13 +140,51 @@ def test_cli_reports_bad_set_without_writing(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_lost_and_corrupted_chunks_cost_only_time():
+def _with_link(cfg, repair: bool):
+    """Run ``cfg`` on a link that does (or does not) re-request; also return (chunks lost, holes left) in total."""
+    from islands_kit.comm.link import LinkModel
+    from islands_kit.comm.transport import LocalTransport
+
+    class Counting(LinkModel):
+        lost = holes = 0
+
+        def transfer(self, *args, **kwargs):
+            tr = super().transfer(*args, **kwargs)
+            self.lost, self.holes = self.lost + tr.chunks_lost, self.holes + len(tr.holes)
+            return tr
+
+    link = Counting(cfg.link, seed=cfg.seed, repair=repair)
+    res = run_experiment(cfg, transport=LocalTransport(len(cfg.islands), link))
+    return res, (link.lost, link.holes)
+
+
+def test_lost_and_corrupted_chunks_cost_only_time_because_they_are_resent():
+    """The link carries the payload bytes: a chunk that is neither resent nor rebuilt stays a hole (zeros) in what the
+    receiver decodes. With resends the run equals the clean one; the same faults without resends change the numbers,
+    so the equality holds only because every lost and corrupted chunk was re-requested."""
     clean = run_experiment(smoke("two_site", steps=10))
-    faulty = run_experiment(smoke("two_site", steps=10, link__loss_prob=0.05, link__corrupt_prob=0.01,
-                                  link__chunk_bytes=1024))
+    lossy = smoke("two_site", steps=10, link__loss_prob=0.05, link__corrupt_prob=0.01, link__chunk_bytes=1024)
+    faulty = run_experiment(lossy)
     assert faulty.final_val_bpb == clean.final_val_bpb and faulty.val_curve == clean.val_curve
     assert faulty.cross_site_bytes == clean.cross_site_bytes  # the ledger counts payloads; resends are the link's
-    assert faulty.sim_wall_clock_s >= clean.sim_wall_clock_s
+    assert faulty.sim_wall_clock_s > clean.sim_wall_clock_s
+    repaired, (lost, holes) = _with_link(lossy, repair=True)
+    assert repaired.val_curve == clean.val_curve and lost > 0 and holes == 0
+    unrepaired, (lost, holes) = _with_link(lossy, repair=False)
+    assert lost > 0 and holes > 0
+    assert unrepaired.val_curve != clean.val_curve and math.isfinite(unrepaired.final_val_bpb)  # different numbers
+
+
+def test_fec_alone_rebuilds_the_payload():
+    """No re-requests at all: 4 parity chunks per 4 data chunks rebuild every group at 5% loss, so the run equals the
+    clean one; without the parity the same losses leave holes and change the result."""
+    clean = run_experiment(smoke("two_site", steps=10))
+    base = dict(steps=10, link__loss_prob=0.05, link__chunk_bytes=1024, link__fec_group=4)
+    with_fec, (lost, holes) = _with_link(smoke("two_site", link__fec_parity=4, **base), repair=False)
+    assert lost > 0 and holes == 0  # chunks were lost, and parity rebuilt every one
+    assert with_fec.val_curve == clean.val_curve and with_fec.final_val_bpb == clean.final_val_bpb
+    without, (lost, holes) = _with_link(smoke("two_site", link__fec_parity=0, **base), repair=False)
+    assert lost > 0 and holes > 0 and without.val_curve != clean.val_curve
 
 
 def test_straggler_lowers_utilisation_not_quality():

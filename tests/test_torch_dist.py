@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -19,10 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from islands_kit.comm.torch_dist import RankLayout
 from islands_kit.config import ConfigError, apply_overrides, parse_set
+from islands_kit.distributed import RankLayout
 from islands_kit.presets import get_preset
 
+FAULTY = Path(__file__).with_name("faulty_transport.py")  # the CLI with the test-only fault-injecting transport
 FAST = ["steps=8", "eval_every=4"]  # eval at step 4 runs while a fragment / exchange is still in flight
 SHAMPOO = ["optim.name=shampoo", "optim.start_preconditioning_step=2", "optim.precondition_frequency=2"]
 
@@ -36,8 +38,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _torchrun(nproc: int, experiment: str, sets: list[str], out: Path, timeout: float, resume: bool = False,
               **env: str) -> subprocess.CompletedProcess:
+    # fault injection (ISLANDS_KIT_TEST_DIE_*) lives in a test-only transport, not in the production one
+    entry = [str(FAULTY)] if any(k.startswith("ISLANDS_KIT_TEST_DIE") for k in env) else ["-m", "islands_kit"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
-           "-m", "islands_kit", "run", experiment, "--preset", "smoke", "--out", str(out)]
+           *entry, "run", experiment, "--preset", "smoke", "--out", str(out)]
     if resume:
         cmd += ["--resume", str(out)]
     for s in sets:
@@ -90,13 +94,20 @@ from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.comm.torch_dist import TorchDistTransport
-from islands_kit.distributed import init_from_env
+from islands_kit.distributed import RankLayout, init_from_env
 from islands_kit.presets import get_preset
 
 cfg = get_preset("two_site", "smoke")
 init_from_env()
-dt = TorchDistTransport(cfg, LinkModel(cfg.link, seed=5))
-lt = LocalTransport(2, LinkModel(cfg.link, seed=5))
+import sys
+from islands_kit.config import link_config
+# "lossy": a link that loses a third of its 16-byte chunks and never re-requests them, so payloads arrive with holes
+lossy = sys.argv[1:] == ["lossy"]
+link = link_config("transpacific-25g", loss_prob=0.3, chunk_bytes=16) if lossy else cfg.link
+dt = TorchDistTransport(RankLayout.for_world(cfg, 3), LinkModel(link, seed=5, repair=not lossy))
+lt = LocalTransport(2, LinkModel(link, seed=5, repair=not lossy))
+intact = LocalTransport(2, LinkModel(link, seed=5))  # the same transfers, repaired: what the holes change
+n_damaged = 0
 me, ids = dt.island, [0, 1]
 assert dt.local_islands == [me] and (dt.island_group is not None) == (me == 0)
 g = torch.Generator().manual_seed(0)
@@ -108,16 +119,23 @@ for k in range(9):
     kind = ["all_reduce", "all_gather", "exchange"][k % 3]
     if kind == "exchange":
         hd, hl = dt.exchange("x", {me: pay[me]}, {me: 1 - me}), lt.exchange("x", pay, {0: 1, 1: 0})
+        hi = intact.exchange("x", pay, {0: 1, 1: 0})
     else:
         hd, hl = getattr(dt, kind)("c%d" % (k % 2), {me: pay[me]}, {me: w[me]}), getattr(lt, kind)("c%d" % (k % 2), pay, w)
+        hi = getattr(intact, kind)("c%d" % (k % 2), pay, w)
     assert me in hd.arrival  # participation is visible before completion
-    batch.append((kind, hd, hl))
+    batch.append((kind, hd, hl, hi))
     dt.compute(me, 0.01 * (me + 1) * (k + 1))
     for i in ids:
         lt.compute(i, 0.01 * (i + 1) * (k + 1))
+        intact.compute(i, 0.01 * (i + 1) * (k + 1))
     if len(batch) == 3:  # newest first: completing it must complete the older ones first (FIFO)
-        for kind, hd, hl in reversed(batch):
-            got, want = hd.wait(me), [hl.wait(i) for i in ids][me]
+        for kind, hd, hl, hi in reversed(batch):
+            got, want, clean = hd.wait(me), [hl.wait(i) for i in ids][me], [hi.wait(i) for i in ids][me]
+            if kind == "all_gather":
+                n_damaged += any(not torch.equal(a, b) for (_, _, a), (_, _, b) in zip(want, clean))
+            else:
+                n_damaged += not torch.equal(want, clean)
             if kind == "all_gather":
                 assert [(i, w) for i, w, _ in got] == [(i, w) for i, w, _ in want]
                 assert all(torch.equal(a, b) for (_, _, a), (_, _, b) in zip(got, want))
@@ -133,19 +151,81 @@ with dt.world_view():
     assert dt.transfer_stats("c0") == lt.transfer_stats("c0")
     inbound = sum(b for (src, dst), b in dt.ledger.links.items() if dst == me)
 assert dt.ledger.bytes() == (inbound if dt.is_leader else 0)  # back to the local ledger: what this island's leader received
-print("contract ok on rank", dt.rank)
+assert (n_damaged > 0) == lossy, n_damaged  # lossy: holes reached the results, identically on both transports
+sys.stdout.write(f"contract ok on rank {dt.rank}\n")  # one write: the ranks share one stdout pipe
+sys.stdout.flush()
 """
 
 
-def test_transport_contract_matches_local_transport(tmp_path: Path) -> None:
+@pytest.mark.parametrize("link", ["plain", "lossy"])
+def test_transport_contract_matches_local_transport(tmp_path: Path, link: str) -> None:
     """all_reduce / all_gather / exchange with three codecs, out-of-order waits, several ranks in one island: results,
-    arrivals, clocks, ledger (records in the simulator's order) and transfer stats equal LocalTransport's bit for bit."""
+    arrivals, clocks, ledger (records in the simulator's order) and transfer stats equal LocalTransport's bit for bit;
+    also on a lossy link without re-requests, where the payloads' holes change the results the same way on both."""
     script = tmp_path / "contract.py"
     script.write_text(CONTRACT_WORKER)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "--max-restarts=0", str(script)]
+    cmd += ["lossy"] if link == "lossy" else []
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert sorted(l for l in proc.stdout.splitlines() if l.startswith("contract ok")) == [f"contract ok on rank {r}" for r in range(3)]
+    # the ranks share one stdout pipe, so their lines may interleave: find the marks anywhere
+    assert sorted(re.findall(r"contract ok on rank (\d)", proc.stdout)) == ["0", "1", "2"], proc.stdout
+
+
+HOSTILE_WORKER = r"""
+# 2 ranks. Rank 1 is compromised: in three rounds it sends, in place of its control message, a pickle that would
+# create a marker file when unpickled, the same message cut short, and an oversized one. Both ranks take part in
+# every round as in a real gather and must raise the same one-line DistributedError naming rank 1.
+import pickle, sys
+from islands_kit.comm import control
+from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
+from islands_kit.distributed import RankLayout, init_from_env
+from islands_kit.presets import get_preset
+
+class MakesMarker:
+    def __reduce__(self):
+        return (open, (sys.argv[1], "w"))
+
+def say(line):  # one write per line: the ranks share one stdout pipe
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+init_from_env()
+dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None)
+good = control.encode("checkpoint.steps", [2, 4])
+rounds = {"pickle": pickle.dumps(MakesMarker()), "truncated": good[:-3], "oversized": b"[" * (control.MAX_BYTES + 1)}
+for name, bad in rounds.items():
+    try:
+        if dt.rank == 1:
+            dt._decode_all("checkpoint.steps", [int], dt._gather_bytes("checkpoint.steps", bad))
+        else:
+            dt.gather_control("checkpoint.steps", [2, 4], [int])
+        say(f"NOT REFUSED {name} on rank {dt.rank}")
+    except DistributedError as e:
+        assert "\n" not in str(e)
+        say(f"refused {name} on rank {dt.rank} : {e}")
+say(f"alive on rank {dt.rank}")
+"""
+
+
+def test_hostile_peer_control_messages_are_refused_on_every_rank(tmp_path: Path) -> None:
+    """A pickle (which would create a marker file), a truncated and an oversized control message from rank 1 are each
+    refused on both ranks with a one-line error naming rank 1; the marker never appears and no rank hangs."""
+    script, marker = tmp_path / "hostile.py", tmp_path / "pwned"
+    script.write_text(HOSTILE_WORKER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
+           str(script), str(marker)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert not marker.exists() and not any(l.startswith("NOT REFUSED") for l in lines), proc.stdout
+    for rank in (0, 1):
+        assert f"alive on rank {rank}" in lines
+        for name, why in [("pickle", "not a UTF-8 JSON control message, refused"),
+                          ("truncated", "not a UTF-8 JSON control message, refused"),
+                          ("oversized", "announced 67108865 bytes, outside (0, 67108864]; refused before reading it")]:
+            hit = [l for l in lines if l.startswith(f"refused {name} on rank {rank} :")]
+            assert len(hit) == 1 and "control message 'checkpoint.steps' from rank 1" in hit[0] and why in hit[0], lines
 
 
 def test_dead_peer_ends_survivor_without_waiting_for_timeout(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
 """Wide-area link model: how long a payload takes to cross a slow, jittery, lossy link between two islands.
+(Over 400 lines because the model is stated in full below and its two send paths, naive and chunked with FEC, are
+one simulation; the named links are data in ``config.py``.)
 
 (Over 400 lines on purpose: one model whose specification, below, is a fifth of the file; its parts — wire calendar,
 slow start, chunked resends, FEC — share state per direction and read best together.)
@@ -57,6 +59,17 @@ Methods (``cfg.method``)
   costs ``m / k`` more bytes on the wire and buys the removal of most resend round trips from the tail.
   ``fec_parity = 0`` (the default) is exactly the plain chunked method.
 
+Contents (``Transfer.holes``, ``received``)
+------------------------------------------
+The link carries the payload's bytes, not just its size: a chunk reaches the receiver only as a good copy (first
+pass or a resend) or as part of a rebuilt FEC group. ``Transfer.holes`` lists the byte ranges ``[offset, length]`` of
+the data chunks that never did; ``received(data, transfer.holes)`` is what the receiver holds: the payload with those
+ranges zeroed (a lost chunk never came, a corrupt one failed its checksum and was discarded). The transports decode what
+``received`` returns, so a chunk the protocol failed to re-request changes the numbers, not only the clock. With
+``LinkModel(..., repair=True)`` (the default, and what every run uses) the resends and FEC leave no holes; with
+``repair=False`` the receiver never re-requests (FEC still rebuilds what it can; a naive transfer makes one attempt),
+the reference that shows what the repairs are for.
+
 Closed form (tested exactly, both methods)
 ------------------------------------------
 With ``loss_prob = corrupt_prob = jitter_sigma = tail_prob = 0``, warm connections, no contact windows and an idle
@@ -74,47 +87,17 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
-from islands_kit.config import ConfigError, LinkConfig, _check
-
-# Field overrides of LinkConfig per named link. The figures are round, plausible numbers, not measurements.
-LINK_PRESETS: dict[str, dict[str, Any]] = {
-    # The seed's link: 25 Gbit/s across ~14,500 km of fibre, 145 ms round trip at best; moderate jitter, a heavy tail.
-    # Identical to the LinkConfig defaults, so LinkConfig() is this link.
-    "transpacific-25g": dict(bandwidth_bps=25e9, rtt_s=0.145, jitter_sigma=0.25, tail_prob=0.01, tail_alpha=1.5,
-                             tail_scale_s=0.2, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=4 << 20,
-                             contact_period_s=0.0, contact_fraction=1.0),
-    # Inside one data centre: 400 Gbit/s, 50 us round trip, tiny jitter, rare millisecond stalls.
-    "intra-dc": dict(bandwidth_bps=400e9, rtt_s=50e-6, jitter_sigma=0.1, tail_prob=1e-4, tail_alpha=2.0,
-                     tail_scale_s=1e-3, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=16 << 20,
-                     contact_period_s=0.0, contact_fraction=1.0),
-    # A home / small-office line: 1 Gbit/s, 30 ms, noisy, some loss.
-    "consumer-1g": dict(bandwidth_bps=1e9, rtt_s=0.030, jitter_sigma=0.5, tail_prob=0.02, tail_alpha=1.5,
-                        tail_scale_s=0.1, loss_prob=0.005, corrupt_prob=1e-4, n_connections=4, chunk_bytes=1 << 20,
-                        contact_period_s=0.0, contact_fraction=1.0),
-    # An intermittent low-earth-orbit link (illustrative): 200 Mbit/s, 40 ms, noisy, 1.5% chunk loss, and contact
-    # only during the first half of every minute (think of passes over a ground station, compressed in time).
-    "leo-satellite": dict(bandwidth_bps=200e6, rtt_s=0.040, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
-                          tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
-                          contact_period_s=60.0, contact_fraction=0.5),
-}
+from islands_kit.config import LINK_PRESETS, ConfigError, LinkConfig, link_config  # noqa: F401 (re-exported)
 
 LATE_SIGMAS = 3.0  # a chunk later than 3 sigma of the jitter body (plus reordering slack) is declared missing
 REORDER_SLACK_RTT = 1.0 / 8.0  # RFC 9002 kTimeThreshold = 9/8: the extra 1/8 RTT
 _MAX_SENDS_PER_CHUNK = 10_000  # guard against a runaway resend loop
-
-
-def link_config(preset: str, **overrides: Any) -> LinkConfig:
-    """A validated ``LinkConfig`` for a named link (``LINK_PRESETS``) with field overrides; errors name the field."""
-    _check(preset in LINK_PRESETS, "link.preset", "must be one of " + "|".join(LINK_PRESETS), preset)
-    names = sorted(f.name for f in fields(LinkConfig) if f.name != "preset")
-    for key in overrides:
-        _check(key in names, f"link.{key}", "unknown link field (valid: " + ", ".join(names) + ")", key)
-    return LinkConfig(preset=preset, **{**LINK_PRESETS[preset], **overrides})
 
 
 def effective_rate_bps(cfg: LinkConfig) -> float:
@@ -159,6 +142,19 @@ class Transfer:
     dst: int = 0
     attempts: int = 1  # naive: whole-payload attempts; chunked: 1
     parity_chunks: int = 0  # FEC parity chunks sent in the first pass (counted in bytes_on_wire)
+    holes: list[list[int]] = field(default_factory=list)  # [offset, length] of data chunks never delivered nor rebuilt
+
+
+def received(data: "torch.Tensor", holes: list[list[int]]) -> "torch.Tensor":
+    """What the receiver of a transfer with ``holes`` (``Transfer.holes``) holds of the 1-D uint8 ``data``: ``data``
+    itself when nothing is missing, else a copy with the holes zeroed. Hole offsets beyond ``data`` wrap around it (a
+    ring all-reduce transfer is priced at more bytes than one payload; see comm/transport.py)."""
+    if not holes:
+        return data
+    out = data.clone()
+    idx = torch.cat([torch.arange(off, off + length) for off, length in holes]) % out.numel()
+    out[idx] = 0
+    return out
 
 
 def transfer_time_stats(durations: Sequence[float]) -> dict[str, float]:
@@ -309,7 +305,7 @@ class _Direction:
 class LinkModel:
     """Seeded simulator of one wide-area link (see the module docstring for the model)."""
 
-    def __init__(self, cfg: LinkConfig, seed: int = 0, vectorise: bool = True) -> None:
+    def __init__(self, cfg: LinkConfig, seed: int = 0, vectorise: bool = True, repair: bool = True) -> None:
         if not isinstance(cfg, LinkConfig):
             raise TypeError(f"cfg: must be a LinkConfig (got {type(cfg).__name__})")
         if not (isinstance(seed, (int, np.integer)) and seed >= 0):
@@ -317,6 +313,7 @@ class LinkModel:
         self.cfg = cfg
         self.seed = int(seed)
         self.vectorise = vectorise  # False forces the one-chunk-at-a-time reference path
+        self.repair = repair  # False: the receiver never re-requests (see "Contents" above)
         self.rate_bps = effective_rate_bps(cfg)
         self.bdp_bytes = self.rate_bps / 8.0 * cfg.rtt_s
         self._dirs: dict[tuple[int, int], _Direction] = {}
@@ -330,6 +327,19 @@ class LinkModel:
                            [float(c.init_cwnd_bytes)] * n, [-math.inf] * n)
             self._dirs[(src, dst)] = d
         return d
+
+    def state_dict(self) -> list[list[Any]]:
+        """The per-direction state (busy calendar, connection windows and idle clocks, transfer count) as plain
+        lists, for a checkpoint (``torch.load(weights_only=True)`` reads it back); the rest comes from the config."""
+        return [[src, dst, list(d.wire.starts), list(d.wire.ends), list(d.cwnd), list(d.last_use), d.count]
+                for (src, dst), d in sorted(self._dirs.items())]
+
+    def load_state_dict(self, rows: list[list[Any]]) -> None:
+        self._dirs = {}
+        for src, dst, starts, ends, cwnd, last_use, count in rows:
+            d = self._direction(int(src), int(dst))
+            d.wire.starts, d.wire.ends = [float(x) for x in starts], [float(x) for x in ends]
+            d.cwnd, d.last_use, d.count = [float(x) for x in cwnd], [float(x) for x in last_use], int(count)
 
     def busy_intervals(self, src: int, dst: int) -> list[tuple[float, float]]:
         """When the src -> dst wire was serialising bytes (merged intervals)."""
@@ -407,11 +417,15 @@ class LinkModel:
             lost, corrupt = self._fates(u_chunk)
             n_lost += int(lost.sum())
             n_corrupt += int(corrupt.sum())
-            if not (lost.any() or corrupt.any()):
+            if not (lost.any() or corrupt.any()) or not self.repair:
                 break
             t = arrive + half  # the failure report reaches the sender; the whole payload goes again
+        bad = np.flatnonzero(lost | corrupt)
+        cb = self.cfg.chunk_bytes
+        holes = [[int(c) * cb, int(min(cb, nbytes - c * cb))] for c in bad]
         return Transfer(start_s, arrive, arrive - start_s, nbytes, n, n_lost, n_corrupt, n * (attempts - 1),
-                        nbytes * attempts, list(range(n)), attempts=attempts)
+                        nbytes * attempts, [c for c in range(n) if c not in set(bad.tolist())], attempts=attempts,
+                        holes=holes)
 
     def _chunked(self, nbytes: int, start_s: float, sender: _Sender, rng: np.random.Generator,
                  key: list[int]) -> Transfer:
@@ -461,7 +475,7 @@ class LinkModel:
 
         queue: list[tuple[float, int, int]] = []  # (when the request reaches the sender, seq, symbol)
         seq = 0
-        for c0 in np.flatnonzero(need):
+        for c0 in np.flatnonzero(need) if self.repair else []:
             heapq.heappush(queue, (float(noticed[c0]) + half, seq, int(c0)))
             seq += 1
         n_lost, n_corrupt = int(lost.sum()), int(corrupt.sum())
@@ -501,11 +515,15 @@ class LinkModel:
         avail = delivered_at[:n]
         if m:
             avail = np.minimum(avail, np.array([decoded_at(g) for g in range(G)])[group[:n]])
-        order = np.lexsort((np.arange(n), avail))  # by delivery time, ties by chunk id
-        end = float(avail.max())
+        got = np.isfinite(avail)
+        order = np.lexsort((np.arange(n), avail))[: int(got.sum())]  # by delivery time, ties by chunk id
+        # the transfer ends with its last delivery, or (holes) when the receiver has noticed the last missing chunk
+        end = float(np.where(got, avail, noticed[:n]).max())
+        offsets = np.concatenate([[0], np.cumsum(data_sizes)[:-1]])
+        holes = [[int(offsets[c]), int(data_sizes[c])] for c in np.flatnonzero(~got)]
         return Transfer(start_s, end, end - start_s, nbytes, n, n_lost, n_corrupt, resent, wire_bytes,
-                        order.tolist(), parity_chunks=G * m)
+                        order.tolist(), parity_chunks=G * m, holes=holes)
 
 
 __all__ = ["LINK_PRESETS", "LinkModel", "Transfer", "closed_form_time", "effective_rate_bps", "late_threshold_s",
-           "link_config", "one_way_latency", "transfer_time_stats", "ConfigError"]
+           "received", "link_config", "one_way_latency", "transfer_time_stats", "ConfigError"]

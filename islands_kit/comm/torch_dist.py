@@ -1,4 +1,6 @@
 """``TorchDistTransport``: the ``Transport`` interface on torch.distributed (gloo on CPU, NCCL on GPU), launched by torchrun.
+(Over 400 lines because one class holds the whole wire protocol and this docstring states it; the rank layout and
+launch glue live in ``islands_kit/distributed.py``, the control-message format in ``comm/control.py``.)
 
 The sync strategies run unchanged: each process holds one island (``local_islands == [my island]``) and calls the same
 ``all_reduce`` / ``all_gather`` / ``exchange`` / ``all_reduce_tensor`` as in the simulator. The result of an
@@ -10,7 +12,7 @@ Not supported here: absent (preempted) islands — every island takes part in ev
 ``faults.preempt_island`` is rejected by ``distributed.make_transport``. Checkpoints are one file per rank (see
 ``islands_kit/checkpoint.py``); ``state_dict`` / ``load_state_dict`` below carry this transport's part.
 
-Ranks. Two launch shapes, chosen by ``WORLD_SIZE`` (``RankLayout.for_world``):
+Ranks. Two launch shapes, chosen by ``WORLD_SIZE`` (``islands_kit.distributed.RankLayout.for_world``, passed in):
 
 * one process per island (``WORLD_SIZE == len(islands)``): an island's ``dp_ranks`` are folded into its micro-batches
   (run one after another in that process, exactly as the simulator does) — bit-identical to the simulator;
@@ -37,11 +39,13 @@ gloo's all_gather needs equal sizes; a mismatch raises. The header lets the rece
 same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage).
 
 Ledger. Each process records the messages it *receives* (its leader's inbound links): ``(channel, src, me, nbytes,
-start, end)`` with ``nbytes = payload.data.numel()`` — so an all-gather among n islands counts each payload once per
-other island, and an exchange once, exactly like ``LocalTransport``. Senders separately count the payload bytes they
-hand to torch.distributed (``sent_bytes``); ``world_view()`` checks the two agree. The full ledger is assembled by the
-collective ``world_view()`` (every rank must call it at the same point; run.py does around evaluation records and the
-final result).
+start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an
+all_reduce only the ring transfer from its predecessor (``ring_bytes`` of that payload; the wire here really carries
+every payload to every leader, which the ring accounting deliberately does not price: it is what a ring implementation
+would send), for an all_gather each other island's payload, for an exchange the partner's. Senders separately count
+the payload bytes they hand to torch.distributed (``sent_bytes``), priced the same way; ``world_view()`` checks the two
+agree. The full ledger is assembled by the collective ``world_view()`` (every rank must call it at the same point;
+run.py does around evaluation records and the final result).
 
 Simulated clock. The sender's simulated time travels in the header; the receiver computes the arrival with its own
 ``LinkModel`` for the (src -> me) direction. ``LinkModel`` keeps each direction's wire, connections and random stream
@@ -53,18 +57,21 @@ its value is final once the first ``wait``/``wait_result`` has completed the ope
 
 Failures. Every wait is bounded: a dead peer closes its sockets and the survivor's pending operation fails at once; a
 peer that stops answering trips the process-group timeout (``ISLANDS_KIT_DIST_TIMEOUT_S``, default 300 s). Either way
-the run ends with a ``DistributedError`` that names the rank, island, channel and operation. Fault injection for tests:
-``ISLANDS_KIT_TEST_DIE_AT_STEP=k`` makes rank ``ISLANDS_KIT_TEST_DIE_RANK`` (default: the last rank) vanish
-silently (exit code 0, like a lost machine) at its k-th step, or with ``ISLANDS_KIT_TEST_DIE_MODE=hang`` stay alive
-without ever answering again (the survivors then fail after the timeout).
+the run ends with a ``DistributedError`` that names the rank, island, channel and operation. (Fault injection for the
+tests lives in a test-only subclass, ``tests/faulty_transport.py``.)
+
+Control messages. Everything that is not a payload (checkpoint steps and errors at resume, the ledger and clocks
+merged by ``world_view``) goes through ``gather_control``: versioned, length-limited JSON checked against a schema on
+receipt (``comm/control.py``), never a pickle. Lengths are all-gathered first, so an oversized message is refused before
+it is read; every rank decodes every message, so a malformed one stops every rank with the same one-line error naming
+the peer rank (no rank is left waiting).
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import struct
-import sys
-import time
 import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -73,12 +80,16 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 import torch.distributed as dist
 
+from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
-from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, weighted_mean
-from islands_kit.config import ConfigError, ExperimentConfig
+from islands_kit.comm.control import MapOf
+from islands_kit.comm.transport import (Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes,
+                                        weighted_mean)
+from islands_kit.config import ConfigError
 
 if TYPE_CHECKING:
     from islands_kit.comm.link import LinkModel
+    from islands_kit.distributed import RankLayout
 
 DEFAULT_TIMEOUT_S = 300.0
 _META = struct.Struct("<qiiIIdd")  # seq, src island, dst island (-1: all), crc32(channel), reserved, sent_at, weight
@@ -101,52 +112,6 @@ def dist_timeout_s() -> float:
     return t
 
 
-@dataclass(frozen=True)
-class RankLayout:
-    """Which global ranks hold which island: island i owns ``ranks_per_island[i]`` contiguous ranks, its first is its
-    leader."""
-
-    ranks_per_island: tuple[int, ...]
-
-    @property
-    def world_size(self) -> int:
-        return sum(self.ranks_per_island)
-
-    def first_rank(self, island: int) -> int:
-        return sum(self.ranks_per_island[:island])
-
-    def ranks_of(self, island: int) -> list[int]:
-        lo = self.first_rank(island)
-        return list(range(lo, lo + self.ranks_per_island[island]))
-
-    def island_of(self, rank: int) -> int:
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank: must be in [0, {self.world_size}) (got {rank})")
-        for i in range(len(self.ranks_per_island)):
-            if rank < self.first_rank(i) + self.ranks_per_island[i]:
-                return i
-        raise AssertionError("unreachable")
-
-    @property
-    def leaders(self) -> list[int]:
-        return [self.first_rank(i) for i in range(len(self.ranks_per_island))]
-
-    @classmethod
-    def for_world(cls, cfg: ExperimentConfig, world_size: int) -> "RankLayout":
-        """One process per island when ``world_size == len(islands)`` (dp_ranks folded into micro-batches), else one
-        process per data-parallel rank when ``world_size == sum(dp_ranks)``; anything else is a ConfigError."""
-        n = len(cfg.islands)
-        per_rank = tuple(isl.dp_ranks for isl in cfg.islands)
-        if world_size == n:
-            return cls((1,) * n)
-        if world_size == sum(per_rank):
-            return cls(per_rank)
-        raise ConfigError(
-            f"islands[*].dp_ranks: WORLD_SIZE must equal len(islands) = {n} (one process per island, dp_ranks folded "
-            f"into micro-batches) or sum(islands[*].dp_ranks) = {sum(per_rank)} (one process per data-parallel rank, "
-            f"dp_ranks = {list(per_rank)}) (got WORLD_SIZE={world_size})")
-
-
 @dataclass
 class _Op:
     """One posted operation; ``results``/``arrival`` are the dicts its Handle reads, filled on completion."""
@@ -165,6 +130,13 @@ class _Op:
     done: bool = False
 
 
+# what each rank sends to ``gather_world``: its island, its inbound ledger records ((seq, src, dst), (start, end,
+# bytes, src, dst, channel)), the payload bytes it handed over per channel, and its clock
+_RECORD = ((int, int, int), (float, float, int, int, int, str))
+_WORLD_SCHEMA = {"island": int, "leader": bool, "sent": MapOf(int), "records": [_RECORD],
+                 "clock": {"now": MapOf(float), "busy": MapOf(float), "idle": MapOf(float)}}
+
+
 def _channel_id(channel: str) -> int:
     return zlib.crc32(channel.encode())
 
@@ -172,17 +144,17 @@ def _channel_id(channel: str) -> int:
 class TorchDistTransport(Transport):
     """``Transport`` over torch.distributed; one island per process (see the module docstring for layout and wire)."""
 
-    def __init__(self, cfg: ExperimentConfig, link: "LinkModel | None", layout: RankLayout | None = None) -> None:
+    def __init__(self, layout: "RankLayout", link: "LinkModel | None") -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise DistributedError("TorchDistTransport: torch.distributed is not initialised; call "
                                    "islands_kit.distributed.init_from_env() (or launch with torchrun) first")
         self.rank = dist.get_rank()
-        world = dist.get_world_size()
-        self.layout = layout or RankLayout.for_world(cfg, world)
+        self.world_size = world = dist.get_world_size()
+        self.layout = layout
         if self.layout.world_size != world:
             raise ConfigError(f"islands[*].dp_ranks: the rank layout needs {self.layout.world_size} processes "
                               f"(got WORLD_SIZE={world})")
-        self.n_islands = len(cfg.islands)
+        self.n_islands = len(layout.ranks_per_island)
         self.island = self.layout.island_of(self.rank)
         self.local_islands = [self.island]
         self.leader = self.layout.first_rank(self.island)
@@ -196,17 +168,10 @@ class TorchDistTransport(Transport):
         self._order: list[tuple[int, int, int]] = []  # (seq, src, dst) of each ledger record: LocalTransport's order
         self._inflight: list[_Op] = []
         self._seq = 0
-        self.steps = 0  # compute() calls: the island's inner steps
         self.device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
                        else torch.device("cpu"))
         # every rank creates every group, in the same order (a torch.distributed rule)
         self._guard("creating process groups", lambda: self._make_groups())
-        die = os.environ.get("ISLANDS_KIT_TEST_DIE_AT_STEP", "")
-        self._die_at = int(die) if die else 0
-        self._die_rank = int(os.environ.get("ISLANDS_KIT_TEST_DIE_RANK", str(world - 1)))
-        self._die_mode = os.environ.get("ISLANDS_KIT_TEST_DIE_MODE", "exit")
-        if self._die_mode not in ("exit", "hang"):
-            raise ConfigError(f"ISLANDS_KIT_TEST_DIE_MODE: must be exit or hang (got {self._die_mode!r})")
 
     def _make_groups(self) -> None:
         # new_group does not inherit init_process_group's timeout (it would fall back to 30 min): pass it explicitly
@@ -249,6 +214,9 @@ class TorchDistTransport(Transport):
                 f"islands_kit.distributed: protocol desync on rank {self.rank} (island {self.island}): expected "
                 f"{op.kind} #{op.seq} on {op.channel!r} from island {src} to {dst}, got #{seq} from {s} to {d} "
                 "(every process must post the same operations in the same order)")
+        if not (math.isfinite(weight) and weight >= 0):  # a token count: a peer may lie about it, not break the mean
+            raise DistributedError(f"islands_kit.distributed: {op.kind} #{op.seq} on {op.channel!r}: island {src} sent "
+                                   f"weight {weight!r}; token weights must be finite and >= 0")
         try:
             p = decode_bytes(b[META_BYTES:])
         except ValueError as e:
@@ -276,7 +244,9 @@ class TorchDistTransport(Transport):
         op = _Op(self._seq, kind, channel, self.clock.now[self.island], p, -1, [], [], msg.numel())
         self._seq += 1
         if self.is_leader:
-            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes * (self.n_islands - 1)
+            n = self.n_islands  # priced as comm/transport.py states: ring all-reduce, direct all-gather
+            sent = ring_bytes(p.nbytes, n, self.island) if kind == "all_reduce" else p.nbytes * (n - 1)
+            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + sent
             wire = msg.to(self.device)
             op.recv = [torch.empty_like(wire) for _ in range(self.n_islands)]
             op.works = [self._guard(f"{kind} #{op.seq} on {channel!r}",
@@ -328,7 +298,9 @@ class TorchDistTransport(Transport):
         if op.kind in ("all_reduce", "all_gather"):
             decoded, weights = [], []
             arrival = op.posted_at
-            for src in range(self.n_islands):
+            n = self.n_islands
+            pred = (me - 1) % n  # the ring predecessor (all_reduce)
+            for src in range(n):
                 sent_at, w, p = self._unpack(op, msgs[src], src, -1)
                 weights.append(w)
                 if src == me:
@@ -337,8 +309,16 @@ class TorchDistTransport(Transport):
                 if (p.codec, p.numel, p.block_size) != (op.mine.codec, op.mine.numel, op.mine.block_size):
                     raise DistributedError(f"islands_kit.distributed: {what}: island {src} sent {p.codec} numel={p.numel}, "
                                            f"island {me} sent {op.mine.codec} numel={op.mine.numel}")
-                decoded.append(get_codec(p.codec, p.block_size).decode(p).to(op.mine.data.device))
-                arrival = max(arrival, self._transfer(op, src, me, p.nbytes, sent_at))
+                holes: list[list[int]] = []
+                if op.kind == "all_gather":
+                    end, holes = self._transfer(op, src, me, p.nbytes, sent_at)
+                    arrival = max(arrival, end)
+                else:  # ring: the transfer from the predecessor, and no result before every member has posted
+                    arrival = max(arrival, sent_at)
+                    if src == pred:
+                        end, holes = self._transfer(op, src, me, ring_bytes(p.nbytes, n, src), sent_at)
+                        arrival = max(arrival, end)
+                decoded.append(decode(received_payload(p, holes)).to(op.mine.data.device))
             if op.kind == "all_reduce":
                 op.results[me] = weighted_mean(decoded, weights)
             else:
@@ -346,8 +326,8 @@ class TorchDistTransport(Transport):
             op.arrival[me] = arrival
         else:
             sent_at, _, p = self._unpack(op, msgs[0], op.peer, me)
-            op.results[me] = get_codec(p.codec, p.block_size).decode(p).to(op.mine.data.device)
-            op.arrival[me] = self._transfer(op, op.peer, me, p.nbytes, sent_at)
+            op.arrival[me], holes = self._transfer(op, op.peer, me, p.nbytes, sent_at)
+            op.results[me] = decode(received_payload(p, holes)).to(op.mine.data.device)
         op.recv, op.works = [], []
         op.done = True
 
@@ -360,51 +340,70 @@ class TorchDistTransport(Transport):
         self._guard(what + " (island broadcast)", lambda: dist.broadcast(flat, src=self.leader, group=self.island_group))
         return list(flat.view(k, op.msg_len).unbind(0))  # (k, msg_len) -> k messages
 
-    def _transfer(self, op: _Op, src: int, dst: int, nbytes: int, start: float) -> float:
-        """Arrival of src's message at dst (simulated), recorded in the ledger by the receiving island's leader."""
-        end = start if self.link is None else self.link.transfer(nbytes, start, src, dst).end_s
+    def _transfer(self, op: _Op, src: int, dst: int, nbytes: int, start: float) -> tuple[float, list[list[int]]]:
+        """Arrival of src's message at dst (simulated) and the byte ranges the link left missing (as
+        ``LocalTransport._send``), recorded in the ledger by the receiving island's leader."""
+        end, holes = start, []
+        if self.link is not None:
+            tr = self.link.transfer(nbytes, start, src, dst)
+            end, holes = tr.end_s, tr.holes
         if self.is_leader:
             self.ledger.record(op.channel, src, dst, nbytes, start, end)
             self._order.append((op.seq, src, dst))
-        return end
-
-    def compute(self, island: int, seconds: float) -> None:
-        super().compute(island, seconds)
-        self.steps += 1
-        if self._die_at and self.steps == self._die_at and self.rank == self._die_rank:
-            verb = "vanishes" if self._die_mode == "exit" else "hangs"
-            sys.stderr.write(f"islands_kit: fault injection: rank {self.rank} {verb} at step {self.steps}\n")
-            sys.stderr.flush()
-            if self._die_mode == "hang":  # alive, sockets open, never answering: only the timeout can catch it
-                while True:
-                    time.sleep(3600)
-            os._exit(0)  # silently, like a machine that drops off the network: no error, no goodbye
+        return end, holes
 
     def barrier(self) -> None:
         self._guard("barrier", lambda: dist.barrier(group=self._meta_group))
 
-    def gather_objects(self, obj: Any, what: str = "gathering objects") -> list[Any]:
-        """Collective: every rank's ``obj``, in rank order (pickled, on the gloo meta group)."""
-        objs: list[Any] = [None] * dist.get_world_size()
-        self._guard(what, lambda: dist.all_gather_object(objs, obj, group=self._meta_group))
-        return objs
+    # -- control messages -----------------------------------------------------------------------------------------
+    def gather_control(self, kind: str, body: Any, schema: Any) -> list[Any]:
+        """Collective: every rank's ``body`` in rank order, sent as a ``comm.control`` JSON message and checked
+        against ``schema`` on receipt. A bad message from any rank raises the same ``DistributedError`` on every
+        rank."""
+        return self._decode_all(kind, schema, self._gather_bytes(kind, control.encode(kind, body)))
+
+    def _decode_all(self, kind: str, schema: Any, raws: list[bytes]) -> list[Any]:
+        out = []
+        for r, raw in enumerate(raws):
+            try:
+                out.append(control.decode(raw, kind, schema, r))
+            except control.ControlError as e:
+                raise DistributedError(f"islands_kit.distributed: {e}") from None
+        return out
+
+    def _gather_bytes(self, kind: str, raw: bytes) -> list[bytes]:
+        """Every rank's ``raw`` bytes, in rank order: the lengths first (int64), each checked against the limit before
+        a byte of the messages is received, then the messages padded to the longest (uint8), on the gloo meta group."""
+        what = f"control message {kind!r}"
+        n = torch.tensor([len(raw)], dtype=torch.int64)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
+        self._guard(what + " (lengths)", lambda: dist.all_gather(sizes, n, group=self._meta_group))
+        lens = [int(x) for x in sizes]
+        for r, length in enumerate(lens):
+            if not 0 < length <= control.MAX_BYTES:
+                raise DistributedError(f"islands_kit.distributed: {what} from rank {r}: announced {length} bytes, "
+                                       f"outside (0, {control.MAX_BYTES}]; refused before reading it")
+        width = max(lens)
+        mine = torch.zeros(width, dtype=torch.uint8)
+        mine[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        bufs = [torch.empty(width, dtype=torch.uint8) for _ in range(self.world_size)]
+        self._guard(what, lambda: dist.all_gather(bufs, mine, group=self._meta_group))
+        return [b[:length].numpy().tobytes() for b, length in zip(bufs, lens)]
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """This rank's transport state for a checkpoint. Collective: completes every operation in flight first (as
-        ``world_view`` does at every evaluation; results wait in their handles and no clock moves), so what the
-        strategies hold in flight is plain data."""
+        """This rank's transport state for a checkpoint (plain data). Collective: completes every operation in flight
+        first (as ``world_view`` does at every evaluation; results wait in their handles and no clock moves), so what
+        the strategies hold in flight is plain data."""
         self.drain()
-        return {"rank": self.rank, "world_size": dist.get_world_size(), "seq": self._seq, "steps": self.steps,
-                "order": list(self._order), "sent_bytes": dict(self.sent_bytes)}
+        return {**super().state_dict(), "seq": self._seq, "order": [list(o) for o in self._order],
+                "sent_bytes": dict(self.sent_bytes)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        if (d["rank"], d["world_size"]) != (self.rank, dist.get_world_size()):
-            raise ConfigError(f"--resume: checkpoint shard of rank {d['rank']} of {d['world_size']} loaded by rank "
-                              f"{self.rank} of {dist.get_world_size()}")
-        self._seq, self.steps = int(d["seq"]), int(d["steps"])
-        self._order = [tuple(o) for o in d["order"]]
-        self.sent_bytes = dict(d["sent_bytes"])
+        super().load_state_dict(d)
+        self._seq = int(d["seq"])
+        self._order = [(int(a), int(b), int(c)) for a, b, c in d["order"]]
+        self.sent_bytes = {str(k): int(v) for k, v in d["sent_bytes"].items()}
 
     # -- the whole world's ledger and clock -----------------------------------------------------------------------
     def gather_world(self) -> tuple[Ledger, SimClock]:
@@ -413,8 +412,9 @@ class TorchDistTransport(Transport):
         ledger holds everything posted so far, as the simulator's does."""
         self.drain()
         mine = {"island": self.island, "leader": self.is_leader, "sent": dict(self.sent_bytes),
-                "records": list(zip(self._order, self.ledger.timeline)), "clock": self.clock.state_dict()}
-        objs = self.gather_objects(mine, "gathering the ledger")
+                "records": [[list(o), list(t)] for o, t in zip(self._order, self.ledger.timeline)],
+                "clock": self.clock.state_dict()}
+        objs = self.gather_control("ledger", mine, _WORLD_SCHEMA)
         ledger = Ledger()
         for _, (start, end, nbytes, src, dst, channel) in sorted(r for o in objs for r in o["records"]):
             ledger.record(channel, src, dst, nbytes, start, end)
@@ -426,12 +426,13 @@ class TorchDistTransport(Transport):
         if {k: v for k, v in sent.items() if v} != {k: v for k, v in got.items() if v}:
             raise DistributedError(f"islands_kit.distributed: ledger mismatch: bytes sent {sent} != bytes received {got}")
         clock = SimClock(list(range(self.n_islands)))
-        waits = []
         for o in sorted((o for o in objs if o["leader"]), key=lambda o: o["island"]):
             i, c = o["island"], o["clock"]
-            clock.now[i], clock.busy[i], clock.idle[i] = c["now"][i], c["busy"][i], c["idle"][i]
-            waits.extend(c["waits"])
-        clock.waits = sorted(waits, key=lambda w: (w[1], w[0]))
+            k = str(i)  # JSON object keys are strings
+            if not (0 <= i < self.n_islands and k in c["now"] and k in c["busy"] and k in c["idle"]):
+                raise DistributedError(f"islands_kit.distributed: control message 'ledger': island {i}'s leader sent "
+                                       "no clock for its island")
+            clock.now[i], clock.busy[i], clock.idle[i] = float(c["now"][k]), float(c["busy"][k]), float(c["idle"][k])
         return ledger, clock
 
     @contextlib.contextmanager
@@ -444,11 +445,3 @@ class TorchDistTransport(Transport):
             yield self
         finally:
             self.ledger, self.clock = saved
-
-    def transfer_stats(self, channel: str | None = None) -> dict[str, float]:
-        """Transfer-time percentiles of the ledger's transfers (inside ``world_view``: all of them), like
-        ``LocalTransport.transfer_stats``; empty without a link model."""
-        from islands_kit.comm.link import transfer_time_stats
-
-        durs = self.ledger.durations(channel)
-        return transfer_time_stats(durs) if (durs and self.link is not None) else {}

@@ -13,23 +13,36 @@ Simulated clock. Each island has a clock (seconds). ``compute(island, seconds)``
 advances the receiver's clock to the arrival if it is not there yet and records the wait as idle time — the only way an
 island ever idles. Utilisation = busy / (busy + idle).
 
-Ledger. Every byte a strategy sends is counted per channel and per directed link (src -> dst), from the payload tensors
-actually handed over. An all-reduce among n islands is an all-gather of the encoded payloads: each island sends its
-payload to each of the n - 1 others (for two sites: each direction carries one payload), then every island decodes and
-averages the same list in the same order, so all replicas get bit-identical results on every transport.
+Ledger: one stated cost model per collective (``COST_MODEL``, recorded in result.json), used by the ledger of every
+transport and by ``sync.ddp.ddp_equivalent_bytes`` alike. Every byte is counted per channel and per directed link
+(src -> dst), from the sizes of the encoded payloads actually handed over (S bytes each):
+
+* ``all_reduce`` among n islands: a **ring all-reduce** (reduce-scatter, then all-gather; the standard accounting for
+  data-parallel training). The payload is cut into n chunks (sizes S // n, the first S % n one byte longer); the island
+  at ring position k sends its successor (position k + 1 mod n, islands in id order) every chunk but one in each
+  phase, ``2 S - c[k+1] - c[k+2]`` bytes (``ring_bytes``), as one transfer leaving at its own clock: 2 (n - 1) S bytes
+  in all, ``S`` per direction for two islands. An island's result is ready when the transfer from its predecessor has
+  arrived and every member has posted (a ring cannot finish before its last member joins). The *numbers* are not
+  those of a ring of quantised partial sums: every island decodes every payload and averages them in island-id order
+  (``weighted_mean``), so all replicas are bit-identical on every transport; the ring prices that exchange.
+* ``all_gather`` (robust aggregation needs every update, not their sum): each island sends its payload directly to
+  each of the n - 1 others, n (n - 1) S bytes in all.
+* ``exchange``: one payload per direction between the two partners.
 """
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
+from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, get_codec
 
 if TYPE_CHECKING:
-    from islands_kit.comm.link import LinkModel, Transfer
+    from islands_kit.comm.link import LinkModel
 
 
 @dataclass
@@ -91,6 +104,20 @@ class Ledger:
             "links": {f"{s}->{d}": b for (s, d), b in sorted(self.links.items())},
         }
 
+    def state_dict(self) -> dict[str, Any]:
+        """Plain lists and dicts (a checkpoint must load with ``torch.load(weights_only=True)``)."""
+        return {"channels": {k: [v.bytes, v.messages] for k, v in self.channels.items()},
+                "links": [[s, d, b] for (s, d), b in self.links.items()],
+                "timeline": [list(t) for t in self.timeline]}
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> "Ledger":
+        led = cls()
+        led.channels = {str(k): LedgerEntry(int(b), int(m)) for k, (b, m) in d["channels"].items()}
+        led.links = {(int(s), int(t)): int(b) for s, t, b in d["links"]}
+        led.timeline = [(float(a), float(b), int(n), int(s), int(t), str(c)) for a, b, n, s, t, c in d["timeline"]]
+        return led
+
 
 class SimClock:
     """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals."""
@@ -99,7 +126,6 @@ class SimClock:
         self.now = {i: 0.0 for i in islands}
         self.busy = {i: 0.0 for i in islands}
         self.idle = {i: 0.0 for i in islands}
-        self.waits: list[tuple[int, float, float]] = []  # (island, at, seconds)
 
     def compute(self, island: int, seconds: float) -> None:
         self.now[island] += seconds
@@ -107,7 +133,6 @@ class SimClock:
 
     def wait_until(self, island: int, t: float) -> None:
         if t > self.now[island]:
-            self.waits.append((island, self.now[island], t - self.now[island]))
             self.idle[island] += t - self.now[island]
             self.now[island] = t
 
@@ -117,13 +142,12 @@ class SimClock:
         return busy / total if total > 0 else 1.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle), "waits": list(self.waits)}
+        return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.now = {int(k): float(v) for k, v in d["now"].items()}
         self.busy = {int(k): float(v) for k, v in d["busy"].items()}
         self.idle = {int(k): float(v) for k, v in d["idle"].items()}
-        self.waits = [tuple(w) for w in d["waits"]]
 
 
 class Handle:
@@ -161,6 +185,24 @@ class Handle:
         return cls({int(i): r for i, r in results.items()}, {int(i): float(a) for i, a in arrival.items()}, clock)
 
 
+COST_MODEL = "all_reduce=ring(2(n-1)S), all_gather=direct(n(n-1)S), exchange=direct(S per direction)"
+
+
+def ring_bytes(nbytes: int, n: int, position: int) -> int:
+    """Bytes the member at ring ``position`` (0..n-1) sends its successor in a ring all-reduce of ``nbytes``-byte
+    buffers among ``n`` members: all chunks but ``c[position + 1]`` in the reduce-scatter and all but
+    ``c[position + 2]`` in the all-gather (indices mod n), ``c[j] = nbytes // n + (j < nbytes % n)``. Summed over the
+    members: exactly ``2 (n - 1) nbytes``."""
+    if n < 2:
+        return 0
+    q, r = divmod(nbytes, n)
+
+    def chunk(j: int) -> int:
+        return q + (1 if j % n < r else 0)
+
+    return 2 * nbytes - chunk(position + 1) - chunk(position + 2)
+
+
 def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
     """sum_i w_i x_i / sum_i w_i, accumulated in float32 in the given (island-id) order: the order is part of the
     contract so that every transport produces bit-identical results."""
@@ -172,12 +214,25 @@ def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Te
 
 
 class Transport(abc.ABC):
-    """What a sync strategy may do with the wire. Dicts are keyed by the ids of the islands this process holds."""
+    """What a sync strategy and the run loop may do with the wire. Dicts are keyed by the ids of the islands this
+    process holds.
+
+    Besides the collectives, the interface carries everything the loop and the checkpoints need, with the one-process
+    answers as defaults (a transport spanning several processes overrides them): ``rank`` / ``world_size`` of this
+    process, ``is_writer`` (the one process that writes result.json), ``island_group`` (the process group of this
+    island's data-parallel ranks; None when the island lives in one process), ``gather_control`` (pickle-free control
+    messages, see ``comm/control.py``), ``barrier``, ``world_view`` (the whole world's ledger and clock),
+    ``transfer_stats`` and ``state_dict`` / ``load_state_dict`` (plain data, for checkpoints)."""
 
     n_islands: int
     local_islands: list[int]
     ledger: Ledger
     clock: SimClock
+    link: "LinkModel | None" = None
+    rank: int = 0
+    world_size: int = 1
+    is_writer: bool = True
+    island_group: Any = None
 
     @abc.abstractmethod
     def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
@@ -185,7 +240,7 @@ class Transport(abc.ABC):
 
     def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
         """Every island's decoded payload and weight, as a list of (island, weight, tensor) in island-id order, for
-        strategies that aggregate robustly instead of averaging. Same bytes on the wire as ``all_reduce``."""
+        strategies that aggregate robustly instead of averaging. Priced as direct sends (module docstring)."""
         raise NotImplementedError(f"{type(self).__name__} has no all_gather")
 
     @abc.abstractmethod
@@ -204,6 +259,39 @@ class Transport(abc.ABC):
     def barrier(self) -> None:
         """Make sure every island has reached this point (no-op in process)."""
 
+    def gather_control(self, kind: str, body: Any, schema: Any) -> list[Any]:
+        """Collective: every rank's ``body`` in rank order, as a ``comm.control`` message of ``kind`` checked against
+        ``schema`` on receipt (never pickled). One process: its own body, through the same encode/decode."""
+        return [control.decode(control.encode(kind, body), kind, schema, self.rank)]
+
+    @contextlib.contextmanager
+    def world_view(self) -> Iterator["Transport"]:
+        """Collective: inside the block ``ledger`` and ``clock`` cover every island (one process: they already do)."""
+        yield self
+
+    def transfer_stats(self, channel: str | None = None) -> dict[str, float]:
+        """p50/p99/mean/max transfer time of the ledger's transfers on ``channel`` (all channels when None); empty
+        without a link model (transfers then take no time)."""
+        from islands_kit.comm.link import transfer_time_stats
+
+        durs = self.ledger.durations(channel)
+        return transfer_time_stats(durs) if (durs and self.link is not None) else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's share of the wire for a checkpoint, as plain data (no tensors, nothing pickled): the clock,
+        the ledger and the link model's state (the link itself is rebuilt from the config)."""
+        return {"rank": self.rank, "world_size": self.world_size, "clock": self.clock.state_dict(),
+                "ledger": self.ledger.state_dict(), "link": self.link.state_dict() if self.link is not None else None}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if (int(d["rank"]), int(d["world_size"])) != (self.rank, self.world_size):
+            raise ValueError(f"checkpoint of rank {d['rank']} of {d['world_size']} processes loaded by rank "
+                             f"{self.rank} of {self.world_size}")
+        self.clock.load_state_dict(d["clock"])
+        self.ledger = Ledger.from_state(d["ledger"])
+        if self.link is not None and d["link"] is not None:
+            self.link.load_state_dict(d["link"])
+
 
 class LocalTransport(Transport):
     """All islands in one process; transfers timed by a seeded ``LinkModel`` (the simulated WAN)."""
@@ -214,43 +302,68 @@ class LocalTransport(Transport):
         self.ledger = Ledger()
         self.clock = SimClock(self.local_islands)
         self.link = link
-        self.transfers: list[tuple[str, "Transfer"]] = []
 
-    def _send(self, channel: str, src: int, dst: int, nbytes: int) -> float:
-        """Account one message src -> dst posted at src's clock; return its arrival time."""
+    def _send(self, channel: str, src: int, dst: int, nbytes: int) -> tuple[float, list[list[int]]]:
+        """Account one message src -> dst posted at src's clock; return its arrival time and the byte ranges the
+        link failed to deliver (``Transfer.holes``: none unless the link model runs with ``repair=False``)."""
         start = self.clock.now[src]
+        holes: list[list[int]] = []
         if self.link is None:
             end = start
         else:
             tr = self.link.transfer(nbytes, start, src, dst)
-            self.transfers.append((channel, tr))
-            end = tr.end_s
+            end, holes = tr.end_s, tr.holes
         self.ledger.record(channel, src, dst, nbytes, start, end)
-        return end
+        return end, holes
 
-    def _gather(self, channel: str, payloads: dict[int, Payload]) -> tuple[list[int], dict[int, float], list[torch.Tensor]]:
-        """All-gather among the islands that sent a payload (absent, e.g. preempted, islands take no part)."""
+    def _members(self, channel: str, payloads: dict[int, Payload]) -> list[int]:
+        """The islands taking part: those that sent a payload (absent, e.g. preempted, islands take no part)."""
         ids = sorted(payloads)
         unknown = [i for i in ids if i not in self.clock.now]
         if unknown:
             raise ValueError(f"{channel!r}: payload from unknown island(s) {unknown}")
+        return ids
+
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
+        the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
+        ids = self._members(channel, payloads)
+        n = len(ids)
         arrival = {i: self.clock.now[i] for i in ids}
+        last_post = max(arrival.values())
+        holes: dict[int, list[list[int]]] = {}
+        for k, src in enumerate(ids if n > 1 else []):
+            dst = ids[(k + 1) % n]
+            end, holes[dst] = self._send(channel, src, dst, ring_bytes(payloads[src].nbytes, n, k))
+            arrival[dst] = max(arrival[dst], end, last_post)
+        w = [weights[i] for i in ids]
+        mean = weighted_mean([decode(payloads[i]) for i in ids], w)
+        results = {i: mean for i in ids}
+        for k, dst in enumerate(ids):
+            if holes.get(dst):  # dst decodes its ring predecessor's payload as it arrived
+                pred = ids[k - 1]
+                results[dst] = weighted_mean([decode(received_payload(payloads[i], holes[dst]) if i == pred
+                                                     else payloads[i]) for i in ids], w)
+        return Handle(results, arrival, self.clock)
+
+    def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        ids = self._members(channel, payloads)
+        arrival = {i: self.clock.now[i] for i in ids}
+        holes: dict[tuple[int, int], list[list[int]]] = {}
         for src in ids:
             for dst in ids:
                 if src != dst:
-                    arrival[dst] = max(arrival[dst], self._send(channel, src, dst, payloads[src].nbytes))
-        decoded = [get_codec(payloads[i].codec, payloads[i].block_size).decode(payloads[i]) for i in ids]
-        return ids, arrival, decoded
-
-    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        ids, arrival, decoded = self._gather(channel, payloads)
-        mean = weighted_mean(decoded, [weights[i] for i in ids])
-        return Handle({i: mean for i in ids}, arrival, self.clock)
-
-    def all_gather(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        ids, arrival, decoded = self._gather(channel, payloads)
-        gathered = [(i, float(weights[i]), x) for i, x in zip(ids, decoded)]
-        return Handle({i: gathered for i in ids}, arrival, self.clock)
+                    end, holes[(src, dst)] = self._send(channel, src, dst, payloads[src].nbytes)
+                    arrival[dst] = max(arrival[dst], end)
+        gathered = [(i, float(weights[i]), decode(payloads[i])) for i in ids]
+        results = {}
+        for dst in ids:
+            if any(holes.get((src, dst)) for src in ids):
+                results[dst] = [(i, w, decode(received_payload(payloads[i], holes[(i, dst)])) if i != dst else x)
+                                for i, w, x in gathered]
+            else:
+                results[dst] = gathered
+        return Handle(results, arrival, self.clock)
 
     def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
         for i, j in partner.items():
@@ -260,13 +373,20 @@ class LocalTransport(Transport):
         results: dict[int, torch.Tensor] = {}
         for src in sorted(payloads):
             dst = partner[src]
-            arrival[dst] = self._send(channel, src, dst, payloads[src].nbytes)
-            p = payloads[src]
-            results[dst] = get_codec(p.codec, p.block_size).decode(p)
+            arrival[dst], holes = self._send(channel, src, dst, payloads[src].nbytes)
+            results[dst] = decode(received_payload(payloads[src], holes))
         return Handle(results, arrival, self.clock)
 
-    def transfer_stats(self, channel: str | None = None) -> dict[str, float]:
-        from islands_kit.comm.link import transfer_time_stats
 
-        durs = [t.duration_s for c, t in self.transfers if channel is None or c == channel]
-        return transfer_time_stats(durs) if durs else {}
+def decode(p: Payload) -> torch.Tensor:
+    """The tensor a payload carries (its codec's decode)."""
+    return get_codec(p.codec, p.block_size).decode(p)
+
+
+def received_payload(p: Payload, holes: list[list[int]]) -> Payload:
+    """``p`` as the receiver holds it after a transfer that left ``holes`` (``comm.link.received``)."""
+    if not holes:
+        return p
+    from islands_kit.comm.link import received
+
+    return Payload(p.codec, p.numel, p.block_size, received(p.data, holes))

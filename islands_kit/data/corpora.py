@@ -24,7 +24,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from islands_kit.config import ConfigError, _check
 from islands_kit.data import hf
@@ -95,7 +95,8 @@ class Corpus:
     license: str
 
 
-def load_corpus(spec: str = "shakespeare", *, cache_dir: str | Path | None = None, text_field: str = "text") -> Corpus:
+def load_corpus(spec: str = "shakespeare", *, cache_dir: str | Path | None = None, text_field: str = "text",
+                split: str = "train", revision: str = "", streaming: bool = False, max_bytes: int = 0) -> Corpus:
     """Load a corpus as bytes.
 
     Args:
@@ -104,19 +105,34 @@ def load_corpus(spec: str = "shakespeare", *, cache_dir: str | Path | None = Non
         cache_dir: folder for the assembled pinned corpora (default ``cache_root()/corpora``); also passed to
             ``datasets`` (as ``<cache_dir>/hf_datasets``) for hub and local-file corpora when given.
         text_field: the text column of a hub or parquet dataset.
+        split, revision, streaming: of a hub dataset (``data.split``, ``data.revision``, ``data.streaming``).
+        max_bytes: keep only the first ``max_bytes`` bytes (0 = all); a stream stops reading there. The recorded
+            sha256 is that of the bytes kept.
     """
     _check(isinstance(spec, str) and spec.strip() != "", "data.corpus", "must be a non-empty string", spec)
     if spec in CORPORA:
-        return _load_registered(CORPORA[spec], Path(cache_dir) if cache_dir is not None else cache_root() / "corpora")
+        c = _load_registered(CORPORA[spec], Path(cache_dir) if cache_dir is not None else cache_root() / "corpora")
+        if max_bytes and max_bytes < len(c.data):
+            return _finish(c.name, c.data[:max_bytes], f"{c.source} (first {max_bytes} bytes)", c.license)
+        return c
     hf_cache = str(Path(cache_dir) / "hf_datasets") if cache_dir is not None else None
     if spec.startswith("hub:"):
         parts = spec[len("hub:"):].split(":")
         _check(1 <= len(parts) <= 2 and parts[0] != "" and all(parts), "data.corpus",
                "must have the form hub:<name>[:<config>]", spec)
-        data = hf.load_hub_bytes(parts[0], parts[1] if len(parts) == 2 else None, text_field, hf_cache)
-        return _finish(spec, data, spec, "see the dataset card on the Hugging Face Hub")
+        data = hf.load_hub_bytes(parts[0], parts[1] if len(parts) == 2 else None, text_field, hf_cache,
+                                 split=split, revision=revision or None, streaming=streaming, max_bytes=max_bytes)
+        source = spec + (f"@{revision}" if revision else "") + f"[{split}]"
+        return _finish(spec, data[:max_bytes] if max_bytes else data, source,
+                       "see the dataset card on the Hugging Face Hub")
     data = hf.load_files_bytes(local_corpus_files(spec), text_field, hf_cache)
-    return _finish(spec, data, f"local:{spec}", "unknown (local files)")
+    return _finish(spec, data[:max_bytes] if max_bytes else data, f"local:{spec}", "unknown (local files)")
+
+
+def load_data_corpus(data_cfg: Any) -> Corpus:
+    """The corpus a ``DataConfig`` names, with its text_field / split / revision / streaming / max_bytes."""
+    return load_corpus(data_cfg.corpus, text_field=data_cfg.text_field, split=data_cfg.split,
+                       revision=data_cfg.revision, streaming=data_cfg.streaming, max_bytes=data_cfg.max_bytes)
 
 
 def _load_registered(src: CorpusSource, cache_dir: Path) -> Corpus:

@@ -94,20 +94,56 @@ def _hub_reachable(timeout_s: float) -> bool:
         return False
 
 
-def load_hub_bytes(name: str, config: str | None, text_field: str, hf_cache: str | None) -> bytes:
-    """The bytes of the ``train`` split of Hub dataset ``name`` (config ``config``), column ``text_field``."""
+def load_hub_bytes(name: str, config: str | None, text_field: str, hf_cache: str | None, split: str = "train",
+                   revision: str | None = None, streaming: bool = False, max_bytes: int = 0) -> bytes:
+    """The bytes of split ``split`` of Hub dataset ``name`` (config ``config``, pinned to ``revision`` when given),
+    column ``text_field``. ``streaming``: rows are read over the network one by one until ``max_bytes`` bytes are
+    joined, without downloading the dataset."""
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")  # effective only if huggingface_hub is not imported yet
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
     import datasets
 
     declared_offline = _env_true("HF_HUB_OFFLINE") or _env_true("HF_DATASETS_OFFLINE")
-    offline = declared_offline or not _hub_reachable(float(os.environ.get("ISLANDS_KIT_HUB_PROBE_TIMEOUT", "3")))
+    local = Path(name).expanduser().is_dir()  # a dataset folder on disk (load_dataset reads it like a hub repo)
+    offline = declared_offline or (not local and not _hub_reachable(
+        float(os.environ.get("ISLANDS_KIT_HUB_PROBE_TIMEOUT", "3"))))
+    what = f"hub dataset {name!r}" + (f" (config {config!r})" if config else "")
     try:
         with _hf_offline(offline):  # offline: served from the local HF cache, or a fast failure
-            ds = datasets.load_dataset(name, config, split="train", cache_dir=hf_cache)
+            ds = datasets.load_dataset(name, config, split=split, revision=revision, streaming=streaming,
+                                       cache_dir=hf_cache)
+            if streaming:
+                return _stream_bytes(ds, text_field, max_bytes)
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - every failure here becomes one clear config error
+        msg = f"{type(e).__name__}: {e}"
+        if isinstance(e, ValueError) and "split" in str(e).lower():  # Unknown split "x". Should be one of [...]
+            raise ConfigError(f"data.split: {what} has no split {split!r} ({msg})") from None
+        if revision and ("revision" in msg.lower() or "Revision" in type(e).__name__):
+            raise ConfigError(f"data.revision: {what} has no revision {revision!r} ({msg})") from None
         why = ("HF_HUB_OFFLINE is set and it is not in the local cache" if declared_offline
                else "the hub is unreachable and it is not in the local cache" if offline else "see the cause")
-        raise ConfigError(f"data.corpus: could not load hub dataset {name!r}"
-                          f"{f' (config {config!r})' if config else ''} (offline?): {why}: {type(e).__name__}: {e}") from e
+        raise ConfigError(f"data.corpus: could not load {what} (offline?): {why}: {msg}") from e
     return _join_rows(_rows(ds, text_field), "data.text_field")
+
+
+def _stream_bytes(ds: Any, text_field: str, max_bytes: int) -> bytes:
+    """Join the ``text_field`` of streamed rows until ``max_bytes`` bytes (or the end of the stream)."""
+    parts: list[bytes] = []
+    size = 0
+    for row in ds:
+        _check(text_field in row, "data.text_field", f"must name a column of the dataset (columns: {sorted(row)})",
+               text_field)
+        text = row[text_field]
+        if text is None:
+            continue
+        _check(isinstance(text, str), "data.text_field", "must be a column of strings", type(text).__name__)
+        if parts and not parts[-1].endswith(b"\n"):
+            parts.append(b"\n")
+            size += 1
+        parts.append(text.encode("utf-8"))
+        size += len(parts[-1])
+        if size >= max_bytes:
+            break
+    return b"".join(parts)[:max_bytes]

@@ -119,6 +119,19 @@ class SyncStrategy(abc.ABC):
         self.models = models
         self.transport = transport
         self.ids = sorted(models)
+        self.present: dict[int, bool] = {i: True for i in self.ids}  # False while an island is away (preempted)
+
+    def set_present(self, island: int, present: bool) -> None:
+        """Preemption, called by the loop before every inner step: an island that goes away takes part in no sync
+        until it is back (the others go on without it); one that comes back first ``rejoin``s."""
+        if present and not self.present[island]:
+            self.rejoin(island)
+        self.present[island] = present
+
+    def rejoin(self, island: int) -> None:
+        """A returning island takes the current shared state. Only strategies with a global state can do that
+        (config.py allows preemption with diloco only)."""
+        raise NotImplementedError(f"{self.name}: an island cannot rejoin (no global state to rejoin from)")
 
     def reduce_gradients(self, step: int, tokens: dict[int, int]) -> None:
         """Called after backward, before the inner step. Only synchronous data-parallel training uses it."""

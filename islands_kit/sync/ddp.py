@@ -9,16 +9,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from islands_kit.comm.transport import Transport
+from islands_kit.comm.transport import Transport, ring_bytes
 from islands_kit.sync.base import FragmentView, SyncStrategy
 
 
 def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
-    """Bytes a ring all-reduce of the fp32 gradient sends across all links in ``steps`` steps.
-
-    A ring all-reduce of S bytes among n members sends 2 (n - 1) / n * S bytes per member (reduce-scatter +
-    all-gather), so all members together send 2 (n - 1) * S = 8 (n - 1) * n_params bytes per step."""
-    return 8 * (n_islands - 1) * n_params * steps
+    """Bytes a ring all-reduce of the fp32 gradient (S = 4 n_params bytes) sends across all links in ``steps`` steps,
+    priced by the transport's cost model (``comm.transport.ring_bytes``, the same function the ledger uses for every
+    all_reduce): 2 (n - 1) / n * S per member (reduce-scatter + all-gather), 2 (n - 1) * S = 8 (n - 1) * n_params bytes
+    per step for all members together. So the baseline's ``gradient_bytes`` equals this figure exactly."""
+    return steps * sum(ring_bytes(4 * n_params, n_islands, k) for k in range(n_islands))
 
 
 class DDP(SyncStrategy):

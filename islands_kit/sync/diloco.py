@@ -65,7 +65,6 @@ class DiLoCo(SyncStrategy):
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
         self.tokens_since = {i: [0] * self.P for i in self.ids}
         self.pending = PendingQueue()
-        self.present: dict[int, bool] = {i: True for i in self.ids}
         self.names = fragments
         # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
         # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``

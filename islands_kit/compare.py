@@ -1,0 +1,278 @@
+"""Comparisons of finished runs that refuse to mislead (``islands-kit compare``, the compare notebook).
+
+A comparison is a list of ``result.json`` records (:func:`islands_kit.tracking.load_result`). Before any number is
+lined up:
+
+* the runs must share the **corpus** (its sha256) and the **token budget** (``steps x global batch x seq_len`` from
+  each run's config: a diverged or preempted run keeps its budget even though it trained fewer tokens). Otherwise
+  :class:`ComparisonError` names the difference and the runs on each side; with ``allow_mismatch`` the table is
+  made anyway, with a warning and the differing rows marked.
+* one **reference** run — ``reference`` (a run label, i.e. its folder, or an experiment name), by default the first
+  ``baseline`` run, else the first run — gives every row its "x fewer bytes" figure: the reference's bytes on the
+  link over the row's. The bpb ratio is paired: a row is divided by the reference experiment's run *with the same
+  seed* when there is one (same data order, same initial weights), else by the reference run.
+
+Each row is labelled by the folder it was read from (``run``), beside its corpus, preset, tokens and seed.
+
+Seed sweeps: :func:`seed_summary` groups the runs of one configuration (everything but the seed and the logging
+settings) and reports the mean and sample standard deviation of bpb over seeds, and of the paired bpb ratio.
+
+Output: :func:`render` writes a row list as a terminal table, Markdown, CSV or JSON.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+FORMATS = ("table", "markdown", "csv", "json")
+# config fields that change no number of a run: left out when grouping the seeds of one configuration
+_NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads",
+               "checkpoint_every"}
+
+
+class ComparisonError(ValueError):
+    """Runs that cannot be compared honestly (different corpora or token budgets)."""
+
+
+def run_label(r: dict[str, Any]) -> str:
+    """A row's label: the folder its result.json came from (``load_result`` records it), else experiment and seed."""
+    return str(r.get("dir") or f"{r['experiment']} s{r['seed']}")
+
+
+def token_budget(r: dict[str, Any]) -> int:
+    """Planned training tokens: ``steps x sum(island batch) x seq_len`` from the run's config (the realised
+    ``tokens`` when the result carries no config)."""
+    c = r.get("config")
+    if not c:
+        return int(r["tokens"])
+    return int(c["steps"]) * sum(int(i["batch_size"]) for i in c["islands"]) * int(c["model"]["seq_len"])
+
+
+def corpus_id(r: dict[str, Any]) -> str:
+    """The corpus a run was scored on: its sha256 when recorded (two names for the same bytes are the same corpus)."""
+    return str(r.get("corpus_sha256") or r.get("corpus"))
+
+
+def check_comparable(results: Sequence[dict[str, Any]], allow_mismatch: bool = False) -> list[str]:
+    """Per run, "" or a note saying how it differs from the first run (corpus, token budget).
+
+    Raises ComparisonError naming the difference unless ``allow_mismatch`` (then warns and returns the notes)."""
+    notes = [""] * len(results)
+    problems = []
+    for what, key, show in (("corpus", corpus_id, lambda r: str(r.get("corpus"))),
+                            ("token budget", token_budget, lambda r: f"{token_budget(r):,} tokens")):
+        first = key(results[0])
+        odd = [i for i, r in enumerate(results) if key(r) != first]
+        if not odd:
+            continue
+        sides: dict[Any, tuple[str, list[str]]] = {}
+        for r in results:
+            sides.setdefault(key(r), (show(r), []))[1].append(run_label(r))
+        names = [name for name, _ in sides.values()]
+        problems.append(f"{what}: the runs differ (" + "; ".join(
+            f"{name if names.count(name) == 1 else f'{name} [{str(k)[:12]}]'}: {', '.join(labels)}"
+            for k, (name, labels) in sides.items()) + ")")
+        for i in odd:
+            notes[i] = (notes[i] + ", " if notes[i] else "") + f"different {what}"
+    if problems:
+        what = " and ".join(p.split(":")[0] for p in problems)
+        msg = f"compare: runs on {what} that differ are not comparable: " + "; ".join(problems)
+        if not allow_mismatch:
+            raise ComparisonError(msg + " (--allow-mismatch compares them anyway, marking the rows)")
+        warnings.warn(msg + " (compared anyway: rows marked)", RuntimeWarning, stacklevel=3)
+    return notes
+
+
+def pick_reference(results: Sequence[dict[str, Any]], reference: str | None = None) -> int:
+    """Index of the reference run: the run labelled ``reference`` or the first of experiment ``reference``; by
+    default the first baseline, else the first run."""
+    if reference is not None:
+        for i, r in enumerate(results):
+            if run_label(r) == reference or str(Path(run_label(r)).resolve()) == str(Path(reference).resolve()):
+                return i
+        for i, r in enumerate(results):
+            if r["experiment"] == reference:
+                return i
+        raise ComparisonError(f"reference: {reference!r} is neither a compared run nor an experiment among them "
+                              f"(runs: {', '.join(run_label(r) for r in results)})")
+    return next((i for i, r in enumerate(results) if r["experiment"] == "baseline"), 0)
+
+
+def reference_bytes(r: dict[str, Any]) -> float:
+    """Bytes the reference run put on the link (its data-parallel equivalent when it sent none: one island)."""
+    return float(r["cross_site_bytes"] or r["ddp_equivalent_bytes"])
+
+
+def compare_table(results: Sequence[dict[str, Any]], reference: str | None = None,
+                  allow_mismatch: bool = False) -> list[dict[str, Any]]:
+    """One row per run (see the module docstring for the checks and the reference)."""
+    if not results:
+        raise ComparisonError("compare: need at least one run")
+    notes = check_comparable(results, allow_mismatch)
+    ref = results[pick_reference(results, reference)]
+    ref_bytes = reference_bytes(ref)
+    by_seed = {r["seed"]: r for r in results if r["experiment"] == ref["experiment"]}
+    rows = []
+    for r, note in zip(results, notes):
+        paired = by_seed.get(r["seed"], ref)
+        sent = r["cross_site_bytes"]
+        rows.append({
+            "run": run_label(r), "experiment": r["experiment"], "corpus": r.get("corpus"), "preset": r.get("preset"),
+            "tokens": r["tokens"], "token_budget": token_budget(r), "seed": r["seed"],
+            "final_val_bpb": r["final_val_bpb"], "bpb_vs_ref": r["final_val_bpb"] / paired["final_val_bpb"],
+            "cross_site_bytes": sent, "x_fewer_bytes": ref_bytes / sent if sent else math.inf,
+            "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
+            "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
+            "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref), "reference_bytes": ref_bytes,
+            "paired_with": run_label(paired), "mismatch": note,
+        })
+    return rows
+
+
+def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and spread over seeds per configuration: ``compare_table`` rows and the results they came from (same
+    order). Groups are the runs whose configs differ only in seed and logging; ``bpb_vs_ref`` is the paired ratio."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(results):
+        cfg = {k: v for k, v in (r.get("config") or {"experiment": r["experiment"]}).items() if k not in _NOT_CONFIG}
+        groups.setdefault(json.dumps(cfg, sort_keys=True, default=str), []).append(i)
+    names = [rows[idx[0]]["experiment"] for idx in groups.values()]
+    out = []
+    for idx, name in zip(groups.values(), names):
+        label = name if names.count(name) == 1 else f"{name} ({rows[idx[0]]['run']})"
+        sel = [rows[i] for i in idx]
+        out.append({
+            "experiment": label, "n_seeds": len(sel), "seeds": [r["seed"] for r in sel],
+            **_mean_spread("final_val_bpb", [r["final_val_bpb"] for r in sel]),
+            **_mean_spread("bpb_vs_ref", [r["bpb_vs_ref"] for r in sel]),
+            "cross_site_bytes_mean": statistics.fmean(r["cross_site_bytes"] for r in sel),
+            "x_fewer_bytes_mean": statistics.fmean(r["x_fewer_bytes"] for r in sel),
+            "compute_utilization_mean": statistics.fmean(r["compute_utilization"] for r in sel),
+            "reference": sel[0]["reference"],
+        })
+    return out
+
+
+def _mean_spread(name: str, vals: list[float]) -> dict[str, float]:
+    """mean, sample standard deviation (0 for one seed), min and max."""
+    return {f"{name}_mean": statistics.fmean(vals), f"{name}_std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+            f"{name}_min": min(vals), f"{name}_max": max(vals)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output
+
+
+def _bpb(r: dict[str, Any]) -> str:
+    if r.get("diverged_at_step") is not None:
+        return f"diverged at step {r['diverged_at_step']}"
+    return f"{r['final_val_bpb']:.4f}"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000:
+            return f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def _x(v: float) -> str:
+    return "inf" if math.isinf(v) else f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
+
+
+RUN_COLUMNS = [
+    ("run", lambda r: r["run"]), ("experiment", lambda r: r["experiment"]), ("corpus", lambda r: str(r["corpus"])),
+    ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"),
+    ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / ref", lambda r: f"{r['bpb_vs_ref']:.4f}"),
+    ("link bytes", lambda r: _bytes(r["cross_site_bytes"])),
+    ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes"])), ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
+    ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%"), ("note", lambda r: r["mismatch"]),
+]
+SEED_COLUMNS = [
+    ("experiment", lambda r: r["experiment"]), ("seeds", lambda r: " ".join(map(str, r["seeds"]))),
+    ("bpb mean ± std", lambda r: f"{r['final_val_bpb_mean']:.4f} ± {r['final_val_bpb_std']:.4f}"),
+    ("bpb / ref (paired) mean ± std", lambda r: f"{r['bpb_vs_ref_mean']:.4f} ± {r['bpb_vs_ref_std']:.4f}"),
+    ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes_mean"])),
+    ("util", lambda r: f"{100 * r['compute_utilization_mean']:.1f}%"),
+]
+
+
+def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence[tuple[str, Any]] | None = None) -> str:
+    """``rows`` as a terminal table, Markdown, CSV (display columns for the first two, every field for CSV and JSON:
+    non-finite numbers become empty cells / ``null``)."""
+    if fmt not in FORMATS:
+        raise ComparisonError(f"format: must be one of {'|'.join(FORMATS)} (got {fmt!r})")
+    if fmt == "json":
+        from islands_kit.tracking import dumps_strict
+
+        return dumps_strict(list(rows), indent=1)
+    if fmt == "csv":
+        buf = io.StringIO()
+        keys = list(rows[0]) if rows else []
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(keys)
+        for r in rows:
+            w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
+                        " ".join(map(str, v)) if isinstance(v, list) else "" if v is None else v for v in r.values()])
+        return buf.getvalue().rstrip("\n")
+    cols = list(columns or (RUN_COLUMNS if rows and "run" in rows[0] else SEED_COLUMNS))
+    if rows and not any(r.get("mismatch") for r in rows):
+        cols = [c for c in cols if c[0] != "note"]
+    body = [[str(f(r)) for _, f in cols] for r in rows]
+    hdr = [name for name, _ in cols]
+    if fmt == "markdown":
+        esc = [[v.replace("|", "\\|") for v in line] for line in [hdr] + body]
+        lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in hdr) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(line) + " |" for line in esc[1:]])
+    widths = [max(len(line[c]) for line in [hdr] + body) for c in range(len(hdr))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in [hdr] + body)
+
+
+def reference_note(rows: Sequence[dict[str, Any]]) -> str:
+    """The line under a table that says what "ref" is."""
+    if not rows:
+        return ""
+    return (f"ref = {rows[0]['reference']}: 'bpb / ref' divides by the reference experiment's run with the same seed "
+            f"(paired); 'fewer bytes than ref' divides its bytes on the link by each row's.")
+
+
+def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str | None = None,
+           allow_mismatch: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """Rows, seed summary (when some configuration ran with more than one seed, else []) and the rendered text."""
+    rows = compare_table(results, reference, allow_mismatch)
+    seeds = seed_summary(rows, results)
+    swept = any(s["n_seeds"] > 1 for s in seeds)
+    if fmt == "json":
+        from islands_kit.tracking import dumps_strict
+
+        return rows, seeds if swept else [], dumps_strict({"runs": rows, "seeds": seeds if swept else []}, indent=1)
+    text = render(rows, fmt)
+    if swept:
+        head = "mean ± sample std over seeds:\n" if fmt == "table" else ""
+        text += "\n\n" + head + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS)
+    if fmt != "csv":
+        text += "\n\n" + reference_note(rows)
+    return rows, seeds if swept else [], text
+
+
+def expand_run_dirs(paths: Sequence[str | Path]) -> list[Path]:
+    """Run folders: each path holding a result.json (or a result.json file) as is; a folder without one stands for
+    every folder below it that holds one (a seed sweep's ``OUT/s<seed>``, a comparison's ``OUT/<experiment>`` or
+    ``OUT/<experiment>/s<seed>``), in path order."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir() and not (p / "result.json").exists():
+            found = sorted(q.parent for q in p.rglob("result.json"))
+            if not found:
+                raise FileNotFoundError(f"compare: no result.json in {p} or in its subfolders")
+            out += found
+        else:
+            out.append(p)
+    return out

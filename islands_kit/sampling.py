@@ -1,0 +1,112 @@
+"""A run's final models on disk, and bytes sampled from them (``islands-kit sample RUN_DIR --prompt ...``).
+
+At the end of a run ``save_final_models`` writes, beside result.json:
+
+* ``model.pt``: the model the run deploys and scores (the global parameters for DiLoCo, cell 0's replica for the
+  butterfly, the one model of data-parallel training);
+* ``model.island<i>.pt``: every island's own replica (under torch.distributed each rank writes the islands it holds).
+
+Each file is ``torch.save`` of plain data — ``{"format", "which", "experiment", "step", "model_config": {...},
+"state_dict": {name: tensor}}`` — so ``torch.load(..., weights_only=True)`` reads it (no pickled classes).
+
+``generate`` samples bytes autoregressively: the logits of the last position, divided by the temperature, restricted
+to the ``top_k`` most likely bytes (0 = all 256), sampled with a seeded generator; the context is the last
+``model.seq_len`` bytes (the positions the model was trained on).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from islands_kit.config import ConfigError, ModelConfig, _check
+from islands_kit.io import atomic_write_bytes
+from islands_kit.model import ByteTransformer
+
+FORMAT = "islands_kit.model/1"
+DEPLOYED = "model.pt"
+
+
+def island_file(i: int) -> str:
+    return f"model.island{i}.pt"
+
+
+def _write(path: Path, which: str, experiment: str, step: int, model_cfg: ModelConfig,
+           state: dict[str, torch.Tensor]) -> None:
+    import io
+
+    payload = {"format": FORMAT, "which": which, "experiment": experiment, "step": int(step),
+               "model_config": dataclasses.asdict(model_cfg),
+               "state_dict": {k: v.detach().cpu().clone() for k, v in state.items()}}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def save_final_models(exp: Any, out_dir: str | Path) -> list[Path]:
+    """Write the deployed model (by the writing process) and the replica of every island this process holds."""
+    out = Path(out_dir)
+    cfg = exp.cfg
+    paths = []
+    for i, isl in sorted(exp.islands.items()):
+        p = out / island_file(i)
+        _write(p, f"island {i} ({cfg.islands[i].name})", cfg.experiment, exp.step, cfg.model, isl.model.state_dict())
+        paths.append(p)
+    if exp.is_writer:
+        deployed = exp._load_eval_model()
+        p = out / DEPLOYED
+        _write(p, "deployed", cfg.experiment, exp.step, cfg.model, deployed.state_dict())
+        paths.append(p)
+    return paths
+
+
+def load_model(run_dir: str | Path, island: int | None = None) -> tuple[ByteTransformer, dict[str, Any]]:
+    """The model saved in ``run_dir`` (the deployed one, or island ``island``'s replica), in eval mode, with the
+    file's metadata. ConfigError naming the file when it is missing or not a model file."""
+    d = Path(run_dir)
+    p = d / (DEPLOYED if island is None else island_file(island))
+    if not p.is_file():
+        have = sorted(q.name for q in d.glob("model*.pt")) if d.is_dir() else []
+        raise ConfigError(f"sample: no {p.name} in {d} (a finished run writes model.pt and model.island<i>.pt; "
+                          f"found: {', '.join(have) or 'none'})")
+    try:
+        payload = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated file, not a torch file, an object weights_only refuses
+        raise ConfigError(f"sample: {p} is not a model file ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ConfigError(f"sample: {p} is not an {FORMAT} file")
+    model = ByteTransformer(ModelConfig(**payload["model_config"]))
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    meta = {k: v for k, v in payload.items() if k != "state_dict"}
+    return model, meta
+
+
+@torch.no_grad()
+def generate(model: ByteTransformer, prompt: bytes, max_bytes: int = 256, temperature: float = 1.0, top_k: int = 0,
+             seed: int = 0) -> bytes:
+    """``max_bytes`` bytes sampled after ``prompt`` (temperature 0 = greedy: the most likely byte each time)."""
+    _check(isinstance(max_bytes, int) and max_bytes >= 1, "max_bytes", "must be an integer >= 1", max_bytes)
+    _check(temperature >= 0, "temperature", "must be >= 0 (0 = greedy)", temperature)
+    _check(isinstance(top_k, int) and 0 <= top_k <= 256, "top_k", "must be an integer in [0, 256] (0 = all)", top_k)
+    _check(len(prompt) >= 1, "prompt", "must hold at least one byte", prompt)
+    T = model.cfg.seq_len
+    gen = torch.Generator().manual_seed(seed)
+    seq = list(prompt)
+    out = bytearray()
+    for _ in range(max_bytes):
+        ctx = torch.tensor([seq[-T:]], dtype=torch.long)  # (1, t <= seq_len)
+        logits = model(ctx).logits[0, -1].float()  # (256,)
+        if temperature == 0:
+            nxt = int(logits.argmax())
+        else:
+            logits = logits / temperature
+            if top_k:
+                kth = torch.topk(logits, top_k).values[-1]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=gen))
+        seq.append(nxt)
+        out.append(nxt)
+    return bytes(out)

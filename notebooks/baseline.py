@@ -1,0 +1,95 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Baseline: fully synchronous data-parallel training
+#
+# One model trained on the global batch of both sites (24 + 16 sequences per step): every step, the two sites
+# all-reduce their fp32 gradients across the wide-area link, so they always hold the same weights. This is the quality
+# reference and the communication worst case: the other experiments report their bytes as *times less than* this
+# all-reduce.
+#
+# Run it from the command line (papermill; the executed copy is kept in the output folder):
+#
+# ```bash
+# islands-kit notebook baseline -p preset smoke --out runs/baseline-smoke
+# ```
+#
+# The next cell holds the parameters (literals only); the one after it validates them through `islands_kit` and stops
+# with a `ConfigError` naming the field if one is wrong.
+
+# %% tags=["parameters"]
+preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | gpu
+seed = 0  # one seed for weights, data order, stochastic rounding and the link's draws
+steps = 0  # inner steps per island; 0 means the preset value
+corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob of .txt/.parquet files
+out_dir = ""  # empty means runs/baseline-<preset>-s<seed>; result.json, history.jsonl and the PNGs land here
+wandb_mode = "offline"  # offline | online | disabled
+wandb_project = "islands_kit"
+wandb_group = ""  # the runs of one comparison share a group
+link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
+overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
+
+# %%
+from islands_kit import plots
+from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run, notebook_config, resolve_out_dir,
+                                   result_summary)
+
+cfg = notebook_config("baseline", preset, seed, steps, {
+    "data.corpus": corpus, "link.preset": link,
+    "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
+}, overrides)
+out = resolve_out_dir(out_dir, cfg)
+print(config_summary(cfg))
+
+# %% [markdown]
+# ## Train
+# `run_experiment` writes `result.json` and `history.jsonl` (one record per evaluation) into the output folder, and
+# logs to wandb unless `wandb_mode` is disabled.
+
+# %%
+from islands_kit.run import run_experiment
+
+result = run_experiment(cfg, out)
+print(result_summary(result))
+
+# %% [markdown]
+# ## Validation bits per byte
+# Against training tokens (the budget every experiment shares) and against the simulated wall-clock (where waiting for
+# the link shows). Dashed lines: general-purpose compressors on exactly the same validation bytes.
+
+# %%
+run = load_run(out)
+runs = {cfg.experiment: run["history"]}
+floors = run["result"]["compressor_bpb"]
+plots.show(plots.bpb_curves(runs, x="tokens", floors=floors), out / "bpb_vs_tokens.png")
+plots.show(plots.bpb_curves(runs, x="sim_time", floors=floors), out / "bpb_vs_sim_time.png")
+
+# %% [markdown]
+# ## Bytes on the link
+# Cumulative bytes sent across the wide-area link; dotted: what a fp32 gradient all-reduce every step would have sent.
+
+# %%
+plots.show(plots.link_bytes(runs, ddp_bytes_per_step={cfg.experiment: ddp_bytes_per_step(run["result"])},
+                            timelines={cfg.experiment: run["timeline"]}), out / "link_bytes.png")
+
+# %% [markdown]
+# ## Routing load
+# Left: the busiest expert's token count over the mean, per layer (1 = perfectly balanced). Middle: the Switch balance
+# score the aux loss minimises. They can disagree: the score weighs loads by router probabilities. Right (several
+# replicas): how far the replicas' routing drifted apart.
+
+# %%
+plots.show(plots.routing_load(run["history"]), out / "routing_load.png")

@@ -1,0 +1,115 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Eight cells: butterfly mixing without any all-reduce
+#
+# Eight equal cells (5 sequences each) train their own replicas. There is no all-reduce: in round r cell i pairs with
+# cell i XOR 2^r and the two swap one model fragment; after log2(8) = 3 rounds every cell's update has reached every
+# other cell (Zhao & Canny 2013, butterfly mixing). Each fragment is exchanged `exchanges_per_window` times per H
+# steps and merged with equal weight `delay` steps after it was sent, so the transfer overlaps compute. Evaluation
+# scores cell 0's replica.
+#
+# Run it from the command line (papermill; the executed copy is kept in the output folder):
+#
+# ```bash
+# islands-kit notebook eight_cell -p preset smoke --out runs/eight_cell-smoke
+# ```
+#
+# The next cell holds the parameters (literals only); the one after it validates them through `islands_kit` and stops
+# with a `ConfigError` naming the field if one is wrong.
+
+# %% tags=["parameters"]
+preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | gpu
+seed = 0  # one seed for weights, data order, stochastic rounding and the link's draws
+steps = 0  # inner steps per island; 0 means the preset value
+corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob of .txt/.parquet files
+out_dir = ""  # empty means runs/eight_cell-<preset>-s<seed>; result.json, history.jsonl and the PNGs land here
+wandb_mode = "offline"  # offline | online | disabled
+wandb_project = "islands_kit"
+wandb_group = ""  # the runs of one comparison share a group
+link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
+overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
+# eight_cell knobs; None means the preset value (islands_kit.presets)
+H = None  # inner steps per window
+exchanges_per_window = None  # how many times each fragment is exchanged per window
+delay = None  # a partner's fragment sent after step t is merged after step t + delay
+codec = None  # fp32 | bf16 | int8 | fp8_e4m3 | int4 | fp4_e2m1 | int2: fragments on the wire
+
+# %%
+from islands_kit import plots
+from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run, notebook_config, resolve_out_dir,
+                                   result_summary)
+
+cfg = notebook_config("eight_cell", preset, seed, steps, {
+    "data.corpus": corpus, "link.preset": link,
+    "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
+    "sync.H": H, "sync.exchanges_per_window": exchanges_per_window, "sync.delay": delay, "sync.codec": codec,
+}, overrides)
+out = resolve_out_dir(out_dir, cfg)
+print(config_summary(cfg))
+
+# %% [markdown]
+# ## Train
+# `run_experiment` writes `result.json` and `history.jsonl` (one record per evaluation) into the output folder, and
+# logs to wandb unless `wandb_mode` is disabled.
+
+# %%
+from islands_kit.run import run_experiment
+
+result = run_experiment(cfg, out)
+print(result_summary(result))
+
+# %% [markdown]
+# ## Validation bits per byte
+# Against training tokens (the budget every experiment shares) and against the simulated wall-clock (where waiting for
+# the link shows). Dashed lines: general-purpose compressors on exactly the same validation bytes.
+
+# %%
+run = load_run(out)
+runs = {cfg.experiment: run["history"]}
+floors = run["result"]["compressor_bpb"]
+plots.show(plots.bpb_curves(runs, x="tokens", floors=floors), out / "bpb_vs_tokens.png")
+plots.show(plots.bpb_curves(runs, x="sim_time", floors=floors), out / "bpb_vs_sim_time.png")
+
+# %% [markdown]
+# ## Bytes on the link
+# Cumulative bytes sent across the wide-area link; dotted: what a fp32 gradient all-reduce every step would have sent.
+
+# %%
+plots.show(plots.link_bytes(runs, ddp_bytes_per_step={cfg.experiment: ddp_bytes_per_step(run["result"])},
+                            timelines={cfg.experiment: run["timeline"]}), out / "link_bytes.png")
+
+# %% [markdown]
+# ## Routing load
+# Left: the busiest expert's token count over the mean, per layer (1 = perfectly balanced). Middle: the Switch balance
+# score the aux loss minimises. They can disagree: the score weighs loads by router probabilities. Right (several
+# replicas): how far the replicas' routing drifted apart.
+
+# %%
+plots.show(plots.routing_load(run["history"]), out / "routing_load.png")
+
+# %% [markdown]
+# ### The exchange schedule
+# ▼ marks an exchange (colour = butterfly round, i.e. which partner), the bar the `delay` steps until the partner's
+# fragment is merged.
+
+# %%
+from islands_kit.sync.butterfly import butterfly_schedule
+
+s = cfg.sync
+shown = min(cfg.steps, 2 * s.H)
+exchanges = butterfly_schedule(len(cfg.islands), s.H, s.exchanges_per_window, s.n_fragments, shown)
+plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.delay, shown), out / "butterfly_timeline.png")

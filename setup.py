@@ -1,0 +1,35 @@
+"""Build hook: the wheel carries the notebooks and data cards as package data.
+
+Their home is the top-level ``notebooks/`` and ``data_cards/`` folders (what a reader of the repository finds); a
+build copies ``notebooks/*.ipynb`` and ``data_cards/*.md`` into ``islands_kit/_resources/`` inside the wheel, where
+``islands_kit.resources`` finds them once installed. An editable install reads the top-level folders directly.
+Everything else is in pyproject.toml.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+RESOURCES = {"notebooks": "*.ipynb", "data_cards": "*.md"}
+
+
+class build_py_with_resources(build_py):
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        for folder, pattern in RESOURCES.items():
+            files = sorted((ROOT / folder).glob(pattern))
+            if not files:
+                raise SystemExit(f"setup.py: no {folder}/{pattern} to package (build from the repository or an sdist)")
+            dst = Path(self.build_lib) / "islands_kit" / "_resources" / folder
+            dst.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                shutil.copyfile(f, dst / f.name)
+
+
+setup(cmdclass={"build_py": build_py_with_resources})

@@ -1,0 +1,156 @@
+"""The command line as a user meets it: discoverable config (``config``, ``--help``, nearest-key suggestions),
+config files (YAML/JSON, a result.json reruns a run exactly), ``--dry-run``, ``--version``, ``--force``, and
+``--resume`` restoring the config from the checkpoint."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+
+from islands_kit import __version__, config
+from islands_kit.cli import build_parser, main
+from islands_kit.config import ExperimentConfig, apply_overrides
+from islands_kit.configfile import config_rows, field_help
+from islands_kit.presets import PRESETS, get_preset
+
+CONFIG_CLASSES = (config.ExperimentConfig, config.DataConfig, config.ModelConfig, config.OptimConfig,
+                  config.SyncConfig, config.LinkConfig, config.IslandConfig, config.FaultConfig)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda c: c.__name__)
+def test_every_config_field_has_a_one_line_help(cls):
+    helps = field_help(cls)
+    assert set(helps) == {f.name for f in dataclasses.fields(cls)}
+    missing = [k for k, v in helps.items() if not v]
+    assert not missing, f"{cls.__name__}: add a '# help' comment to {missing} in config.py"
+
+
+def test_config_command_prints_a_loadable_commented_listing(capsys, tmp_path):
+    assert main(["config", "two_site", "--set", "sync.H=4", "--set", "islands.1.batch_size=8"]) == 0
+    text = capsys.readouterr().out
+    want = apply_overrides(get_preset("two_site", "smoke"), {"sync.H": 4, "islands.1.batch_size": 8})
+    assert yaml.safe_load(text) == want.to_dict()  # the listing is the config
+    assert "  H: 4  # inner steps per window [default 50]" in text.splitlines()
+    assert "  top_k: 2  # experts each token is routed to" in text.splitlines()  # equal to its default: no note
+    for key, _value, _default, help_ in config_rows(want):
+        assert help_, key
+    (tmp_path / "c.yaml").write_text(text)  # and it loads back through --config
+    assert main(["config", "--config", str(tmp_path / "c.yaml")]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_help_lists_experiments_and_presets_and_version(capsys):
+    text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for name in ("baseline", "two_site", "eight_cell", *PRESETS, "islands-kit config EXPERIMENT"):
+        assert name in text
+    nb = build_parser()._subparsers._group_actions[0].choices["notebook"].format_help()
+    assert "notebooks: baseline, compare, eight_cell, poisoned_island, tour, two_site" in " ".join(nb.split())
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"islands-kit {__version__}"
+
+
+def test_unknown_keys_suggest_the_nearest(capsys, tmp_path):
+    assert main(["run", "two_site", "--set", "sync.HH=4", "--out", str(tmp_path / "x")]) == 2
+    assert "sync.HH: unknown key (did you mean sync.H" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text("experiment: two_site\nmodel:\n  n_layer: 3\n")
+    assert main(["config", "--config", str(tmp_path / "bad.yaml")]) == 2
+    assert "model.n_layer: unknown key (did you mean model.n_layers" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_config_file_errors_name_the_file_and_the_rule(capsys, tmp_path):
+    cases = {"a.yaml": "experiment: [unclosed", "b.json": "{", "c.toml": "x = 1", "d.yaml": "- 1\n- 2\n"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        assert main(["config", "--config", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("islands-kit: error: --config:") and name in err and err.count("\n") == 1, err
+    (tmp_path / "e.yaml").write_text("experiment: baseline\n")
+    assert main(["config", "two_site", "--config", str(tmp_path / "e.yaml")]) == 2
+    assert "experiment: the command names 'two_site', the config file 'baseline'" in capsys.readouterr().err
+    assert main(["config"]) == 2
+    assert "experiment: name one" in capsys.readouterr().err
+
+
+def test_result_json_reruns_exactly_through_yaml_and_json(tmp_path, capsys):
+    a = tmp_path / "a"
+    assert main(["run", "two_site", "--set", "steps=10", "--set", "sync.tau=2", "--set", "sync.codec=int8",
+                 "--out", str(a)]) == 0
+    first = json.loads((a / "result.json").read_text())
+    capsys.readouterr()
+    # result.json's config through the config listing (YAML) ...
+    assert main(["config", "--config", str(a / "result.json")]) == 0
+    (tmp_path / "rerun.yaml").write_text(capsys.readouterr().out)
+    assert main(["run", "--config", str(tmp_path / "rerun.yaml"), "--out", str(tmp_path / "b")]) == 0
+    second = json.loads((tmp_path / "b" / "result.json").read_text())
+    assert second["config"] == first["config"] and second["final_val_bpb"] == first["final_val_bpb"]
+    assert second["val_curve"] == first["val_curve"]
+    # ... and result.json itself as the config file (JSON)
+    cfg = ExperimentConfig.from_dict(first["config"])
+    assert cfg.sync.tau == 2 and cfg.sync.codec == "int8"
+    assert main(["run", "--config", str(a / "result.json"), "--out", str(tmp_path / "b"), "--dry-run"]) == 2
+    assert "holds a finished run" in capsys.readouterr().err  # --force or another folder
+    assert main(["run", "--config", str(a / "result.json"), "--out", str(tmp_path / "b"), "--dry-run",
+                 "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run: valid" in out and "steps 10 x global batch 40" in out and "codec int8" in out
+
+
+def test_dry_run_trains_nothing(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["run", "eight_cell", "--preset", "demo", "--dry-run", "--out", str(out)]) == 0
+    assert "dry run: valid" in capsys.readouterr().out and not out.exists()
+    assert main(["run", "baseline", "--dry-run", "--set", "data.corpus=/no/such.txt", "--out", str(out)]) == 2
+    assert "data.corpus" in capsys.readouterr().err
+
+
+def test_resume_restores_the_config_from_the_checkpoint(tmp_path, capsys):
+    a = tmp_path / "a"
+    assert main(["run", "two_site", "--set", "steps=16", "--set", "checkpoint_every=8", "--set", "sync.tau=2",
+                 "--set", "optim.lr=0.004", "--out", str(a)]) == 0
+    full = json.loads((a / "result.json").read_text())
+    capsys.readouterr()
+    # nothing retyped: experiment, preset and every --set come from the checkpoint (step 8)
+    assert main(["run", "--resume", str(a), "--out", str(tmp_path / "b")]) == 0
+    resumed = json.loads((tmp_path / "b" / "result.json").read_text())
+    for k in ("final_val_bpb", "val_curve", "ledger", "sim_wall_clock_s", "config"):
+        assert resumed[k] == full[k], k
+    capsys.readouterr()
+    assert main(["run", "--resume", str(a), "--set", "sync.H=4", "--out", str(tmp_path / "c")]) == 2
+    assert "sync.H: cannot change on --resume" in capsys.readouterr().err
+    assert main(["run", "--resume", str(a), "--set", "steps=8", "--out", str(tmp_path / "c")]) == 2
+    assert "steps: must be > the checkpoint's step 8" in capsys.readouterr().err
+    assert main(["run", "eight_cell", "--resume", str(a), "--out", str(tmp_path / "c")]) == 2
+    assert "experiment: the checkpoint in" in capsys.readouterr().err
+    assert main(["run", "two_site", "--preset", "smoke", "--set", "sync.tau=2", "--resume", str(a), "--set",
+                 "steps=20", "--dry-run", "--out", str(tmp_path / "c")]) == 0  # retyped and equal: accepted
+    assert main(["run", "--resume", str(a), "--set", "steps=20", "--dry-run", "--out", str(tmp_path / "c")]) == 0
+    assert "steps 20 x" in capsys.readouterr().out
+    assert main(["config", "--resume", str(a), "--set", "steps=20"]) == 0
+    restored = yaml.safe_load(capsys.readouterr().out)
+    assert restored == dict(full["config"], steps=20)
+    assert main(["run", "--resume", str(a), "--out", str(tmp_path / "b")]) == 2  # another finished run: refused
+    assert "holds a finished run" in capsys.readouterr().err
+    assert main(["run", "--resume", str(a), "--dry-run"]) == 0  # continuing in place (the default --out) is allowed
+    assert f"would resume {a} and write {a.resolve()}/result.json" in capsys.readouterr().out
+    assert not (tmp_path / "c").exists()
+
+
+def test_corpora_command_fetches_and_verifies_the_registered_corpora(capsys):
+    from islands_kit.data import CORPORA
+
+    assert main(["corpora"]) == 0
+    out = capsys.readouterr().out
+    for name, src in CORPORA.items():
+        assert f"{name}: {src.bytes:,} bytes, sha256 {src.sha256} verified" in out
+    assert main(["corpora", "tinystories"]) == 2
+    assert "corpora: unknown corpus 'tinystories' (registered: enwiki, shakespeare)" in capsys.readouterr().err

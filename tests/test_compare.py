@@ -1,0 +1,151 @@
+"""islands_kit.compare and ``islands-kit compare``: refusals that name the difference, one reference for the bytes
+column, ratios paired by seed, mean ± spread over seeds, and the four output formats. Synthetic result.json files
+(written the way run.py writes them), plus one real seed sweep through the CLI."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+
+import pytest
+
+from islands_kit import cli
+from islands_kit.compare import ComparisonError, compare_table, expand_run_dirs, render, report, seed_summary
+from islands_kit.tracking import load_result, write_json_atomic
+
+
+def result(experiment: str = "baseline", seed: int = 0, bpb: float = 3.0, sent: int = 1_000_000, steps: int = 100,
+           corpus: str = "shakespeare", sha: str = "aa" * 32, **config) -> dict:
+    cfg = {"experiment": experiment, "seed": seed, "steps": steps, "islands": [{"batch_size": 24}, {"batch_size": 16}],
+           "model": {"seq_len": 128}, "wandb_mode": "offline", **config}
+    return {"experiment": experiment, "preset": "demo", "seed": seed, "corpus": corpus, "corpus_sha256": sha,
+            "tokens": steps * 40 * 128, "steps": steps, "params_total": 10, "params_active": 5, "final_val_bpb": bpb,
+            "val_curve": [[steps * 40 * 128, bpb]], "compressor_bpb": {"gzip": 3.1, "bz2": 2.4, "xz": 2.7},
+            "cross_site_bytes": sent, "ddp_equivalent_bytes": 2_000_000, "routing_sync_bytes": 0,
+            "peak_link_bytes_per_s": 1.0, "sim_wall_clock_s": 10.0, "compute_utilization": 0.9, "wall_time_s": 1.0,
+            "versions": {}, "git_sha": None, "config": cfg}
+
+
+def write(tmp_path, name: str, res: dict):
+    d = tmp_path / name
+    d.mkdir(parents=True)
+    write_json_atomic(d / "result.json", res)
+    return d
+
+
+def test_runs_on_two_corpora_are_refused_naming_the_difference(tmp_path):
+    a = write(tmp_path, "base", result())
+    b = write(tmp_path, "ts-enwiki", result("two_site", corpus="enwiki", sha="bb" * 32))
+    runs = [load_result(a), load_result(b)]
+    with pytest.raises(ComparisonError) as e:
+        compare_table(runs)
+    msg = str(e.value)
+    assert "corpus: the runs differ" in msg and f"shakespeare: {a}" in msg and f"enwiki: {b}" in msg
+    assert "token budget" not in msg  # only what differs is named
+    # the CLI refuses too, with the same words, before printing any table
+    assert cli.main(["compare", str(a), str(b)]) == 2
+    # the same name with other bytes is another corpus too
+    with pytest.raises(ComparisonError, match=r"corpus: .*shakespeare \[aaaa.*shakespeare \[bbbb"):
+        compare_table([result(), result("two_site", sha="bb" * 32)])
+
+
+def test_token_budgets_are_compared_as_planned(tmp_path):
+    with pytest.raises(ComparisonError, match=r"token budget: the runs differ \(512,000 tokens: baseline s0; "
+                                              r"1,024,000 tokens: two_site s0\)"):
+        compare_table([result(), result("two_site", steps=200)])
+    # a run that stopped early (diverged) keeps its budget: comparable, and shown as diverged
+    early = dict(result("two_site", bpb=math.nan), tokens=1280, diverged_at_step=1)
+    rows = compare_table([result(), early])
+    assert rows[1]["token_budget"] == rows[0]["token_budget"] and "diverged at step 1" in render(rows)
+
+
+def test_allow_mismatch_warns_and_marks_the_rows(capsys, tmp_path):
+    runs = [result(), result("two_site", corpus="enwiki", sha="bb" * 32), result("eight_cell", steps=50)]
+    with pytest.warns(RuntimeWarning, match="compared anyway"):
+        rows = compare_table(runs, allow_mismatch=True)
+    assert [r["mismatch"] for r in rows] == ["", "different corpus", "different token budget"]
+    text = render(rows)
+    assert text.splitlines()[0].split()[-1] == "note" and "different corpus" in text.splitlines()[2]
+    dirs = [write(tmp_path, n, r) for n, r in zip("abc", runs)]
+    with pytest.warns(RuntimeWarning):
+        assert cli.main(["compare", *map(str, dirs), "--allow-mismatch"]) == 0
+    assert "different token budget" in capsys.readouterr().out
+
+
+def test_one_reference_for_the_bytes_and_ratios_paired_by_seed():
+    runs = [result("two_site", 0, 3.3, sent=10_000), result("baseline", 0, 3.0, sent=4_000_000),
+            result("baseline", 1, 3.2, sent=4_000_000), result("two_site", 1, 3.36, sent=20_000),
+            result("eight_cell", 1, 3.6, sent=0)]
+    rows = compare_table(runs)
+    # the first baseline is the reference of every row's bytes: its bytes over the row's, not each row's own DDP
+    assert {r["reference"] for r in rows} == {"baseline s0"}
+    assert [r["x_fewer_bytes"] for r in rows] == [400.0, 1.0, 1.0, 200.0, math.inf]
+    # bpb is divided by the baseline of the same seed
+    assert [r["paired_with"] for r in rows] == ["baseline s0", "baseline s0", "baseline s1", "baseline s1", "baseline s1"]
+    assert rows[0]["bpb_vs_ref"] == pytest.approx(1.1) and rows[3]["bpb_vs_ref"] == pytest.approx(1.05)
+    assert rows[4]["bpb_vs_ref"] == pytest.approx(3.6 / 3.2)
+    # another reference, by experiment or by run label
+    rows = compare_table(runs, reference="two_site")
+    assert rows[1]["x_fewer_bytes"] == pytest.approx(10_000 / 4_000_000) and rows[1]["bpb_vs_ref"] == pytest.approx(3.0 / 3.3)
+    assert compare_table(runs, reference="baseline s1")[0]["reference"] == "baseline s1"
+    with pytest.raises(ComparisonError, match="reference: 'nope'"):
+        compare_table(runs, reference="nope")
+
+
+def test_seed_summary_is_mean_and_sample_std_over_seeds():
+    bpbs = {"baseline": [3.0, 3.2, 3.1], "two_site": [3.3, 3.36, 3.2]}
+    runs = [result(e, s, b) for e, v in bpbs.items() for s, b in enumerate(v)]
+    runs.append(result("two_site", 0, 3.5, sync={"H": 100}))  # another configuration of two_site: its own group
+    rows = compare_table(runs)
+    summ = seed_summary(rows, runs)
+    assert [s["experiment"] for s in summ] == ["baseline", "two_site (two_site s0)", "two_site (two_site s0)"]
+    base, ts, h100 = summ
+    assert base["n_seeds"] == 3 and base["seeds"] == [0, 1, 2]
+    assert base["final_val_bpb_mean"] == pytest.approx(statistics.fmean(bpbs["baseline"]))
+    assert base["final_val_bpb_std"] == pytest.approx(statistics.stdev(bpbs["baseline"]))
+    paired = [t / b for t, b in zip(bpbs["two_site"], bpbs["baseline"])]
+    assert ts["bpb_vs_ref_mean"] == pytest.approx(statistics.fmean(paired))
+    assert ts["bpb_vs_ref_std"] == pytest.approx(statistics.stdev(paired))
+    assert h100["n_seeds"] == 1 and h100["final_val_bpb_std"] == 0.0
+    text = report(runs)[2]
+    assert "mean ± sample std over seeds" in text and f"{statistics.fmean(paired):.4f} ± {statistics.stdev(paired):.4f}" in text
+
+
+def test_formats(tmp_path, capsys):
+    runs = [result(), result("two_site", bpb=3.3, sent=10_000)]
+    rows = compare_table(runs)
+    md = render(rows, "markdown").splitlines()
+    assert md[0].startswith("| run | experiment | corpus | preset | tokens | seed | bpb |") and md[1].startswith("|---|")
+    assert len(md) == 4 and "| 100x |" in md[3]
+    back = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
+    assert back[1]["experiment"] == "two_site" and float(back[1]["x_fewer_bytes"]) == 100.0
+    assert float(back[1]["final_val_bpb"]) == 3.3 and back[0]["diverged_at_step"] == ""
+    assert json.loads(render(rows, "json")) == json.loads(json.dumps(rows))
+    with pytest.raises(ComparisonError, match="format"):
+        render(rows, "html")
+    dirs = [write(tmp_path, n, r) for n, r in zip(("b", "t"), runs)]
+    assert cli.main(["compare", *map(str, dirs), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["run"] for r in out["runs"]] == [str(d) for d in dirs] and out["seeds"] == []
+    assert cli.main(["compare", str(tmp_path), "--format", "markdown", "--output", str(tmp_path / "t.md")]) == 0
+    assert (tmp_path / "t.md").read_text().startswith("| run |")
+    assert expand_run_dirs([tmp_path]) == dirs  # a folder of run folders stands for all of them
+    with pytest.raises(FileNotFoundError, match="no result.json"):
+        expand_run_dirs([tmp_path / "b" / "nothing-here"] if (tmp_path / "b" / "nothing-here").mkdir() is None else [])
+
+
+def test_cli_seed_sweep_runs_each_seed_and_reports_mean_and_spread(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["run", "two_site", "--seeds", "0", "1", "--set", "steps=6", "--set", "threads=1", "--quiet", "--out", str(out)]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    res = [load_result(out / f"s{s}") for s in (0, 1)]
+    assert [r["seed"] for r in res] == [0, 1] and res[0]["final_val_bpb"] != res[1]["final_val_bpb"]
+    assert res[0]["config"]["wandb_group"] == res[1]["config"]["wandb_group"].strip() != ""
+    assert "[two_site s0]" not in text  # --quiet: no progress lines
+    bpbs = [r["final_val_bpb"] for r in res]
+    assert f"{statistics.fmean(bpbs):.4f} ± {statistics.stdev(bpbs):.4f}" in text
+    assert cli.main(["run", "two_site", "--seeds", "0", "-1", "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()  # refused before any run

@@ -1,0 +1,162 @@
+"""wandb runs written offline, decoded from their run file: what a user finds in them (history, metrics, table,
+figures, artifact, summary), the same run id after --resume, and wandb modes that never leak between runs."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from islands_kit.config import apply_overrides
+from islands_kit.presets import get_preset
+from islands_kit.run import run_experiment
+from islands_kit.tracking import WANDB_RUN_FILE, offline_run_records, resolve_wandb_mode
+
+pytest.importorskip("wandb")
+
+
+@pytest.fixture
+def no_wandb_env(monkeypatch):
+    """The config decides: no WANDB_MODE in the environment (conftest sets it to disabled for everything else)."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("ISLANDS_KIT_QUIET", raising=False)  # the end-of-run line is checked
+
+
+def smoke(experiment: str = "two_site", **over) -> object:
+    return apply_overrides(get_preset(experiment, "smoke"), {"threads": 1, **over})
+
+
+def offline_dirs(out: Path) -> list[Path]:
+    return sorted((out / "wandb").glob("offline-run-*"))
+
+
+def by_type(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        kind = next(k for k in r if k not in ("num", "control", "Info", "uuid"))
+        out.setdefault(kind, []).append(r[kind])
+    return out
+
+
+def items(rec: dict, field: str = "item") -> dict[str, object]:
+    """A history/summary record as {"a/b": value}."""
+    return {"/".join(i.get("nestedKey") or [i["key"]]): json.loads(i["valueJson"]) for i in rec.get(field, [])}
+
+
+def test_resolve_wandb_mode(monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert [resolve_wandb_mode(m) for m in ("offline", "online", "disabled")] == ["offline", "online", "disabled"]
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the caller's environment can switch wandb off ...
+    assert resolve_wandb_mode("offline") == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "offline")  # ... or choose the mode, but never switch on a disabled run
+    assert resolve_wandb_mode("online") == "offline" and resolve_wandb_mode("disabled") == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "nonsense")
+    assert resolve_wandb_mode("online") == "online"
+
+
+def test_offline_run_holds_history_metrics_table_figures_and_artifact(tmp_path, no_wandb_env, capsys):
+    cfg = smoke(wandb_mode="offline", wandb_group="g-test", log_every=4, progress=True)
+    res = run_experiment(cfg, tmp_path)
+    (run_dir,) = offline_dirs(tmp_path)
+    info = json.loads((tmp_path / WANDB_RUN_FILE).read_text())
+    assert info["id"] in run_dir.name and info["mode"] == "offline" and info["group"] == "g-test"
+    # the end of the run says how to upload it
+    assert f"wandb sync {tmp_path / 'wandb'}/offline-run-*-{info['id']}" in capsys.readouterr().out
+    recs = by_type(offline_run_records(run_dir))
+
+    (run,) = recs["run"]
+    assert run["runId"] == info["id"] and run["jobType"] == "experiment" and run["runGroup"] == "g-test"
+    assert {"two_site", "preset:smoke", "corpus:shakespeare", "strategy:diloco"} <= set(run["tags"])
+    metrics = {m.get("name") or m.get("globName"): m for m in recs["metric"]}
+    assert metrics["eval/bpb"]["stepMetric"] == "tokens" and metrics["eval_sim/*"]["stepMetric"] == "sim_time_s"
+    assert metrics["link/*"]["stepMetric"] == "sim_time_s" and metrics["train/*"]["stepMetric"] == "tokens"
+
+    hist = [items(h) for h in recs["history"]]
+    train = [h for h in hist if "train/loss" in h]
+    assert [h["step"] for h in train] == [4, 8, 12, 16, 20, 24]  # every log_every steps
+    assert all(h["tokens"] == h["step"] * 40 * 32 for h in train)
+    assert all(h["train/tokens_per_s"] > 0 for h in train[1:])
+    assert all(f"routing/balance_loss/layer{layer}" in h for h in train for layer in range(2))
+    assert [h["link/cross_site_bytes"] for h in train] == sorted(h["link/cross_site_bytes"] for h in train)
+    jsonl = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    evals = [h for h in hist if "eval/bpb" in h]
+    assert [(h["tokens"], h["eval/bpb"], h["eval_sim/bpb"]) for h in evals] == \
+        [(r["tokens"], r["val_bpb"], r["val_bpb"]) for r in jsonl]
+    assert [h["sim_time_s"] for h in evals] == [r["sim_time_s"] for r in jsonl]
+
+    final = next(h for h in hist if any(k.startswith("eval_history") for k in h))
+    assert final["eval_history/_type"] == "table-file" and final["eval_history/nrows"] == len(jsonl)
+    figures = {k.split("/")[1] for k in final if k.startswith("figures/")}
+    assert figures == {"bpb_vs_tokens", "bpb_vs_sim_time", "link_bytes", "routing_load"}
+
+    arts = {a["type"]: a for a in recs["artifact"]}
+    names = {e["path"] for e in arts["run-result"]["manifest"]["contents"]}
+    assert {"result.json", "history.jsonl", "figures/bpb_vs_tokens.png", "figures/routing_load.png"} <= names
+    summary = {}
+    for s in recs["summary"]:
+        summary.update(items(s, "update"))
+    assert summary["final_val_bpb"] == res["final_val_bpb"]
+    assert summary["compressor_bpb"]["xz"] == res["compressor_bpb"]["xz"]
+    assert summary["versions"]["islands_kit"] == res["versions"]["islands_kit"]
+    assert recs["exit"][0].get("exitCode", 0) == 0
+
+
+def test_two_runs_in_one_process_keep_their_own_wandb_mode(tmp_path, no_wandb_env):
+    for name, mode in (("a", "offline"), ("b", "disabled"), ("c", "offline")):
+        run_experiment(smoke("baseline", steps=4, wandb_mode=mode), tmp_path / name)
+        assert "WANDB_MODE" not in os.environ  # nothing written back for the next run to inherit
+    assert len(offline_dirs(tmp_path / "a")) == 1 and len(offline_dirs(tmp_path / "c")) == 1
+    assert not (tmp_path / "b" / "wandb").exists() and not (tmp_path / "b" / WANDB_RUN_FILE).exists()
+    ids = [json.loads((tmp_path / n / WANDB_RUN_FILE).read_text())["id"] for n in "ac"]
+    assert ids[0] != ids[1]
+
+
+def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env):
+    cfg = smoke("two_site", steps=8, checkpoint_every=4, wandb_mode="offline", log_every=2)
+    first = tmp_path / "first"
+    run_experiment(cfg, first)
+    first_id = json.loads((first / WANDB_RUN_FILE).read_text())["id"]
+    run_experiment(cfg, first, resume=first)  # the same folder: a second offline folder, same run id
+    dirs = offline_dirs(first)
+    assert len(dirs) == 2 and all(d.name.endswith(first_id) for d in dirs)
+    recs = by_type(offline_run_records(dirs[-1]))
+    assert recs["run"][0]["runId"] == first_id
+    train = [items(h) for h in recs["history"] if "train/loss" in items(h)]
+    assert [h["step"] for h in train] == [6, 8]  # continued after the checkpoint at step 4
+    other = tmp_path / "elsewhere"  # resumed into another folder: the id comes from the checkpoint's folder
+    run_experiment(cfg, other, resume=first / "checkpoint.pt")
+    assert json.loads((other / WANDB_RUN_FILE).read_text())["id"] == first_id
+
+
+def test_offline_run_records_refuses_other_files(tmp_path):
+    (tmp_path / "x.wandb").write_bytes(b"not a run file")
+    with pytest.raises(ValueError, match="not a wandb run file"):
+        offline_run_records(tmp_path / "x.wandb")
+    with pytest.raises(FileNotFoundError, match="no .wandb file"):
+        offline_run_records(tmp_path / "empty") if (tmp_path / "empty").mkdir() is None else None
+
+
+def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
+    from islands_kit.compare import compare_table
+    from islands_kit.notebooks import comparison_report, comparison_to_wandb
+
+    base = {"experiment": "baseline", "seed": 0, "preset": "smoke", "tokens": 100, "final_val_bpb": 4.0,
+            "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
+    runs = [base, dict(base, experiment="two_site", cross_site_bytes=10, final_val_bpb=4.4)]
+    rows, _ = comparison_report(runs, tmp_path)
+    shared = {"wandb_project": "p", "wandb_group": "compare-x", "wandb_mode": "offline"}
+    text = comparison_to_wandb(rows, shared, tmp_path)
+    (run_dir,) = offline_dirs(tmp_path)
+    assert f"wandb sync {tmp_path / 'wandb'}/offline-run-*" in text and "group 'compare-x'" in text
+    recs = by_type(offline_run_records(run_dir))
+    assert recs["run"][0]["jobType"] == "comparison" and recs["run"][0]["runGroup"] == "compare-x"
+    (logged,) = [items(h) for h in recs["history"]]
+    assert logged["comparison/_type"] == "table-file" and logged["comparison/nrows"] == 2
+    table_file = run_dir / "files" / logged["comparison/path"]
+    table = json.loads(table_file.read_text())
+    assert table["columns"] == list(compare_table(runs)[0])
+    assert [r[table["columns"].index("x_fewer_bytes")] for r in table["data"]] == [1.0, 100.0]
+    arts = {a["type"]: a for a in recs["artifact"]}
+    names = {e["path"] for e in arts["comparison"]["manifest"]["contents"]}
+    assert {"compare.json", "compare.md", "compare.csv", "compare.txt"} <= names
