@@ -83,8 +83,7 @@ import torch.distributed as dist
 from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
 from islands_kit.comm.control import MapOf
-from islands_kit.comm.transport import (Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes,
-                                        weighted_mean)
+from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes, weighted_mean
 from islands_kit.config import ConfigError
 
 if TYPE_CHECKING:
