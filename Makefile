@@ -32,4 +32,4 @@ test: install
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
 
 clean:
-	rm -rf runs wandb .pytest_cache
+	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,8 @@
 """Typed experiment configuration: dataclasses, eager validation, named presets, dotted overrides.
 
+(Over 400 lines on purpose: every config dataclass sits beside its validation rules and the dotted-override code that
+builds and checks them, so a field's type, default and rule are read in one place.)
+
 Every field is validated in ``__post_init__`` (or ``ExperimentConfig.validate``) so a bad value fails before any
 work starts, with a message that names the field and the rule it broke (``ConfigError``).
 """

@@ -23,6 +23,7 @@ from torch import nn
 from islands_kit.config import ConfigError, IslandConfig, ModelConfig, OptimConfig
 from islands_kit.data import BatchStream
 from islands_kit.device import autocast, use_fused_adamw
+from islands_kit.model import ByteTransformer, RoutingStats
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Island:
     """``model`` already sits on its device; batches are moved there (from the CPU data stream) at every step and the
     forward/backward runs under ``precision``'s autocast (``islands_kit.device``)."""
 
-    def __init__(self, island_id: int, cfg: IslandConfig, model: nn.Module, optim_cfg: OptimConfig,
+    def __init__(self, island_id: int, cfg: IslandConfig, model: ByteTransformer, optim_cfg: OptimConfig,
                  stream: BatchStream, total_steps: int, compute_s: float, process_group=None,
                  precision: str = "fp32") -> None:
         self.id = island_id
@@ -132,7 +133,7 @@ class Island:
         self.tokens_per_step = cfg.batch_size * stream.seq_len
         self.last_loss = float("nan")
         self.last_loads: torch.Tensor | None = None
-        self.last_stats = None
+        self.last_stats: RoutingStats | None = None
 
     def forward_backward(self) -> float:
         """One island batch: every rank's micro-batches, gradients accumulated as the mean over the batch.

@@ -1,5 +1,8 @@
 """Execute the kit's notebooks with papermill, and the helpers the notebooks call (they hold no core logic).
 
+(Over 400 lines on purpose: this is where the notebooks' logic lives — the runner and the few helpers each notebook
+calls — so that the notebooks themselves stay parameters, calls and plots.)
+
 ``run_notebook("two_site", {"preset": "smoke"}, "runs/x")`` executes ``notebooks/two_site.ipynb`` with those values
 injected after its ``parameters`` cell and keeps the executed copy in the output folder (``runs/x/two_site.ipynb``).
 A ``ConfigError`` raised inside the notebook (a bad parameter, caught by its validation cell) comes back as a

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 import islands_kit
 from islands_kit import kernels
@@ -72,12 +73,13 @@ def git_sha() -> str | None:
 def build_strategy(cfg: ExperimentConfig, models: dict[int, MoETransformer], transport: Transport) -> SyncStrategy:
     s = cfg.sync
     m0 = next(iter(models.values()))
+    modules: dict[int, nn.Module] = dict(models)  # the strategies see plain modules
     if s.strategy == "ddp":
-        return DDP(models, transport)
+        return DDP(modules, transport)
     frags = strided_fragments(m0.block_param_names(), m0.extra_param_names(), s.n_fragments)
     if s.strategy == "diloco":
-        return DiLoCo(models, transport, frags, s, cfg.seed)
-    return Butterfly(models, transport, frags, s, cfg.seed)
+        return DiLoCo(modules, transport, frags, s, cfg.seed)
+    return Butterfly(modules, transport, frags, s, cfg.seed)
 
 
 class Experiment:
@@ -96,7 +98,7 @@ class Experiment:
         self.corpus = load_data_corpus(cfg.data)
         self.train, self.val = split_bytes(self.corpus.data, cfg.data.val_fraction)
         T = cfg.model.seq_len
-        self.tune_x = self.tune_y = None
+        self.tune_windows: tuple[torch.Tensor, torch.Tensor] | None = None
         if cfg.data.tune_fraction > 0:  # the tuning split: held out of training, just before the validation tail
             n_tune = round(len(self.corpus.data) * cfg.data.tune_fraction)
             if not 2 <= n_tune < self.train.numel() - T:
@@ -104,7 +106,8 @@ class Experiment:
                                   f"bytes; must leave both more than model.seq_len={T} (got {cfg.data.tune_fraction})")
             tune = self.train[-n_tune:].clone()
             self.train = self.train[:-n_tune].clone()
-            self.tune_x, self.tune_y = eval_windows(tune, T, cfg.data.final_eval_bytes)
+            tx, ty = eval_windows(tune, T, cfg.data.final_eval_bytes)
+            self.tune_windows = (tx.to(self.device), ty.to(self.device))
         self.final_tune_bpb: float | None = None
         self.eval_x, self.eval_y = (w.to(self.device) for w in eval_windows(self.val, T, cfg.data.eval_bytes))
         final_x, final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
@@ -176,8 +179,8 @@ class Experiment:
         m = self._load_eval_model()
         x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
         with autocast(self.device, self.cfg.precision):
-            if final and self.tune_x is not None:
-                self.final_tune_bpb = evaluate_bpb(lambda xb: m(xb).logits, self.tune_x, self.tune_y, batch_size=64)
+            if final and self.tune_windows is not None:
+                self.final_tune_bpb = evaluate_bpb(lambda xb: m(xb).logits, *self.tune_windows, batch_size=64)
             return evaluate_bpb(lambda xb: m(xb).logits, x, y, batch_size=64)
 
     @torch.no_grad()
@@ -219,7 +222,7 @@ class Experiment:
         f = self.cfg.faults
         return f.preempt_island == island and f.preempt_start < step <= f.preempt_start + f.preempt_steps
 
-    def train_step(self) -> dict[str, float]:
+    def train_step(self) -> dict[int, float]:
         self.step += 1
         t = self.step
         tokens: dict[int, int] = {}
@@ -239,7 +242,11 @@ class Experiment:
         T = self.cfg.model.seq_len
         self.tokens_total += sum(ic.batch_size * T for j, ic in enumerate(self.cfg.islands) if not self.preempted(j, t))
         if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
-            synced = self.routing.sync({i: isl.last_loads for i, isl in active.items()}, tokens)
+            loads: dict[int, torch.Tensor] = {}
+            for i, isl in active.items():
+                assert isl.last_loads is not None  # set by forward_backward above
+                loads[i] = isl.last_loads
+            synced = self.routing.sync(loads, tokens)
             if synced is not None:
                 for i, isl in active.items():
                     isl.model.update_expert_bias(synced[i])

@@ -304,8 +304,9 @@ class BlockCodec(Codec):
     def __init__(self, spec: CodecSpec, block_size: int = 128) -> None:
         super().__init__(spec, block_size)
         self.bits, self.qmax = spec.bits, spec.qmax
-        self._grid: dict[str, Any] = dict(bits=spec.bits, qmax=spec.qmax, minifloat=spec.kind == "minifloat", emin=spec.emin,
-                          mbits=spec.mbits, block_size=block_size)  # what the fused kernel needs to know
+        self._grid: dict[str, Any] = dict(  # what the fused kernel needs to know
+            bits=spec.bits, qmax=spec.qmax, minifloat=spec.kind == "minifloat", emin=spec.emin, mbits=spec.mbits,
+            block_size=block_size)
 
     def nbytes(self, numel: int) -> int:
         return 4 * (-(-numel // self.block_size)) + (-(-numel * self.bits // 8))
