@@ -459,3 +459,24 @@ def poisoned_island_table(results: Mapping[str, Mapping[str, Any]], labels: Mapp
         rows.append({"run": labels[name], "final bpb": r["final_val_bpb"], "vs clean": vs,
                      "flags": len(r.get("faults_report", []))})
     return format_rows(rows)
+
+
+def check_scaling_parameters(preset: str, lengths: Sequence[int], widths: Sequence[int], width_at: int,
+                             length_at: int, seeds: Sequence[int], overrides: Mapping[str, Any] | None) -> None:
+    """The scaling notebook's parameters, each refused in one line naming it before anything trains: the preset, the
+    cross (``scaling.cross``), the seeds, and per-experiment overrides — every point's config is built once."""
+    from islands_kit import scaling
+    from islands_kit.presets import PRESETS
+
+    _check(preset in PRESETS, "preset", "must be one of " + "|".join(PRESETS), preset)
+    for name, v in (("width_at", width_at), ("length_at", length_at)):
+        _check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name, "must be an integer >= 1", v)
+    _check(isinstance(seeds, (list, tuple)) and len(seeds) >= 1 and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds), "seeds",
+        "must be a non-empty list of integers >= 0", seeds)
+    ov = overrides or {}
+    _check(isinstance(ov, Mapping) and all(k in scaling.EXPERIMENTS and isinstance(v, Mapping) for k, v in ov.items()),
+           "overrides", "must map experiment names (" + "|".join(scaling.EXPERIMENTS) + ") to {--set key: value}", ov)
+    for p in scaling.cross(list(lengths), list(widths), width_at, length_at):
+        for e in scaling.EXPERIMENTS:
+            scaling.point_config(e, preset, p, seeds[0], ov.get(e))

@@ -45,3 +45,27 @@ def test_study_runs_resumes_and_tables(tmp_path):
     assert "| length | 32 | 16 |" in scaling.table_markdown(rows)
     fig = plots.scaling_ratios(rows)
     assert fig.axes[0].get_xscale() == "log" and len(fig.axes[0].get_legend().get_texts()) == 5
+
+
+def test_scaling_notebook_runs_the_smoke_cross_and_reuses_finished_runs(tmp_path):
+    from islands_kit.notebooks import run_notebook
+
+    params = dict(preset="smoke", lengths=[8, 16], widths=[16, 32], width_at=32, length_at=8, seeds=[0],
+                  out_dir=str(tmp_path / "study"))
+    nb = run_notebook("scaling", params, tmp_path / "nb")
+    assert (tmp_path / "study" / "scaling_ratios.png").stat().st_size > 10_000
+    table = scaling.study_table(tmp_path / "study", scaling.cross([8, 16], [16, 32], 32, 8), [0])
+    assert len(table) == 3 and all("eight_cell_ratio" in r for r in table)
+    text = nb.read_text() if hasattr(nb, "read_text") else ""
+    assert "9 to go" in text and "eight_cell" in text
+
+
+def test_scaling_notebook_refuses_a_bad_parameter_in_one_line(tmp_path):
+    from islands_kit.notebooks import check_scaling_parameters
+
+    with pytest.raises(ConfigError, match="^preset: must be one of"):
+        check_scaling_parameters("nope", [8], [16], 16, 8, [0], {})
+    with pytest.raises(ConfigError, match="^overrides:"):
+        check_scaling_parameters("smoke", [8], [16], 16, 8, [0], {"two_sites": {}})
+    with pytest.raises(ConfigError, match="sync.HH"):
+        check_scaling_parameters("smoke", [8], [16], 16, 8, [0], {"two_site": {"sync.HH": 3}})
