@@ -335,9 +335,8 @@ class DataConfig:
     revision: str = ""  # hub: the dataset revision to pin (commit sha, tag or branch); "" = the default branch
     streaming: bool = False  # hub: stream the rows instead of downloading the dataset; needs max_bytes
     max_bytes: int = 0  # use only the first max_bytes bytes of the corpus (0 = all)
-    # the tuning split: this fraction of the bytes just before the validation tail is held out of training and scored
-    # at the end as final_tune_bpb; hyperparameters are chosen on it, never on the validation bytes (0 = no tune split)
-    tune_fraction: float = 0.0
+    # the tuning split: held out of training, scored at the end as final_tune_bpb; hyperparameters are chosen on it
+    tune_fraction: float = 0.0  # fraction of the bytes just before the validation tail held out for tuning (0 = none)
 
     def __post_init__(self) -> None:
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
