@@ -110,37 +110,75 @@ class OptimConfig:
 
 
 @dataclass
+class DiLoCoConfig:
+    """DiLoCo-only knobs (``sync.diloco.*``; Douillard et al. 2023/2025): the outer optimizer, the merge and the
+    published improvements. Symbols: alpha = merge weight α, outer_lr = η_out, outer_momentum = μ."""
+
+    alpha: float = 0.0  # α of the merge: θ_local <- α θ_local + (1 − α) θ_global_new
+    outer_lr: float = 0.7  # η_out: outer SGD learning rate
+    outer_momentum: float = 0.9  # μ: outer SGD momentum
+    nesterov: bool = True  # Nesterov outer momentum
+    # published improvements (each off by default: today's behaviour bit for bit)
+    merge: str = "alpha"  # alpha: θ_i ← α θ_i + (1−α) θ_g | keep_local: θ_i ← θ_g + (θ_i − θ_i as sent), keeps the τ steps
+    final_codec: str = ""  # codec of the final flush sync ("" = sync.codec); fp32 makes the last sync lossless
+    warm_start_steps: int = 0  # post-local SGD (Lin et al. 2020): every fragment averaged every step for this many steps
+    outer_momentum_warmup: int = 0  # outer steps over which the outer momentum ramps linearly from 0 to outer_momentum
+    eager: bool = False  # eager updates (Kale et al. 2025): with sync.tau >= 1 apply an estimated outer step at send time
+
+    def __post_init__(self) -> None:
+        p = "sync.diloco."
+        _check(0.0 <= self.alpha <= 1.0, p + "alpha", "must be in [0, 1]", self.alpha)
+        _check(self.outer_lr > 0, p + "outer_lr", "must be > 0", self.outer_lr)
+        _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
+        _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
+        _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
+               "must be 0 with sync.diloco.merge=keep_local (alpha blends only in the alpha merge)", self.alpha)
+        _check(self.final_codec == "" or self.final_codec in CODECS, p + "final_codec",
+               "must be empty (= sync.codec) or one of " + "|".join(CODECS), self.final_codec)
+        _check(self.warm_start_steps >= 0, p + "warm_start_steps", "must be >= 0 (0 = no warm start)", self.warm_start_steps)
+        _check(self.outer_momentum_warmup >= 0, p + "outer_momentum_warmup", "must be >= 0 (0 = none)",
+               self.outer_momentum_warmup)
+
+
+@dataclass
+class ButterflyConfig:
+    """Butterfly-only knobs (``sync.butterfly.*``; Zhao & Canny 2013): E = exchanges_per_window, the merge rule, the
+    exact averages and what is evaluated. The merge delay is ``sync.tau`` (shared with DiLoCo)."""
+
+    exchanges_per_window: int = 6  # E: how many times each fragment is exchanged per H-step window
+    merge: str = "mean"  # mean: θ_i ← ½(θ_i(t+τ) + θ̂_j(t)) | delay_aware: θ_i ← θ_i(t+τ) + ½(θ̂_j(t) − θ_i(t))
+    exact_average_every: int = 0  # every K windows a complete butterfly on a frozen snapshot (exact mean); 0 = never
+    final_average: bool = False  # a complete butterfly at the end, so every cell (and the deployed model) is the mean
+    eval: str = "cell0"  # cell0: score cell 0's replica | mean: score the mean of all cells (one process)
+
+    def __post_init__(self) -> None:
+        p = "sync.butterfly."
+        _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
+        _check(self.merge in ("mean", "delay_aware"), p + "merge", "must be one of mean|delay_aware", self.merge)
+        _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
+               self.exact_average_every)
+        _check(self.eval in ("cell0", "mean"), p + "eval", "must be one of cell0|mean", self.eval)
+
+
+@dataclass
 class SyncConfig:
     """How islands synchronise. Symbols follow Streaming DiLoCo (Douillard et al. 2025) and butterfly mixing
-    (Zhao & Canny 2013): H inner steps per window, P = n_fragments, tau = overlap delay, alpha = merge weight."""
+    (Zhao & Canny 2013): H inner steps per window, P = n_fragments, τ = tau, the overlap delay of both strategies.
+    The knobs of one strategy live in its sub-config: ``sync.diloco.*`` (DiLoCoConfig), ``sync.butterfly.*``
+    (ButterflyConfig)."""
 
     strategy: str = "ddp"  # ddp | diloco | butterfly
     H: int = 50  # inner steps per window
     n_fragments: int = 1  # P; 1 = plain (non-streaming) DiLoCo
-    tau: int = 0  # inner steps between sending a fragment and applying its outer result
-    alpha: float = 0.0  # merge: theta_local <- alpha * theta_local + (1 - alpha) * theta_global_new
-    outer_lr: float = 0.7  # outer SGD learning rate (DiLoCo)
-    outer_momentum: float = 0.9  # outer SGD momentum (DiLoCo)
-    nesterov: bool = True  # Nesterov outer momentum (DiLoCo)
+    tau: int = 0  # τ: what is sent after step t is merged after step t + tau (DiLoCo outer result, butterfly fragment)
     codec: str = "fp32"  # wire format of outer gradients / fragments (codec_registry.CODECS; top*: top-k sparsified)
     codec_block_size: int = 128  # elements sharing one quantisation scale
     stochastic_rounding: bool = True  # unbiased rounding to the codec grid
     error_feedback: bool = True  # carry each island's quantisation error into its next payload
     routing_sync: bool = True  # sync expert loads every step on their own channel
     routing_sync_mode: str = "all_reduce"  # all_reduce (every island) | butterfly (pairwise with the round's partner)
-    # published improvements (each off by default: today's behaviour bit for bit)
-    merge: str = "alpha"  # alpha: θ_i ← α θ_i + (1−α) θ_g | keep_local: θ_i ← θ_g + (θ_i − θ_i as sent), keeps the τ steps
-    final_codec: str = ""  # codec of the final flush sync ("" = sync.codec); fp32 makes the last sync lossless
-    warm_start_steps: int = 0  # post-local SGD (Lin et al. 2020): every fragment averaged every step for this many steps
-    outer_momentum_warmup: int = 0  # outer steps over which the outer momentum ramps linearly from 0 to outer_momentum
-    eager: bool = False  # eager updates (Kale et al. 2025): with tau >= 1 apply an estimated outer step at send time
-    # butterfly
-    exchanges_per_window: int = 6  # how many times each fragment is exchanged per H-step window
-    delay: int = 2  # a partner's fragment sent at step t is merged at step t + delay
-    butterfly_merge: str = "mean"  # mean: θ_i ← ½(θ_i(t+d) + θ̂_j(t)) | delay_aware: θ_i ← θ_i(t+d) + ½(θ̂_j(t) − θ_i(t))
-    exact_average_every: int = 0  # every K windows a complete butterfly on a frozen snapshot (exact mean); 0 = never
-    final_average: bool = False  # a complete butterfly at the end, so every cell (and the deployed model) is the mean
-    butterfly_eval: str = "cell0"  # cell0: score cell 0's replica | mean: score the mean of all cells (one process)
+    diloco: DiLoCoConfig = field(default_factory=DiLoCoConfig)  # DiLoCo-only knobs (outer optimizer, merge, improvements)
+    butterfly: ButterflyConfig = field(default_factory=ButterflyConfig)  # butterfly-only knobs (exchanges, merge, eval)
 
     def __post_init__(self) -> None:
         p = "sync."
@@ -149,33 +187,14 @@ class SyncConfig:
         _check(self.n_fragments >= 1, p + "n_fragments", "must be >= 1", self.n_fragments)
         _check(self.H >= self.n_fragments, p + "H", f"must be >= sync.n_fragments={self.n_fragments} so every fragment gets its own offset", self.H)
         _check(0 <= self.tau < self.H, p + "tau", f"must satisfy 0 <= tau < sync.H={self.H}", self.tau)
-        _check(0.0 <= self.alpha <= 1.0, p + "alpha", "must be in [0, 1]", self.alpha)
-        _check(self.outer_lr > 0, p + "outer_lr", "must be > 0", self.outer_lr)
-        _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
         _check(self.codec in CODECS, p + "codec", "must be one of " + "|".join(CODECS), self.codec)
         _check(self.codec_block_size >= 1, p + "codec_block_size", "must be >= 1", self.codec_block_size)
         _check(not self.codec.startswith("top") or self.codec_block_size <= 256, p + "codec_block_size",
                f"must be <= 256 with the top-k codec {self.codec} (one-byte in-block indices)", self.codec_block_size)
-        _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
-        _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
-               "must be 0 with sync.merge=keep_local (alpha blends only in the alpha merge)", self.alpha)
-        _check(self.final_codec == "" or self.final_codec in CODECS, p + "final_codec",
-               "must be empty (= sync.codec) or one of " + "|".join(CODECS), self.final_codec)
-        _check(self.warm_start_steps >= 0, p + "warm_start_steps", "must be >= 0 (0 = no warm start)", self.warm_start_steps)
-        _check(self.outer_momentum_warmup >= 0, p + "outer_momentum_warmup", "must be >= 0 (0 = none)",
-               self.outer_momentum_warmup)
-        _check(not self.eager or self.tau >= 1, p + "eager", "needs sync.tau >= 1 (with tau = 0 nothing overlaps)",
-               self.eager)
-        _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
-        _check(self.delay >= 0, p + "delay", "must be >= 0", self.delay)
         _check(self.routing_sync_mode in ("all_reduce", "butterfly"), p + "routing_sync_mode",
                "must be one of all_reduce|butterfly", self.routing_sync_mode)
-        _check(self.butterfly_merge in ("mean", "delay_aware"), p + "butterfly_merge", "must be one of mean|delay_aware",
-               self.butterfly_merge)
-        _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
-               self.exact_average_every)
-        _check(self.butterfly_eval in ("cell0", "mean"), p + "butterfly_eval", "must be one of cell0|mean",
-               self.butterfly_eval)
+        _check(not self.diloco.eager or self.tau >= 1, p + "diloco.eager",
+               "needs sync.tau >= 1 (with tau = 0 nothing overlaps)", self.diloco.eager)
 
 
 @dataclass
@@ -525,10 +544,22 @@ def _dotted_keys(d: Any, prefix: str = "") -> list[str]:
     return out
 
 
+# Keys of the flat SyncConfig before the per-strategy sub-configs (issue 19) -> where each lives now.
+MOVED_KEYS: dict[str, str] = {
+    **{f"sync.{k}": f"sync.diloco.{k}" for k in ("alpha", "outer_lr", "outer_momentum", "nesterov", "merge", "final_codec",
+                                                 "warm_start_steps", "outer_momentum_warmup", "eager")},
+    **{f"sync.{k}": f"sync.butterfly.{k}" for k in ("exchanges_per_window", "exact_average_every", "final_average")},
+    "sync.butterfly_merge": "sync.butterfly.merge", "sync.butterfly_eval": "sync.butterfly.eval", "sync.delay": "sync.tau",
+}
+
+
 def _nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
-    """' (did you mean X?)' for the valid keys closest to a mistyped one (difflib), else ''."""
+    """' (did you mean X?)' for the valid keys closest to a mistyped one (difflib), else ''; a key that moved
+    (``MOVED_KEYS``) names its new place."""
     import difflib
 
+    if prefix + key in MOVED_KEYS:
+        return f" (did you mean {MOVED_KEYS[prefix + key]}? the key moved there)"
     same_depth = [v for v in valid if v.count(".") == key.count(".")]
     near = difflib.get_close_matches(key, same_depth, n=3, cutoff=0.6)
     return f" (did you mean {' or '.join(prefix + n for n in near)}?)" if near else ""

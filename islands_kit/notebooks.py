@@ -209,12 +209,12 @@ def config_summary(cfg: ExperimentConfig) -> str:
     if s.strategy == "ddp":
         lines.append("sync: ddp (gradients all-reduced every step, fp32)")
     elif s.strategy == "diloco":
-        lines.append(f"sync: streaming DiLoCo H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.alpha}, "
-                     f"outer lr {s.outer_lr} (Nesterov {s.nesterov}, momentum {s.outer_momentum}), codec {s.codec}, "
+        lines.append(f"sync: streaming DiLoCo H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, "
+                     f"outer lr {s.diloco.outer_lr} (Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), codec {s.codec}, "
                      f"routing sync {s.routing_sync}")
     else:
-        lines.append(f"sync: butterfly H={s.H}, P={s.n_fragments} fragments, {s.exchanges_per_window} exchanges per "
-                     f"window, merge delay {s.delay}, codec {s.codec}, routing sync {s.routing_sync}")
+        lines.append(f"sync: butterfly H={s.H}, P={s.n_fragments} fragments, {s.butterfly.exchanges_per_window} exchanges per "
+                     f"window, merge delay tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}")
     lines.append(f"link: {lk.preset} ({lk.bandwidth_bps / 1e9:g} Gbit/s, rtt {lk.rtt_s * 1e3:g} ms, {lk.method}); "
                  f"wandb {cfg.wandb_mode} project {cfg.wandb_project!r} group {cfg.wandb_group!r}")
     return "\n".join(lines)

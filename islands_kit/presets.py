@@ -29,6 +29,7 @@ plus two controls at the demo size, read through :func:`model_config`:
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
@@ -88,12 +89,14 @@ _SYNC: dict[str, dict[str, Any]] = {
     "baseline": dict(strategy="ddp"),
     # outer SGD lr 1.0 without momentum (plain averaging of the fragments): in runs this short the prototype measured
     # Nesterov (lr 0.7, momentum 0.9) lagging plain averaging (7% vs 4.6% behind synchronous after 500 steps); the
-    # paper's Nesterov setting is one --set away (sync.outer_lr=0.7 sync.outer_momentum=0.9) and in the ablations.
-    "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, alpha=0.5, outer_lr=1.0, outer_momentum=0.0,
-                     codec="int4", stochastic_rounding=True, error_feedback=True, routing_sync=True),
-    # routing statistics travel along the butterfly too (pairwise, no collective among all cells)
-    "eight_cell": dict(strategy="butterfly", H=50, n_fragments=2, exchanges_per_window=6, delay=2, codec="fp32",
-                       stochastic_rounding=True, error_feedback=True, routing_sync=True, routing_sync_mode="butterfly"),
+    # paper's Nesterov setting is one --set away (sync.diloco.outer_lr=0.7 sync.diloco.outer_momentum=0.9) and in the
+    # ablations.
+    "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, codec="int4", stochastic_rounding=True,
+                     error_feedback=True, routing_sync=True, diloco=dict(alpha=0.5, outer_lr=1.0, outer_momentum=0.0)),
+    # routing statistics travel along the butterfly too (pairwise, no collective among all cells); tau = the merge delay
+    "eight_cell": dict(strategy="butterfly", H=50, n_fragments=2, tau=2, codec="fp32", stochastic_rounding=True,
+                       error_feedback=True, routing_sync=True, routing_sync_mode="butterfly",
+                       butterfly=dict(exchanges_per_window=6)),
 }
 
 
@@ -103,11 +106,13 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
     d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(MODEL_SIZES[preset]),
-                         "islands": _islands(experiment, preset), "sync": dict(_SYNC[experiment])}
+                         "islands": _islands(experiment, preset), "sync": copy.deepcopy(_SYNC[experiment])}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
     if preset == "smoke":
-        d["sync"].update(H=min(d["sync"].get("H", 50), 8), exchanges_per_window=min(d["sync"].get("exchanges_per_window", 6), 3))
+        d["sync"]["H"] = min(d["sync"].get("H", 50), 8)
+        bf = d["sync"].setdefault("butterfly", {})
+        bf["exchanges_per_window"] = min(bf.get("exchanges_per_window", 6), 3)
         d["wandb_mode"] = "disabled"
         d["progress"] = False
     return d

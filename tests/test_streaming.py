@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ConfigError, SyncConfig
+from islands_kit.config import ConfigError, DiLoCoConfig, SyncConfig
 from islands_kit.model import ByteTransformer
 from islands_kit.presets import PRESETS, get_preset
 from islands_kit.sync.base import strided_fragments
@@ -19,6 +19,12 @@ from islands_kit.sync.diloco import DiLoCo, fragment_offsets
 
 P, H, DIM = 3, 6, 5
 TOKENS = {0: 3, 1: 2}  # the seed's 3:2 sites
+
+
+def sync(**kw) -> SyncConfig:
+    """A diloco SyncConfig from one flat set of keywords: DiLoCoConfig's fields go to ``sync.diloco``."""
+    own = {f: kw.pop(f) for f in list(kw) if f in DiLoCoConfig.__dataclass_fields__}
+    return SyncConfig(**kw, diloco=DiLoCoConfig(**own))
 
 
 class Vec(nn.Module):
@@ -64,15 +70,15 @@ def reference(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[list[torch
     W = sum(TOKENS.values())
 
     def outer_step(p, d):
-        mu = cfg.outer_momentum
-        if cfg.outer_momentum_warmup:
-            mu *= min(1.0, n_outer[p] / cfg.outer_momentum_warmup)
+        mu = cfg.diloco.outer_momentum
+        if cfg.diloco.outer_momentum_warmup:
+            mu *= min(1.0, n_outer[p] / cfg.diloco.outer_momentum_warmup)
         if mu > 0 or buf[p] is not None:
             buf[p] = d.clone() if buf[p] is None else mu * buf[p] + d
-            upd = d + mu * buf[p] if cfg.nesterov else buf[p]
+            upd = d + mu * buf[p] if cfg.diloco.nesterov else buf[p]
         else:
             upd = d
-        g[p] = g[p] - cfg.outer_lr * upd
+        g[p] = g[p] - cfg.diloco.outer_lr * upd
         n_outer[p] += 1
 
     def land(p, d, sent):
@@ -82,7 +88,7 @@ def reference(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[list[torch
             if sent is not None:
                 theta[i][p] = g[p] + (theta[i][p] - sent[i])
             else:
-                theta[i][p] = cfg.alpha * theta[i][p] + (1 - cfg.alpha) * g[p]
+                theta[i][p] = cfg.diloco.alpha * theta[i][p] + (1 - cfg.diloco.alpha) * g[p]
 
     def send(t, p, lands_at):
         deltas = {i: g[p] - theta[i][p] for i in TOKENS}
@@ -90,12 +96,12 @@ def reference(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[list[torch
         for i in TOKENS:
             since[i][p] = 0
         d = sum(w[i] * deltas[i] for i in TOKENS) / sum(w.values())
-        if cfg.eager and lands_at > t:
+        if cfg.diloco.eager and lands_at > t:
             for i in TOKENS:
                 wi = w[i] / sum(w.values())
                 est = wi * deltas[i] + (0 if last_mean[p] is None else (1 - wi) * last_mean[p])
-                theta[i][p] = g[p] - cfg.outer_lr * est
-        keep = cfg.merge == "keep_local" or cfg.eager
+                theta[i][p] = g[p] - cfg.diloco.outer_lr * est
+        keep = cfg.diloco.merge == "keep_local" or cfg.diloco.eager
         pending.append((lands_at, p, d, {i: theta[i][p].clone() for i in TOKENS} if keep else None))
 
     def due(t):
@@ -109,7 +115,7 @@ def reference(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[list[torch
             for p in range(P):
                 since[i][p] += TOKENS[i]
         due(t)
-        if t <= cfg.warm_start_steps:
+        if t <= cfg.diloco.warm_start_steps:
             for p in range(P):
                 d = sum(TOKENS[i] * (g[p] - theta[i][p]) for i in TOKENS) / W
                 g[p] = g[p] - d
@@ -145,7 +151,7 @@ BASE = dict(strategy="diloco", H=H, n_fragments=P, codec="fp32", error_feedback=
     dict(tau=1, merge="keep_local", warm_start_steps=4),
 ], ids=["tau0", "tau2-alpha.5", "tau3-alpha.25-sgd", "keep_local", "eager", "momentum-warmup", "warm-start"])
 def test_streaming_matches_hand_written_reference(opts):
-    cfg = SyncConfig(**{**BASE, **opts})
+    cfg = sync(**{**BASE, **opts})
     steps = 4 * H + 1  # the run ends mid-window, so the final flush has work to do
     strat, models = run_strategy(cfg, steps)
     g_ref, theta_ref = reference(cfg, steps)
@@ -157,7 +163,7 @@ def test_streaming_matches_hand_written_reference(opts):
 
 def test_reference_notices_a_wrong_weighting():
     """The reference is sensitive to the 3:2 weights: equal weights give a different global model."""
-    cfg = SyncConfig(**{**BASE, "tau": 2, "alpha": 0.5})
+    cfg = sync(**{**BASE, "tau": 2, "alpha": 0.5})
     strat, _ = run_strategy(cfg, 2 * H)
     global TOKENS
     saved, TOKENS = TOKENS, {0: 1, 1: 1}
@@ -169,22 +175,22 @@ def test_reference_notices_a_wrong_weighting():
 
 
 def test_keep_local_with_tau0_is_the_plain_merge_bit_for_bit():
-    a, ma = run_strategy(SyncConfig(**{**BASE, "tau": 0, "alpha": 0.0}), 3 * H)
-    b, mb = run_strategy(SyncConfig(**{**BASE, "tau": 0, "merge": "keep_local"}), 3 * H)
+    a, ma = run_strategy(sync(**{**BASE, "tau": 0, "alpha": 0.0}), 3 * H)
+    b, mb = run_strategy(sync(**{**BASE, "tau": 0, "merge": "keep_local"}), 3 * H)
     for p in range(P):
         assert torch.equal(a.global_params[p], b.global_params[p])
         assert torch.equal(ma[0].b0, mb[0].b0)
 
 
 def test_options_name_their_field():
-    with pytest.raises(ConfigError, match="sync.alpha"):
-        SyncConfig(**{**BASE, "merge": "keep_local", "alpha": 0.5})
-    with pytest.raises(ConfigError, match="sync.eager"):
-        SyncConfig(**{**BASE, "eager": True, "tau": 0})
-    with pytest.raises(ConfigError, match="sync.final_codec"):
-        SyncConfig(**{**BASE, "final_codec": "int3"})
-    with pytest.raises(ConfigError, match="sync.merge"):
-        SyncConfig(**{**BASE, "merge": "blend"})
+    with pytest.raises(ConfigError, match="sync.diloco.alpha"):
+        sync(**{**BASE, "merge": "keep_local", "alpha": 0.5})
+    with pytest.raises(ConfigError, match="sync.diloco.eager"):
+        sync(**{**BASE, "eager": True, "tau": 0})
+    with pytest.raises(ConfigError, match="sync.diloco.final_codec"):
+        sync(**{**BASE, "final_codec": "int3"})
+    with pytest.raises(ConfigError, match="sync.diloco.merge"):
+        sync(**{**BASE, "merge": "blend"})
 
 
 def test_lossless_final_sync_lands_the_exact_average():
@@ -198,7 +204,7 @@ def test_lossless_final_sync_lands_the_exact_average():
         init = torch.randn(P, DIM, generator=torch.Generator().manual_seed(7))
         models = {i: Vec(init) for i in TOKENS}
         strat = DiLoCo(models, LocalTransport(2), [[f"b{p}"] for p in range(P)],
-                       SyncConfig(**common, final_codec=final_codec), seed=0)
+                       sync(**common, final_codec=final_codec), seed=0)
         for t in range(1, steps + 1):
             with torch.no_grad():
                 for i, m in models.items():
@@ -214,7 +220,7 @@ def test_lossless_final_sync_lands_the_exact_average():
 
 
 def test_unsynced_fragment_is_deployed_from_the_local_replica():
-    cfg = SyncConfig(**{**BASE, "tau": 0, "alpha": 0.0})
+    cfg = sync(**{**BASE, "tau": 0, "alpha": 0.0})
     init = torch.randn(P, DIM, generator=torch.Generator().manual_seed(7))
     models = {i: Vec(init) for i in TOKENS}
     strat = DiLoCo(models, LocalTransport(2), [[f"b{p}"] for p in range(P)], cfg, seed=0)
@@ -259,7 +265,7 @@ def test_inner_optimizer_state_is_untouched_by_an_outer_sync():
     ocfg = OptimConfig(name="shampoo", start_preconditioning_step=1, precondition_frequency=1)
     opts = {i: build_optimizer(m, ocfg) for i, m in models.items()}
     strat = DiLoCo(models, LocalTransport(2), [[f"b{p}"] for p in range(P)],
-                   SyncConfig(**{**BASE, "tau": 0}), seed=0)
+                   sync(**{**BASE, "tau": 0}), seed=0)
     for t in range(1, fragment_offsets(H, P)[0] + 1):
         for i, m in models.items():
             loss = sum(((getattr(m, f"b{p}") - inner_direction(i, t)[p]) ** 2).sum() for p in range(P))

@@ -1,7 +1,7 @@
 """Butterfly mixing of model fragments between 2^k cells, without any all-reduce (Zhao & Canny, 2013).
 
 Schedule. With n = 2^k cells there are R = k rounds; in round r cell i pairs with cell i XOR 2^r. Each fragment p is
-exchanged E = ``exchanges_per_window`` times per H-step window, at window positions
+exchanged E = ``sync.butterfly.exchanges_per_window`` times per H-step window, at window positions
 
     s_{p,j} = (round(j · H / E) + o_p) mod H,  j = 0..E−1,   o_p = round(p · H / (E · P))
 
@@ -11,7 +11,7 @@ r = c mod R, so with H=50, E=6 and 8 cells every fragment goes through two compl
 
 Merge rule (exact). At an exchange after step t, cell i sends its fragment θ_i[p](t) (through the codec, with
 stochastic rounding and per-(cell, fragment) error feedback when enabled) to its partner j and receives θ_j[p](t).
-After step t + d (d = ``delay``) cell i sets
+After step t + d (d = τ = ``sync.tau``, the overlap delay shared with DiLoCo) cell i sets
 
     θ_i[p] ← ½ · (θ_i[p](t + d) + θ̂_j[p](t))
 
@@ -21,7 +21,7 @@ cell's update has reached every cell (``mixing_matrix``; tested). With d > 0 the
 (t, t + d] count with weight ½ instead of 1 and the partner contributes its state d steps stale; the cell average is
 then no longer exactly preserved — the price of overlapping communication with compute.
 
-Delay-aware merge (``butterfly_merge="delay_aware"``). The partner's fragment is merged against the cell's own
+Delay-aware merge (``sync.butterfly.merge="delay_aware"``). The partner's fragment is merged against the cell's own
 state *as sent*, and the local progress made during the delay is re-applied on top:
 
     θ_i[p] ← ½ · (θ_i[p](t) + θ̂_j[p](t)) + (θ_i[p](t + d) − θ_i[p](t))  =  θ_i[p](t + d) + ½ · (θ̂_j[p](t) − θ_i[p](t))
@@ -32,12 +32,12 @@ local increments of inner step s, x(end) = W(all) x(0) + Σ_s W(≥ s) u(s), whe
 matrices (``mixing_matrix``) of the exchanges sent after steps ≥ s, in order (tested against a brute-force simulation
 of the merges on scalar models). The cell average is preserved exactly (every W is doubly stochastic).
 
-Exact averages. ``exact_average_every`` = K: after every K-th window, a complete butterfly (R rounds, fp32, merged at
-once) on a frozen snapshot leaves every cell holding the exact mean; ``final_average`` does one at the end of
-training. Their bytes go into the ledger like every other exchange.
+Exact averages. ``sync.butterfly.exact_average_every`` = K: after every K-th window, a complete butterfly (R rounds,
+fp32, merged at once) on a frozen snapshot leaves every cell holding the exact mean; ``sync.butterfly.final_average``
+does one at the end of training. Their bytes go into the ledger like every other exchange.
 
-Evaluation (``butterfly_eval``): ``cell0`` scores cell 0's replica (what one cell would deploy); ``mean`` scores the
-mean of all cells (needs every cell in this process). With ``final_average`` the two coincide at the end.
+Evaluation (``sync.butterfly.eval``): ``cell0`` scores cell 0's replica (what one cell would deploy); ``mean`` scores the
+mean of all cells (needs every cell in this process). With ``sync.butterfly.final_average`` the two coincide at the end.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class Butterfly(SyncStrategy):
         self.n = transport.n_islands
         self.R = check_power_of_two(self.n)
         self.P = len(fragments)
-        self.pos = [set(window_positions(cfg.H, cfg.exchanges_per_window, self.P, p)) for p in range(self.P)]
+        self.pos = [set(window_positions(cfg.H, cfg.butterfly.exchanges_per_window, self.P, p)) for p in range(self.P)]
         self.counter = [0] * self.P
         self.views = {i: [FragmentView(m, names) for names in fragments] for i, m in models.items()}
         self.codec = get_codec(cfg.codec, cfg.codec_block_size)
@@ -127,10 +127,10 @@ class Butterfly(SyncStrategy):
         self.pending = PendingQueue()
         self.fp32 = get_codec("fp32")
         self.sent: dict[tuple[int, int, int], torch.Tensor] = {}  # (cell, fragment, sent_at) -> own state as sent
-        if cfg.butterfly_eval == "mean" and len(self.ids) < self.n:
-            raise ValueError("sync.butterfly_eval: 'mean' needs every cell in this process (got "
-                             f"{len(self.ids)} of {self.n}); use cell0 with sync.final_average=true instead")
-        self.deploys_own_replica = cfg.butterfly_eval == "cell0"
+        if cfg.butterfly.eval == "mean" and len(self.ids) < self.n:
+            raise ValueError("sync.butterfly.eval: 'mean' needs every cell in this process (got "
+                             f"{len(self.ids)} of {self.n}); use cell0 with sync.butterfly.final_average=true instead")
+        self.deploys_own_replica = cfg.butterfly.eval == "cell0"
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         self._apply_due(step)
@@ -140,14 +140,14 @@ class Butterfly(SyncStrategy):
                 self.counter[p] += 1
                 self._exchange(step, p, r)
         self._apply_due(step)
-        K = self.cfg.exact_average_every
+        K = self.cfg.butterfly.exact_average_every
         if K and step % (K * self.cfg.H) == 0:
             self.exact_average()
 
     def finalize(self, step: int) -> None:
         for pend in self.pending.drain():
             self._merge(pend)
-        if self.cfg.final_average:
+        if self.cfg.butterfly.final_average:
             self.exact_average()
 
     @torch.no_grad()
@@ -168,10 +168,10 @@ class Butterfly(SyncStrategy):
             payloads[i], _ = self.ef.compress((i, p), self.views[i][p].flat(), self.codec,
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
         handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
-        if self.cfg.butterfly_merge == "delay_aware" and self.cfg.delay > 0:
+        if self.cfg.butterfly.merge == "delay_aware" and self.cfg.tau > 0:
             for i in self.ids:
                 self.sent[(i, p, step)] = self.views[i][p].flat()
-        self.pending.push(step + self.cfg.delay, p, handle, sent_at=step)
+        self.pending.push(step + self.cfg.tau, p, handle, sent_at=step)
 
     def _apply_due(self, step: int) -> None:
         for pend in self.pending.due(step):
@@ -189,7 +189,7 @@ class Butterfly(SyncStrategy):
                 v.assign(0.5 * (v.flat() + theirs))
 
     def eval_state(self) -> dict[str, torch.Tensor]:
-        if self.cfg.butterfly_eval == "mean":
+        if self.cfg.butterfly.eval == "mean":
             models = [self.models[i] for i in self.ids]
             named = [dict(m.named_parameters()) for m in models]
             return {n: torch.stack([d[n].detach() for d in named]).mean(0) for n in named[0]}

@@ -5,31 +5,31 @@ DiLoCo (Douillard et al., 2023): every island trains its replica for H inner ste
 optimizer (SGD with Nesterov momentum, lr 0.7, momentum 0.9); replicas restart from θ_global.
 
 Streaming DiLoCo (Douillard et al., 2025) — symbols as in the paper:
-  * P = ``n_fragments``: the blocks are split into P fragments with *strided* assignment (block l → fragment l mod P;
+  * P = ``sync.n_fragments``: the blocks are split into P fragments with *strided* assignment (block l → fragment l mod P;
     token embedding with fragment 0, final norm + head with fragment P−1, see ``sync.base.strided_fragments``).
   * Fragment p syncs after inner steps t ≡ offset_p (mod H), offsets spread evenly across the window:
     offset_p = round((p + 1) · H / P) mod H, so with P=1 the single fragment syncs at t = H, 2H, … (plain DiLoCo).
-  * τ = ``tau``: the outer result of a sync posted after step t lands after step t + τ (the transfer overlaps τ inner
-    steps of compute); then the replica merges: θ_i ← α · θ_i + (1 − α) · θ_global (α = ``alpha``).
+  * τ = ``sync.tau``: the outer result of a sync posted after step t lands after step t + τ (the transfer overlaps τ inner
+    steps of compute); then the replica merges: θ_i ← α · θ_i + (1 − α) · θ_global (α = ``sync.diloco.alpha``).
   * Outer gradients cross the wire through a codec (e.g. 4-bit) with stochastic rounding and per-fragment error
     feedback: the quantisation residual of fragment p on island i is added to that fragment's next outer gradient.
   * Evaluation uses the global (outer) parameters — what a site would deploy. Until fragment p's first outer step
     its global copy is still the initial weights, so the deployed model carries the first local island's own copy of
     that fragment instead. ``finalize`` completes every transfer in flight and then syncs every fragment once more
-    (through ``final_codec``, lossless with fp32), so the final model holds every island's last steps (bytes counted).
+    (through ``sync.diloco.final_codec``, lossless with fp32), so the final model holds every island's last steps (bytes counted).
 
 Published improvements, each off by default (then the arithmetic above is unchanged bit for bit):
-  * ``merge="keep_local"``: when an outer result lands τ steps after it was sent, θ_i ← θ_global + (θ_i − θ_i^sent):
+  * ``sync.diloco.merge="keep_local"``: when an outer result lands τ steps after it was sent, θ_i ← θ_global + (θ_i − θ_i^sent):
     the replica keeps the τ inner steps it took during the transfer instead of α-blending half of its offset away.
-  * ``eager`` (Kale et al. 2025, "Eager updates for overlapped communication and computation in DiLoCo"): at send
+  * ``sync.diloco.eager`` (Kale et al. 2025, "Eager updates for overlapped communication and computation in DiLoCo"): at send
     time each replica restarts from an estimated outer step, θ_i ← θ_global − η_out · Δ̂_i with
     Δ̂_i = (w_i Δ_i + (W − w_i) Δ̄_prev) / W: its own fresh outer gradient mixed with the previous (delayed) average
     standing in for the others'; the global copy still takes the exact outer step when the average lands, and the
     replica then re-bases its progress since the eager step on it (as keep_local).
-  * ``warm_start_steps`` (post-local SGD, Lin et al. 2020): for the first N inner steps every fragment is plainly
+  * ``sync.diloco.warm_start_steps`` (post-local SGD, Lin et al. 2020): for the first N inner steps every fragment is plainly
     averaged every step (θ_global ← θ_global − Δ̄, replicas ← θ_global; the outer optimizer is not stepped), then
     the streaming schedule takes over. Every byte goes into the ledger.
-  * ``outer_momentum_warmup`` K: the outer momentum of fragment p's k-th outer step (k = 0, 1, …) is
+  * ``sync.diloco.outer_momentum_warmup`` K: the outer momentum of fragment p's k-th outer step (k = 0, 1, …) is
     μ · min(1, k / K), so the first outer steps are not amplified by a momentum buffer holding one noisy direction.
 
 Islands absent from a sync (preempted) simply do not contribute; the token-weighted average uses those present.
@@ -83,10 +83,10 @@ class DiLoCo(SyncStrategy):
         self.tokens_since = {i: [0] * self.P for i in self.ids}
         self.pending = PendingQueue()
         self.names = fragments
-        self.final_codec = get_codec(cfg.final_codec, cfg.codec_block_size) if cfg.final_codec else self.codec
+        self.final_codec = get_codec(cfg.diloco.final_codec, cfg.codec_block_size) if cfg.diloco.final_codec else self.codec
         self.n_outer = [0] * self.P  # outer steps taken per fragment (momentum warm-up)
         self.synced = [False] * self.P  # has fragment p's global copy ever been updated from the islands?
-        self.keep_local = cfg.merge == "keep_local" or cfg.eager
+        self.keep_local = cfg.diloco.merge == "keep_local" or cfg.diloco.eager
         self.sent: dict[tuple[int, int], torch.Tensor] = {}  # (island, p) -> replica as sent (keep_local / eager)
         self.last_mean: list[torch.Tensor | None] = [None] * self.P  # previous averaged outer gradient (eager)
         # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
@@ -99,7 +99,7 @@ class DiLoCo(SyncStrategy):
         self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
 
     def _outer_opt(self, g: nn.Parameter) -> torch.optim.Optimizer:
-        c = self.cfg
+        c = self.cfg.diloco
         return torch.optim.SGD([g], lr=c.outer_lr, momentum=c.outer_momentum,
                                nesterov=c.nesterov and c.outer_momentum > 0)
 
@@ -112,7 +112,7 @@ class DiLoCo(SyncStrategy):
             for p in range(self.P):
                 self.tokens_since[i][p] += tokens.get(i, 0)
         self._apply_due(step)
-        if step <= self.cfg.warm_start_steps:
+        if step <= self.cfg.diloco.warm_start_steps:
             for p in range(self.P):
                 self._average_now(step, p)
             return
@@ -158,7 +158,7 @@ class DiLoCo(SyncStrategy):
     def _send(self, step: int, p: int, apply_at: int | None = None, codec: Any = None) -> None:
         handle, deltas, weights = self._post(step, p, codec or self.codec)
         lands_at = step + self.cfg.tau if apply_at is None else apply_at
-        if self.cfg.eager and lands_at > step:
+        if self.cfg.diloco.eager and lands_at > step:
             self._eager_step(p, deltas, weights)
         if self.keep_local:
             for i in deltas:
@@ -175,7 +175,7 @@ class DiLoCo(SyncStrategy):
         for i, d in deltas.items():
             w = weights[i] / W if W > 0 else 1.0 / len(deltas)
             est = w * d if prev is None else w * d + (1.0 - w) * prev.to(d.device)
-            self.views[i][p].assign(g - self.cfg.outer_lr * est)
+            self.views[i][p].assign(g - self.cfg.diloco.outer_lr * est)
 
     @torch.no_grad()
     def _average_now(self, step: int, p: int) -> None:
@@ -209,16 +209,16 @@ class DiLoCo(SyncStrategy):
         mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
         g = self.global_params[p]
         g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
-        K = self.cfg.outer_momentum_warmup
+        K = self.cfg.diloco.outer_momentum_warmup
         if K > 0:
-            self.outer_opts[p].param_groups[0]["momentum"] = self.cfg.outer_momentum * min(1.0, self.n_outer[p] / K)
+            self.outer_opts[p].param_groups[0]["momentum"] = self.cfg.diloco.outer_momentum * min(1.0, self.n_outer[p] / K)
         self.outer_opts[p].step()
         g.grad = None
         self.n_outer[p] += 1
         self.synced[p] = True
-        if self.cfg.eager:
+        if self.cfg.diloco.eager:
             self.last_mean[p] = mean_delta.detach().reshape(-1).to(g.device, copy=True)
-        a = self.cfg.alpha
+        a = self.cfg.diloco.alpha
         for i in self.ids:
             if not self.present[i]:
                 continue
