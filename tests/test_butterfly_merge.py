@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import SyncConfig
+from islands_kit.config import ButterflyConfig, SyncConfig
 from islands_kit.sync.butterfly import Butterfly, butterfly_schedule, mixing_matrix
 
 N, P, H, E, D = 8, 2, 12, 3, 2  # exchanges of a fragment are H/E = 4 steps apart > D
@@ -30,8 +30,8 @@ def increment(i: int, s: int) -> torch.Tensor:
 def run(steps: int, **opts) -> tuple[Butterfly, torch.Tensor, torch.Tensor]:
     x0 = torch.randn(N, P, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     models = {i: Scalars(x0[i].tolist()) for i in range(N)}
-    cfg = SyncConfig(**{"strategy": "butterfly", "H": H, "n_fragments": P, "exchanges_per_window": E, "delay": D,
-                        "codec": "fp32", "error_feedback": False, **opts})
+    cfg = SyncConfig(strategy="butterfly", H=H, n_fragments=P, tau=D, codec="fp32", error_feedback=False,
+                     butterfly=ButterflyConfig(exchanges_per_window=E, **opts))
     b = Butterfly(models, LocalTransport(N), [[f"b{p}"] for p in range(P)], cfg, seed=0)
     for s in range(1, steps + 1):
         with torch.no_grad():
@@ -64,35 +64,35 @@ def derived(steps: int, x0: torch.Tensor) -> torch.Tensor:
 
 def test_delay_aware_merge_follows_the_derived_mixing_matrix():
     steps = 3 * H + 1
-    _, x0, x = run(steps, butterfly_merge="delay_aware")
+    _, x0, x = run(steps, merge="delay_aware")
     torch.testing.assert_close(x, derived(steps, x0), atol=2e-5, rtol=1e-5)
 
 
 def test_plain_merge_with_delay_does_not():
     """Today's rule halves the steps taken during the delay: it departs from the derived matrix (and from the mean)."""
     steps = 3 * H + 1
-    _, x0, x = run(steps, butterfly_merge="mean")
+    _, x0, x = run(steps, merge="mean")
     assert (x - derived(steps, x0)).abs().max() > 1e-3
 
 
 def test_delay_aware_preserves_the_cell_average():
     steps = 2 * H + 3
-    _, x0, x = run(steps, butterfly_merge="delay_aware")
+    _, x0, x = run(steps, merge="delay_aware")
     total_u = sum(torch.stack([increment(i, s) for i in range(N)]) for s in range(1, steps + 1))
     torch.testing.assert_close(x.mean(0), (x0 + total_u).mean(0), atol=2e-5, rtol=1e-5)
 
 
 def test_final_average_leaves_every_cell_at_the_exact_mean():
     steps = 2 * H + 5
-    _, x0, x = run(steps, butterfly_merge="delay_aware", final_average=True)
+    _, x0, x = run(steps, merge="delay_aware", final_average=True)
     total_u = sum(torch.stack([increment(i, s) for i in range(N)]) for s in range(1, steps + 1))
     target = (x0 + total_u).mean(0)
     torch.testing.assert_close(x, target.expand(N, P), atol=2e-5, rtol=1e-5)
 
 
 def test_periodic_exact_average_syncs_every_cell_and_is_charged():
-    b, _, _ = run(H, butterfly_merge="delay_aware")
-    b2, _, x = run(H, butterfly_merge="delay_aware", exact_average_every=1)
+    b, _, _ = run(H, merge="delay_aware")
+    b2, _, x = run(H, merge="delay_aware", exact_average_every=1)
     # after the window's exact average (before finalize drains the last in-flight merges) cells agree closely,
     # and the complete butterfly cost R rounds x P fragments x N messages of fp32 scalars more
     msgs = [t.transport.ledger.to_dict()["channels"]["fragments"]["messages"] for t in (b, b2)]
@@ -102,7 +102,7 @@ def test_periodic_exact_average_syncs_every_cell_and_is_charged():
 
 
 def test_mean_eval_scores_the_cell_average():
-    b, _, x = run(H + 2, butterfly_eval="mean")
+    b, _, x = run(H + 2, eval="mean")
     ev = b.eval_state()
     torch.testing.assert_close(ev["b0"], x[:, 0].mean().reshape(1), atol=2e-6, rtol=0)
     assert not b.deploys_own_replica
@@ -116,6 +116,6 @@ def test_mean_eval_needs_every_cell_in_process():
 
     tr = Partial(N)
     tr.local_islands = [0]
-    with pytest.raises(ValueError, match="sync.butterfly_eval"):
+    with pytest.raises(ValueError, match="sync.butterfly.eval"):
         Butterfly(models, tr, [[f"b{p}"] for p in range(P)],
-                  SyncConfig(strategy="butterfly", H=H, n_fragments=P, butterfly_eval="mean"), seed=0)
+                  SyncConfig(strategy="butterfly", H=H, n_fragments=P, butterfly=ButterflyConfig(eval="mean")), seed=0)

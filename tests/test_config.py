@@ -1,9 +1,11 @@
 """Configs: presets build, overrides coerce types, and every bad value fails eagerly naming the field and the rule."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.config import MOVED_KEYS, ConfigError, ExperimentConfig, apply_overrides, parse_set
 from islands_kit.presets import PRESETS, get_preset
 
 
@@ -24,9 +26,9 @@ def test_presets_have_equal_global_batch_across_experiments():
 
 
 def test_overrides_coerce_types():
-    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.H=6", "sync.alpha=0.25", "sync.routing_sync=false",
+    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.H=6", "sync.diloco.alpha=0.25", "sync.routing_sync=false",
                                                                       "islands.1.batch_size=8", "optim.lr=1e-3"]))
-    assert cfg.sync.H == 6 and cfg.sync.alpha == 0.25 and cfg.sync.routing_sync is False
+    assert cfg.sync.H == 6 and cfg.sync.diloco.alpha == 0.25 and cfg.sync.routing_sync is False
     assert cfg.islands[1].batch_size == 8 and cfg.optim.lr == 1e-3
 
 
@@ -50,9 +52,14 @@ BAD = [
     ({"optim.beta1": "1.0"}, "optim.beta1", "[0, 1)"),
     ({"sync.H": "1", "sync.n_fragments": "2"}, "sync.H", "n_fragments"),
     ({"sync.tau": "50"}, "sync.tau", "tau < sync.H"),
-    ({"sync.alpha": "1.5"}, "sync.alpha", "[0, 1]"),
+    ({"sync.diloco.alpha": "1.5"}, "sync.diloco.alpha", "[0, 1]"),
     ({"sync.codec": "int3"}, "sync.codec", "one of"),
-    ({"sync.outer_lr": "0"}, "sync.outer_lr", "> 0"),
+    ({"sync.diloco.outer_lr": "0"}, "sync.diloco.outer_lr", "> 0"),
+    ({"sync.diloco.merge": "keep_local"}, "sync.diloco.alpha", "sync.diloco.merge=keep_local"),  # two_site: alpha 0.5
+    ({"sync.tau": "0", "sync.diloco.eager": "true"}, "sync.diloco.eager", "sync.tau >= 1"),
+    ({"sync.butterfly.merge": "blend"}, "sync.butterfly.merge", "mean|delay_aware"),
+    ({"sync.butterfly.exchanges_per_window": "0"}, "sync.butterfly.exchanges_per_window", ">= 1"),
+    ({"sync.tau": "-1"}, "sync.tau", "0 <= tau"),
     ({"sync.strategy": "gossip"}, "sync.strategy", "ddp|diloco|butterfly"),
     ({"islands.0.batch_size": "0"}, "islands[0].batch_size", ">= 1"),
     ({"islands.0.batch_size": "25"}, "islands[0].batch_size", "split into"),
@@ -80,6 +87,23 @@ def test_bad_values_name_field_and_rule(overrides, field, rule):
         apply_overrides(base, overrides)
     msg = str(e.value)
     assert field in msg and rule in msg, msg
+
+
+@pytest.mark.parametrize("old,new", sorted(MOVED_KEYS.items()))
+def test_a_moved_sync_key_names_its_new_place(old, new):
+    """The flat SyncConfig's keys moved to sync.diloco.* / sync.butterfly.* (butterfly's delay is sync.tau): the old
+    key fails before any work, naming itself and the new key, both as a --set and inside a config mapping; the new key
+    is accepted."""
+    base = get_preset("eight_cell" if "butterfly" in new else "two_site", "smoke")
+    value = getattr(base.sync, new.split(".")[-1]) if new == "sync.tau" else \
+        getattr(getattr(base.sync, new.split(".")[1]), new.split(".")[2])
+    with pytest.raises(ConfigError, match=rf"^{re.escape(old)}: unknown key \(did you mean {re.escape(new)}\?"):
+        apply_overrides(base, {old: str(value)})
+    d = base.to_dict()
+    d["sync"][old.split(".")[1]] = value
+    with pytest.raises(ConfigError, match=rf"^{re.escape(old)}: unknown key \(did you mean {re.escape(new)}\?"):
+        ExperimentConfig.from_dict(d)
+    assert apply_overrides(base, {new: str(value)}).to_dict() == base.to_dict()
 
 
 def test_butterfly_needs_power_of_two_cells():

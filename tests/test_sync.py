@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import SyncConfig
+from islands_kit.config import ButterflyConfig, DiLoCoConfig, SyncConfig
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.butterfly import Butterfly, butterfly_schedule, check_power_of_two, mixing_matrix, window_positions
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
@@ -73,8 +73,8 @@ def test_diloco_h1_equals_synchronous_training():
     ref = make_replicas(2)
     train(ref, DDP(ref, LocalTransport(2)), data)
     models = make_replicas(2)
-    cfg = SyncConfig(strategy="diloco", H=1, n_fragments=1, tau=0, alpha=0.0, outer_lr=1.0, outer_momentum=0.0,
-                     codec="fp32", error_feedback=False)
+    cfg = SyncConfig(strategy="diloco", H=1, n_fragments=1, tau=0, codec="fp32", error_feedback=False,
+                     diloco=DiLoCoConfig(alpha=0.0, outer_lr=1.0, outer_momentum=0.0))
     frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 1)
     strat = DiLoCo(models, LocalTransport(2), frags, cfg, seed=0)
     train(models, strat, data)
@@ -137,7 +137,8 @@ def test_streaming_one_fragment_tau0_equals_plain_diloco():
     models = make_replicas(2)
     # a single fragment in model.parameters() order so the flat vectors line up with the reference
     names = [[n for n, _ in models[0].named_parameters()]]
-    cfg = SyncConfig(strategy="diloco", H=4, n_fragments=1, tau=0, alpha=0.0, codec="fp32", error_feedback=False)
+    cfg = SyncConfig(strategy="diloco", H=4, n_fragments=1, tau=0, codec="fp32", error_feedback=False,
+                     diloco=DiLoCoConfig(alpha=0.0))
     strat = DiLoCo(models, LocalTransport(2), names, cfg, seed=0)
     opts = {i: torch.optim.SGD(m.parameters(), lr=0.1) for i, m in models.items()}
     for t, batch in enumerate(data, start=1):
@@ -212,8 +213,8 @@ def test_butterfly_instant_merges_reach_the_average():
                 p.add_(float(i))
     mean = torch.stack([flat(m) for m in models.values()]).mean(0)
     names = [[nm for nm, _ in models[0].named_parameters()]]
-    cfg = SyncConfig(strategy="butterfly", H=3, n_fragments=1, exchanges_per_window=3, delay=0, codec="fp32",
-                     error_feedback=False)
+    cfg = SyncConfig(strategy="butterfly", H=3, n_fragments=1, tau=0, codec="fp32", error_feedback=False,
+                     butterfly=ButterflyConfig(exchanges_per_window=3))
     tr = LocalTransport(n)
     strat = Butterfly(models, tr, names, cfg, seed=0)
     for t in (1, 2, 3):
@@ -239,8 +240,8 @@ class Scalars(nn.Module):
 
 def scalar_butterfly(n: int, P: int, H: int, E: int, delay: int, init: torch.Tensor) -> tuple[dict[int, Scalars], Butterfly]:
     models = {i: Scalars(init[i].tolist()) for i in range(n)}
-    cfg = SyncConfig(strategy="butterfly", H=H, n_fragments=P, exchanges_per_window=E, delay=delay, codec="fp32",
-                     error_feedback=False)
+    cfg = SyncConfig(strategy="butterfly", H=H, n_fragments=P, tau=delay, codec="fp32", error_feedback=False,
+                     butterfly=ButterflyConfig(exchanges_per_window=E))
     return models, Butterfly(models, LocalTransport(n), [[f"w.{p}"] for p in range(P)], cfg, seed=0)
 
 
