@@ -26,9 +26,9 @@ RUNS = {
     # control: the same eight cells synchronised with the DiLoCo all-reduce instead of butterfly exchanges, like for
     # like with the butterfly: fp32 payloads, plain averaging (outer lr 1, no momentum), the same overlap (tau = the
     # butterfly's delay, local steps kept) and the same cadence (each fragment synced every H/6 ~ 8 steps)
-    "eight_cell_diloco": ("eight_cell", ["sync.strategy=diloco", "sync.H=8", "sync.tau=2", "sync.merge=keep_local",
-                                         "sync.alpha=0.0", "sync.codec=fp32", "sync.outer_lr=1.0",
-                                         "sync.outer_momentum=0.0"]),
+    "eight_cell_diloco": ("eight_cell", ["sync.strategy=diloco", "sync.H=8", "sync.tau=2", "sync.diloco.merge=keep_local",
+                                         "sync.diloco.alpha=0.0", "sync.codec=fp32", "sync.diloco.outer_lr=1.0",
+                                         "sync.diloco.outer_momentum=0.0"]),
     # non-streaming DiLoCo between the two sites: the peak-bytes reference for streaming
     "two_site_p1": ("two_site", ["sync.n_fragments=1"]),
 }
@@ -49,11 +49,11 @@ ABLATIONS = {
     "two_site_int8": ("two_site", ["sync.codec=int8"]),
     "two_site_fp32": ("two_site", ["sync.codec=fp32"]),
     "two_site_no_routing_sync": ("two_site", ["sync.routing_sync=false"]),
-    "two_site_nesterov": ("two_site", ["sync.outer_lr=0.7", "sync.outer_momentum=0.9"]),
+    "two_site_nesterov": ("two_site", ["sync.diloco.outer_lr=0.7", "sync.diloco.outer_momentum=0.9"]),
     # averaging two nearly orthogonal outer gradients shrinks the step (|mean| ~ 0.6 |each| at cos 0.1): a larger
     # outer learning rate (no momentum) gives some of it back
-    "two_site_outer_lr1.5": ("two_site", ["sync.outer_lr=1.5"]),
-    "two_site_outer_lr2": ("two_site", ["sync.outer_lr=2.0"]),
+    "two_site_outer_lr1.5": ("two_site", ["sync.diloco.outer_lr=1.5"]),
+    "two_site_outer_lr2": ("two_site", ["sync.diloco.outer_lr=2.0"]),
 }
 
 

@@ -59,34 +59,34 @@ class Arm:
 # What the two_site method is (fixed, chosen from the literature before tuning) and what is tuned. The published
 # settings that cost no extra bytes: keep the τ overlap steps on top of the new global state (instead of α-blending
 # them away), and a final flush at int8 so the last sync does not leave int4 rounding in the deployed model.
-TWO_SITE_METHOD = {"sync.merge": "keep_local", "sync.alpha": "0.0", "sync.final_codec": "int8"}
+TWO_SITE_METHOD = {"sync.diloco.merge": "keep_local", "sync.diloco.alpha": "0.0", "sync.diloco.final_codec": "int8"}
 SHAMPOO = {"optim.name": "shampoo"}
 # eight cells: merge the partner against the snapshot as sent (the delay's local steps keep full weight) and end with
 # one complete butterfly, so every cell — and the deployed model — is the exact cell mean
-EIGHT_CELL_METHOD = {"sync.butterfly_merge": "delay_aware", "sync.final_average": "true"}
+EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.final_average": "true"}
 ARMS: dict[str, Arm] = {
     "baseline": Arm("baseline", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}),
-    "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.outer_lr": ["1.0", "1.3"]}, TWO_SITE_METHOD),
+    "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.diloco.outer_lr": ["1.0", "1.3"]}, TWO_SITE_METHOD),
     "eight_cell": Arm("eight_cell", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}, EIGHT_CELL_METHOD),
     "baseline_shampoo": Arm("baseline", {"optim.lr": ["1e-3", "2e-3", "3e-3", "4e-3"]}, SHAMPOO, ref="baseline_shampoo"),
-    "two_site_shampoo": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.outer_lr": ["1.0", "1.3"]},
+    "two_site_shampoo": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.diloco.outer_lr": ["1.0", "1.3"]},
                             {**TWO_SITE_METHOD, **SHAMPOO}, ref="baseline_shampoo"),
 }
 # arms run phase by phase (tuning, then seeds); a phase's arms share its tuning stage
 PHASES = [["baseline", "two_site"], ["eight_cell"], ["baseline_shampoo", "two_site_shampoo"]]
 ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
     "two_site": {
-        "alpha merge 0.5 (before)": {"sync.merge": "alpha", "sync.alpha": "0.5"},
-        "final sync int4": {"sync.final_codec": ""},
-        "final sync fp32": {"sync.final_codec": "fp32"},
-        "eager updates": {"sync.eager": "true"},
+        "alpha merge 0.5 (before)": {"sync.diloco.merge": "alpha", "sync.diloco.alpha": "0.5"},
+        "final sync int4": {"sync.diloco.final_codec": ""},
+        "final sync fp32": {"sync.diloco.final_codec": "fp32"},
+        "eager updates": {"sync.diloco.eager": "true"},
         "inner lr 4e-3 (beyond the grid's edge)": {"optim.lr": "4e-3"},
-        "Nesterov 0.7/0.9, momentum warm-up 2": {"sync.outer_lr": "0.7", "sync.outer_momentum": "0.9",
-                                                 "sync.outer_momentum_warmup": "2"},
-        "warm start 30 steps (post-local SGD)": {"sync.warm_start_steps": "30"},
+        "Nesterov 0.7/0.9, momentum warm-up 2": {"sync.diloco.outer_lr": "0.7", "sync.diloco.outer_momentum": "0.9",
+                                                 "sync.diloco.outer_momentum_warmup": "2"},
+        "warm start 30 steps (post-local SGD)": {"sync.diloco.warm_start_steps": "30"},
         "H=25": {"sync.H": "25"},
         "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
-                                         "sync.final_codec": ""},
+                                         "sync.diloco.final_codec": ""},
         # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
         "frontier: int8": {"sync.codec": "int8"},
         "frontier: int2": {"sync.codec": "int2"},
@@ -98,12 +98,12 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: top16_int4, H=25": {"sync.codec": "top16_int4", "sync.H": "25"},
         "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
         "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
-        "frontier: top32_int4, H=10, final fp32": {"sync.codec": "top32_int4", "sync.H": "10", "sync.final_codec": "fp32"},
+        "frontier: top32_int4, H=10, final fp32": {"sync.codec": "top32_int4", "sync.H": "10", "sync.diloco.final_codec": "fp32"},
     },
     "eight_cell": {
-        "plain mean merge (before)": {"sync.butterfly_merge": "mean"},
-        "no final average (cell 0 deployed)": {"sync.final_average": "false"},
-        "exact average every window": {"sync.exact_average_every": "1"},
+        "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
+        "no final average (cell 0 deployed)": {"sync.butterfly.final_average": "false"},
+        "exact average every window": {"sync.butterfly.exact_average_every": "1"},
         "int8 payloads + error feedback": {"sync.codec": "int8"},
     },
 }

@@ -44,8 +44,8 @@ link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-sat
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 # eight_cell knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
-exchanges_per_window = None  # how many times each fragment is exchanged per window
-delay = None  # a partner's fragment sent after step t is merged after step t + delay
+exchanges_per_window = None  # E (sync.butterfly.exchanges_per_window): how many times each fragment is exchanged per window
+delay = None  # τ (sync.tau): a partner's fragment sent after step t is merged after step t + delay
 codec = None  # fp32 | bf16 | int8 | fp8_e4m3 | int4 | fp4_e2m1 | int2: fragments on the wire
 
 # %%
@@ -56,7 +56,7 @@ from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run,
 cfg = notebook_config("eight_cell", preset, seed, steps, {
     "data.corpus": corpus, "link.preset": link,
     "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
-    "sync.H": H, "sync.exchanges_per_window": exchanges_per_window, "sync.delay": delay, "sync.codec": codec,
+    "sync.H": H, "sync.butterfly.exchanges_per_window": exchanges_per_window, "sync.tau": delay, "sync.codec": codec,
 }, overrides)
 out = resolve_out_dir(out_dir, cfg)
 print(config_summary(cfg))
@@ -111,5 +111,5 @@ from islands_kit.sync.butterfly import butterfly_schedule
 
 s = cfg.sync
 shown = min(cfg.steps, 2 * s.H)
-exchanges = butterfly_schedule(len(cfg.islands), s.H, s.exchanges_per_window, s.n_fragments, shown)
-plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.delay, shown), out / "butterfly_timeline.png")
+exchanges = butterfly_schedule(len(cfg.islands), s.H, s.butterfly.exchanges_per_window, s.n_fragments, shown)
+plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown), out / "butterfly_timeline.png")

@@ -35,7 +35,7 @@ n_fragments = 4  # P
 tau = 2  # τ: overlap of a fragment's transfer with inner steps
 n_cells = 8  # butterfly cells (a power of two)
 exchanges_per_window = 6
-delay = 2
+delay = 2  # τ of the butterfly (sync.tau): a fragment sent after step t is merged after step t + delay
 links = ["transpacific-25g", "consumer-1g"]  # any of transpacific-25g, intra-dc, consumer-1g, leo-satellite
 payload_mb = 64  # one fragment's payload in MiB
 loss_prob = 0.01  # per-chunk loss probability on the link
@@ -46,7 +46,7 @@ sample_prompt = "ROMEO:"  # the text the samples continue
 # %%
 from islands_kit import plots, tour
 from islands_kit.comm.link import link_config
-from islands_kit.config import SyncConfig
+from islands_kit.config import ButterflyConfig, SyncConfig
 from islands_kit.notebooks import resolve_out_dir
 from islands_kit.sync.butterfly import check_power_of_two
 
@@ -54,7 +54,7 @@ from islands_kit.sync.butterfly import check_power_of_two
 for name in links:
     link_config(name, loss_prob=loss_prob)
 SyncConfig(strategy="diloco", H=H, n_fragments=n_fragments, tau=tau)
-SyncConfig(strategy="butterfly", H=H, exchanges_per_window=exchanges_per_window, delay=delay)
+SyncConfig(strategy="butterfly", H=H, tau=delay, butterfly=ButterflyConfig(exchanges_per_window=exchanges_per_window))
 check_power_of_two(n_cells)
 out = resolve_out_dir(out_dir, "runs/tour")
 print(out)

@@ -47,9 +47,9 @@ overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.0
 H = None  # inner steps per window
 n_fragments = None  # P: fragments, each synced once per window at its own offset
 tau = None  # τ: inner steps between sending a fragment and merging its outer result (overlap)
-alpha = None  # merge weight α: θ ← α·θ_local + (1−α)·θ_global
+alpha = None  # merge weight α (sync.diloco.alpha): θ ← α·θ_local + (1−α)·θ_global
 codec = None  # fp32 | bf16 | int8 | fp8_e4m3 | int4 | fp4_e2m1 | int2: outer gradients on the wire
-outer_lr = None  # outer SGD-Nesterov learning rate
+outer_lr = None  # η_out (sync.diloco.outer_lr): outer SGD-Nesterov learning rate
 routing_sync = None  # True: expert loads all-reduced every step on their own channel
 
 # %%
@@ -60,8 +60,8 @@ from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run,
 cfg = notebook_config("two_site", preset, seed, steps, {
     "data.corpus": corpus, "link.preset": link,
     "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
-    "sync.H": H, "sync.n_fragments": n_fragments, "sync.tau": tau, "sync.alpha": alpha, "sync.codec": codec,
-    "sync.outer_lr": outer_lr, "sync.routing_sync": routing_sync,
+    "sync.H": H, "sync.n_fragments": n_fragments, "sync.tau": tau, "sync.diloco.alpha": alpha, "sync.codec": codec,
+    "sync.diloco.outer_lr": outer_lr, "sync.routing_sync": routing_sync,
 }, overrides)
 out = resolve_out_dir(out_dir, cfg)
 print(config_summary(cfg))

@@ -30,7 +30,7 @@ def test_point_config_resizes_the_preset():
 def test_study_runs_resumes_and_tables(tmp_path):
     lines: list[str] = []
     kw = dict(preset="smoke", lengths=[8, 16], widths=[16, 32], width_at=32, length_at=8, seeds=[0],
-              overrides={"two_site": {"sync.merge": "keep_local", "sync.alpha": 0.0}}, log=lines.append)
+              overrides={"two_site": {"sync.diloco.merge": "keep_local", "sync.diloco.alpha": 0.0}}, log=lines.append)
     rows = scaling.run_study(tmp_path, **kw)
     assert len(rows) == 3 and all(k in r for r in rows for k in ("two_site_ratio", "eight_cell_ratio", "flops"))
     r = next(r for r in rows if r["steps"] == 16)
