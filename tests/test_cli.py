@@ -16,7 +16,8 @@ from islands_kit.configfile import config_rows, field_help
 from islands_kit.presets import PRESETS, get_preset
 
 CONFIG_CLASSES = (config.ExperimentConfig, config.DataConfig, config.ModelConfig, config.OptimConfig,
-                  config.SyncConfig, config.LinkConfig, config.IslandConfig, config.FaultConfig)
+                  config.SyncConfig, config.DiLoCoConfig, config.ButterflyConfig, config.LinkConfig, config.IslandConfig,
+                  config.FaultConfig)
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +65,12 @@ def test_unknown_keys_suggest_the_nearest(capsys, tmp_path):
     (tmp_path / "bad.yaml").write_text("experiment: two_site\nmodel:\n  n_layer: 3\n")
     assert main(["config", "--config", str(tmp_path / "bad.yaml")]) == 2
     assert "model.n_layer: unknown key (did you mean model.n_layers" in capsys.readouterr().err
+    # a key of the flat SyncConfig names its place in the per-strategy sub-config, on the command line and in a file
+    assert main(["run", "two_site", "--set", "sync.outer_lr=1", "--out", str(tmp_path / "x")]) == 2
+    assert "sync.outer_lr: unknown key (did you mean sync.diloco.outer_lr?" in capsys.readouterr().err
+    (tmp_path / "old.yaml").write_text("experiment: eight_cell\nsync:\n  delay: 3\n")
+    assert main(["config", "--config", str(tmp_path / "old.yaml")]) == 2
+    assert "sync.delay: unknown key (did you mean sync.tau?" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
