@@ -189,6 +189,9 @@ def test_format_rows_and_poisoned_island_helpers(tmp_path):
     ("two_site", 0, {"sync.H": 0}, "sync.H"),
     ("eight_cell", 0, {"sync.codec": "int3"}, "sync.codec"),
     ("two_site", 0, {"sync.tau": 8}, "sync.tau"),  # tau must be < H (smoke H = 8)
+    ("eight_cell", 0, {"sync.tau": 8}, "sync.tau"),  # the butterfly's merge delay is tau too
+    ("two_site", 0, {"sync.diloco.outer_lr": 0}, "sync.diloco.outer_lr"),
+    ("eight_cell", 0, {"sync.butterfly.exchanges_per_window": 0}, "sync.butterfly.exchanges_per_window"),
     ("baseline", 0, {"link.preset": "moon"}, "link.preset"),
     ("baseline", -1, {}, "steps"),
     ("baseline", 0, {"data.corpus": "/no/such/corpus.txt"}, "data.corpus"),
@@ -382,6 +385,9 @@ def test_bad_parameter_stops_in_the_validation_cell(tmp_path):
     # code cells: parameters, injected parameters, validation
     assert first_error_cell(tmp_path / "eight_cell.ipynb") == 2
     assert not (tmp_path / "result.json").exists()
+    # the notebook's `delay` parameter is the butterfly's merge delay, sync.tau
+    with pytest.raises(ConfigError, match=r"^sync\.tau: must satisfy 0 <= tau < sync\.H=8 \(got 8\)"):
+        run_notebook("eight_cell", {"preset": "smoke", "delay": 8}, tmp_path)
 
 
 def test_cli_notebook_reports_a_bad_parameter(tmp_path, capsys):
