@@ -1,4 +1,6 @@
 """``run_experiment(config) -> Result``: the one training loop for baseline, two_site and eight_cell.
+(Over 400 lines on purpose: one loop drives every strategy, checkpoints, faults and torch.distributed alike, and it
+is read top to bottom in one place — the ``Experiment`` state, a step, an evaluation, the result.)
 
 Per inner step, for every island this process holds:
   forward/backward on its own batch (micro-batched) → simulated compute time on its hardware profile →

@@ -1,4 +1,6 @@
 """Shampoo with grafting and block ownership across ranks (a Distributed Shampoo variant).
+(Over 400 lines because the update rule is stated in full below, and one optimizer class holds the blocking, the
+grafting, the inverse roots and the rank ownership that share its per-parameter state.)
 
 Papers: Shampoo (Gupta, Koren & Singer 2018, arXiv:1802.09568); Distributed Shampoo (Shi et al. 2023,
 arXiv:2309.06497), whose names and defaults we follow. For a gradient block ``G`` (m x n) of a matrix parameter:
