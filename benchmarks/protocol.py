@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from islands_kit.config import MOVED_KEYS
+
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
 TRIALS = 4  # the tuning budget of every arm: settings tried per arm
@@ -110,7 +112,10 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
 
 
 def run_dir(out: Path, arm: str, sets: dict[str, str], seed: int) -> Path:
-    key = json.dumps(sorted(sets.items()))
+    # hashed under the sync keys' flat names from before the per-strategy sub-configs (config.MOVED_KEYS): the
+    # numbers did not move, so the runs already on disk stay found
+    legacy = {new: old for old, new in MOVED_KEYS.items()}
+    key = json.dumps(sorted((legacy.get(k, k), v) for k, v in sets.items()))
     return out / arm / hashlib.sha256(key.encode()).hexdigest()[:10] / f"seed{seed}"
 
 
