@@ -26,7 +26,7 @@ def test_presets_have_equal_global_batch_across_experiments():
 
 
 def test_overrides_coerce_types():
-    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.H=6", "sync.diloco.alpha=0.25", "sync.routing_sync=false",
+    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.H=6", "sync.diloco.merge=alpha", "sync.diloco.alpha=0.25", "sync.routing_sync=false",
                                                                       "islands.1.batch_size=8", "optim.lr=1e-3"]))
     assert cfg.sync.H == 6 and cfg.sync.diloco.alpha == 0.25 and cfg.sync.routing_sync is False
     assert cfg.islands[1].batch_size == 8 and cfg.optim.lr == 1e-3
@@ -55,7 +55,7 @@ BAD = [
     ({"sync.diloco.alpha": "1.5"}, "sync.diloco.alpha", "[0, 1]"),
     ({"sync.codec": "int3"}, "sync.codec", "one of"),
     ({"sync.diloco.outer_lr": "0"}, "sync.diloco.outer_lr", "> 0"),
-    ({"sync.diloco.merge": "keep_local"}, "sync.diloco.alpha", "sync.diloco.merge=keep_local"),  # two_site: alpha 0.5
+    ({"sync.diloco.alpha": "0.5"}, "sync.diloco.alpha", "sync.diloco.merge=keep_local"),  # two_site: keep_local
     ({"sync.tau": "0", "sync.diloco.eager": "true"}, "sync.diloco.eager", "sync.tau >= 1"),
     ({"sync.butterfly.merge": "blend"}, "sync.butterfly.merge", "mean|delay_aware"),
     ({"sync.butterfly.exchanges_per_window": "0"}, "sync.butterfly.exchanges_per_window", ">= 1"),

@@ -22,7 +22,10 @@ def _env(monkeypatch):
 @pytest.fixture(scope="module")
 def two_site_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sample") / "ts"
-    assert cli.main(["run", "two_site", "--set", "steps=8", "--out", str(out)]) == 0
+    # alpha blending, so that the replicas still differ from each other after the final flush (with the preset's
+    # keep_local merge they all equal the global model at the end)
+    assert cli.main(["run", "two_site", "--set", "steps=8", "--set", "sync.diloco.merge=alpha",
+                     "--set", "sync.diloco.alpha=0.5", "--out", str(out)]) == 0
     return out
 
 
