@@ -26,8 +26,9 @@ def test_presets_have_equal_global_batch_across_experiments():
 
 
 def test_overrides_coerce_types():
-    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.H=6", "sync.diloco.merge=alpha", "sync.diloco.alpha=0.25", "sync.routing_sync=false",
-                                                                      "islands.1.batch_size=8", "optim.lr=1e-3"]))
+    cfg = apply_overrides(get_preset("two_site", "smoke"),
+                          parse_set(["sync.H=6", "sync.diloco.merge=alpha", "sync.diloco.alpha=0.25",
+                                     "sync.routing_sync=false", "islands.1.batch_size=8", "optim.lr=1e-3"]))
     assert cfg.sync.H == 6 and cfg.sync.diloco.alpha == 0.25 and cfg.sync.routing_sync is False
     assert cfg.islands[1].batch_size == 8 and cfg.optim.lr == 1e-3
 
