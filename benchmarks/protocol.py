@@ -300,6 +300,23 @@ def write_results(text: str, preset: str) -> None:
     path.write_text(doc)
 
 
+def frontier_points(out: Path, seed: int = 0) -> list[dict]:
+    """The two_site frontier (and every other ablation row) as plot points at ``seed``: ``label``, ``fewer`` (x fewer
+    bytes than data-parallel), ``ratio`` (bpb / the tuned baseline at that seed); the tuned two_site is ``default``."""
+    base_best, _ = winner(out, "baseline")
+    ts_best, _ = winner(out, "two_site")
+    base = _load(out, "baseline", base_best, seed)
+    pts = []
+    rows = [("tuned two_site (int4, H=50)", "two_site", ts_best, True)]
+    rows += [(name, "two_site_ablation", {**ts_best, **change}, False) for name, change in ABLATIONS["two_site"].items()]
+    for label, arm, sets, default in rows:
+        r = _load(out, arm, sets, seed)
+        if r and base and r.get("final_val_bpb") and r["cross_site_bytes"]:
+            pts.append({"label": label.replace("frontier: ", ""), "fewer": r["ddp_equivalent_bytes"] / r["cross_site_bytes"],
+                        "ratio": r["final_val_bpb"] / base["final_val_bpb"], "default": default})
+    return pts
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="demo")
@@ -323,6 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if a.write_results:
         write_results(text, a.preset)
+        if "two_site" in a.arms and "baseline" in a.arms:  # the points the two_site notebook draws
+            pts = frontier_points(a.out)
+            (ROOT / "benchmarks" / f"frontier-{a.preset}.json").write_text(json.dumps(pts, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,3 +24,10 @@ def data_card_path(corpus: str) -> Path:
     if not p.is_file():
         raise FileNotFoundError(f"no data card for corpus {corpus!r} in {p.parent}")
     return p
+
+
+def checkout_file(path: str | Path) -> Path:
+    """``path`` as given when absolute, else relative to the repository checkout (e.g. ``benchmarks/...``, which a
+    wheel does not carry: the caller checks that it exists)."""
+    p = Path(path)
+    return p if p.is_absolute() else _PACKAGE.parent / p

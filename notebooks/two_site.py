@@ -43,6 +43,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
+frontier_file = "benchmarks/frontier-demo.json"  # the protocol's measured bpb-vs-bytes points (a checkout has them)
 # two_site knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
 n_fragments = None  # P: fragments, each synced once per window at its own offset
@@ -118,3 +119,27 @@ s = cfg.sync
 shown = min(cfg.steps, 2 * s.H)
 plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown), s.n_fragments, s.H, s.tau, shown),
            out / "fragment_timeline.png")
+
+# %% [markdown]
+# ## Why these settings: quality against bytes on the link
+# The demo's two_site settings come from the comparison protocol (`benchmarks/protocol.py`; every arm tuned with the
+# same budget on a tuning split, scored on the untouched validation bytes). Each point below is one setting, measured
+# at seed 0 against the tuned synchronous baseline: the star is the preset (int4 outer gradients with error feedback,
+# one fragment syncing every 25 steps, the overlap steps kept on top of the new global state). Points further right
+# send fewer bytes; lower is better. Two things to read off it:
+# * syncing more often (smaller H) buys quality but costs bytes linearly; top-k sparsification with error feedback
+#   (send only the largest 1/16 or 1/32 of each block) gives the bytes back, so frequent sparse syncs can beat rare
+#   dense ones at the same budget;
+# * averaging the replicas every step in fp32 (the floor) is the best any averaging of two AdamW replicas can do at
+#   this size, at the cost of as many bytes as data-parallel training.
+
+# %%
+import json
+
+from islands_kit.resources import checkout_file
+
+frontier = checkout_file(frontier_file)
+if frontier.exists():
+    plots.show(plots.frontier(json.loads(frontier.read_text())), out / "frontier.png")
+else:
+    print(f"{frontier} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
