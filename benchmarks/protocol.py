@@ -114,7 +114,7 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
 def run_dir(out: Path, arm: str, sets: dict[str, str], seed: int) -> Path:
     # hashed under the sync keys' flat names from before the per-strategy sub-configs (config.MOVED_KEYS): the
     # numbers did not move, so the runs already on disk stay found
-    legacy = {new: old for old, new in MOVED_KEYS.items()}
+    legacy = {new: old for old, new in MOVED_KEYS.items() if new != "sync.tau"}  # tau was flat before too
     key = json.dumps(sorted((legacy.get(k, k), v) for k, v in sets.items()))
     return out / arm / hashlib.sha256(key.encode()).hexdigest()[:10] / f"seed{seed}"
 
@@ -263,6 +263,7 @@ def report(out: Path, preset: str, seeds: list[int], arms: list[str], ablation_s
         ref, ref_best = ARMS[a].ref, best_of(ARMS[a].ref)
         lines += ["", f"Ablations on the tuned {a} (one change each; seeds {ablation_seeds}), paired with it per seed:",
                   "", f"| change | val bpb | / tuned {a} | / {ref} | bytes vs DDP |", "|---|---|---|---|---|"]
+        not_run = []
         for name, change in rows.items():
             rs, vs_arm, vs_ref = [], [], []
             for s in ablation_seeds:
@@ -277,8 +278,14 @@ def report(out: Path, preset: str, seeds: list[int], arms: list[str], ablation_s
                         vs_ref.append(r["final_val_bpb"] / b["final_val_bpb"])
             r0 = next((x for x in (_load(out, f"{a}_ablation", {**best, **change}, s) for s in ablation_seeds) if x),
                       None)
-            fewer = f"{r0['ddp_equivalent_bytes'] / r0['cross_site_bytes']:.0f}x less" if r0 else "—"
+            if r0 is None:
+                not_run.append(name)
+                continue
+            fewer = f"{r0['ddp_equivalent_bytes'] / r0['cross_site_bytes']:.0f}x less" if r0["cross_site_bytes"] else "—"
             lines.append(f"| {name} | {_spread(rs)} | {_spread(vs_arm)} | {_spread(vs_ref)} | {fewer} |")
+        if not_run:
+            lines += ["", "Not run yet (the same command with `--only-ablations` naming them runs them): "
+                      + "; ".join(not_run) + "."]
     cmd = (f"python benchmarks/protocol.py --preset {preset} --seeds {' '.join(map(str, seeds))} --ablation-seeds "
            f"{' '.join(map(str, ablation_seeds))} --out {out}")
     lines += ["", f"Command: `{cmd}` (resumable; `--report` re-prints this table)."]

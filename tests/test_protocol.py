@@ -1,0 +1,85 @@
+"""benchmarks/protocol.py's logic on fabricated run folders: the winner is chosen on the tuning split (never on the
+validation bytes), ratios are paired per seed against the arm's own baseline, a finished run is never run again, and
+run folders stay where earlier runs put them."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def protocol():
+    spec = importlib.util.spec_from_file_location("protocol", ROOT / "benchmarks" / "protocol.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["protocol"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake(protocol, out, arm, sets, seed, tune, val, sent=1.0):
+    d = protocol.run_dir(out, arm, sets, seed)
+    d.mkdir(parents=True)
+    (d / "result.json").write_text(json.dumps({"final_tune_bpb": tune, "final_val_bpb": val, "cross_site_bytes": sent,
+                                               "ddp_equivalent_bytes": 100.0}))
+
+
+def test_winner_is_chosen_on_the_tuning_split_and_ratios_are_paired(protocol, tmp_path):
+    trials = protocol.ARMS["baseline"].trials()
+    for k, t in enumerate(trials):  # the best validation bpb (trial 0) is not the best tuning bpb (trial 2)
+        fake(protocol, tmp_path, "baseline", t, 0, tune=[2.9, 2.8, 2.7, 2.75][k], val=[2.4, 2.6, 2.5, 2.55][k])
+    best, rows = protocol.winner(tmp_path, "baseline")
+    assert best == trials[2] and [b for _, b in rows] == [2.9, 2.8, 2.7, 2.75]
+    ts = protocol.ARMS["two_site"]
+    for k, t in enumerate(ts.trials()):
+        fake(protocol, tmp_path, "two_site", {**ts.fixed, **t}, 0, tune=3.0 - 0.01 * k, val=2.6, sent=4.0)
+    ts_best, _ = protocol.winner(tmp_path, "two_site")
+    for s, (b, v) in {1: (2.4, 2.52), 2: (2.6, 2.6)}.items():
+        fake(protocol, tmp_path, "baseline", best, s, tune=0, val=b)
+        fake(protocol, tmp_path, "two_site", ts_best, s, tune=0, val=v)
+    text = protocol.report(tmp_path, "demo", [0, 1, 2], ["baseline", "two_site"], [0])
+    ratios = [2.6 / 2.5, 2.52 / 2.4, 2.6 / 2.6]
+    assert f"{statistics.mean(ratios):.4f} ({min(ratios):.4f}..{max(ratios):.4f})" in text
+    assert "| baseline | lr=1.5e-3: 2.9000; lr=2e-3: 2.8000; lr=3e-3: 2.7000; lr=4e-3: 2.7500 | lr=3e-3 |" in text
+    assert "25x less" in text  # DDP-equivalent / bytes sent
+    assert "Not run yet" in text  # the ablation rows without runs are listed, not drawn as empty rows
+
+
+def test_a_finished_run_is_not_run_again(protocol, tmp_path):
+    sets = {"optim.lr": "3e-3"}
+    fake(protocol, tmp_path, "baseline", sets, 0, tune=1.0, val=2.0)
+
+    class NoRun:
+        def start(self, *a):
+            raise AssertionError("a finished run was started again")
+
+    assert protocol.run_one(tmp_path, "baseline", "baseline", sets, 0, "demo", NoRun())["final_val_bpb"] == 2.0
+
+
+def test_every_arm_has_the_same_budget_and_valid_settings(protocol):
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+
+    for name, arm in protocol.ARMS.items():
+        trials = arm.trials()
+        assert len(trials) == protocol.TRIALS, name
+        for t in trials:  # every trial is a valid config of its experiment
+            apply_overrides(get_preset(arm.experiment, "demo"), {**arm.fixed, **t})
+    for arm, rows in protocol.ABLATIONS.items():
+        best = {**protocol.ARMS[arm].fixed, **protocol.ARMS[arm].trials()[0]}
+        for change in rows.values():
+            apply_overrides(get_preset(protocol.ARMS[arm].experiment, "demo"), {**best, **change})
+
+
+def test_run_folders_keep_their_names(protocol, tmp_path):
+    """Folders are named by the settings under the flat keys the first runs used: renaming config keys must not
+    orphan finished runs (sync.tau was flat before and stays itself)."""
+    assert protocol.run_dir(tmp_path, "a", {"sync.diloco.outer_lr": "1.0", "sync.tau": "0"}, 0) == \
+        protocol.run_dir(tmp_path, "a", {"sync.outer_lr": "1.0", "sync.tau": "0"}, 0)
+    assert protocol.run_dir(tmp_path, "a", {"sync.tau": "0"}, 0) != protocol.run_dir(tmp_path, "a", {"sync.tau": "1"}, 0)
