@@ -97,7 +97,8 @@ def test_experiment_notebooks_declare_their_knobs():
 
     common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link",
               "overrides"}
-    knobs = {"baseline": set(), "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync"},
+    knobs = {"baseline": set(),
+             "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync", "frontier_file"},
              "eight_cell": {"H", "exchanges_per_window", "delay", "codec"}}
     for name, own in knobs.items():
         assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == common | own
