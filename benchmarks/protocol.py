@@ -308,14 +308,16 @@ def write_results(text: str, preset: str) -> None:
 
 
 def frontier_points(out: Path, seed: int = 0) -> list[dict]:
-    """The two_site frontier (and every other ablation row) as plot points at ``seed``: ``label``, ``fewer`` (x fewer
-    bytes than data-parallel), ``ratio`` (bpb / the tuned baseline at that seed); the tuned two_site is ``default``."""
+    """The two_site frontier as plot points at ``seed`` (the tuned two_site, the frontier rows and the every-step
+    floor): ``label``, ``fewer`` (x fewer bytes than data-parallel), ``ratio`` (bpb / the tuned baseline at that
+    seed); the tuned two_site is ``default``."""
     base_best, _ = winner(out, "baseline")
     ts_best, _ = winner(out, "two_site")
     base = _load(out, "baseline", base_best, seed)
     pts = []
     rows = [("tuned two_site (int4, H=50)", "two_site", ts_best, True)]
-    rows += [(name, "two_site_ablation", {**ts_best, **change}, False) for name, change in ABLATIONS["two_site"].items()]
+    rows += [(name, "two_site_ablation", {**ts_best, **change}, False) for name, change in ABLATIONS["two_site"].items()
+             if name.startswith(("frontier:", "floor:"))]  # the codec x H x sparsity points (ablations: the table)
     for label, arm, sets, default in rows:
         r = _load(out, arm, sets, seed)
         if r and base and r.get("final_val_bpb") and r["cross_site_bytes"]:
