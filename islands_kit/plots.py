@@ -550,8 +550,9 @@ def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None) -> F
         is_default = bool(p.get("default"))
         ax.scatter([p["fewer"]], [p["ratio"]], s=70 if is_default else 30, marker="*" if is_default else "o",
                    color=color("two_site", 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3)
+        # alternate the label above and below its point, so neighbours' labels do not print over each other
         ax.annotate(p["label"] + (" (default)" if is_default else ""), (p["fewer"], p["ratio"]), fontsize=7,
-                    xytext=(4, 3), textcoords="offset points")
+                    xytext=(4, 3 if i % 2 == 0 else -9), textcoords="offset points")
     ax.axhline(1.0, color="black", linewidth=0.8, label="baseline (synchronous, every step)")
     ax.set_xscale("log")
     ax.set_xlabel("x fewer bytes than data-parallel (fp32 gradient all-reduce every step)")
