@@ -179,14 +179,30 @@ def winner(out: Path, arm: str) -> tuple[dict[str, str], list[tuple[dict[str, st
     return min(done, key=lambda r: r[1])[0], rows
 
 
+def _finished(out: Path, arms: list[str], seeds: list[int], ablation_seeds: list[int]) -> int:
+    """How many of this invocation's runs are already done (the seed and ablation runs count once their arm's
+    tuning has a winner)."""
+    done = 0
+    for a in arms:
+        trials = [{**ARMS[a].fixed, **t} for t in ARMS[a].trials()]
+        done += sum((run_dir(out, a, t, 0) / "result.json").exists() for t in trials)
+        try:
+            best, _ = winner(out, a)
+        except LookupError:
+            continue
+        done += sum((run_dir(out, a, best, s) / "result.json").exists() for s in seeds if s != 0)
+        done += sum((run_dir(out, f"{a}_ablation", {**best, **c}, s) / "result.json").exists()
+                    for n, c in ABLATIONS.get(a, {}).items() if n not in SKIPPED for s in ablation_seeds)
+    return done
+
+
 def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds: list[int], arms: list[str]) -> None:
     global JOBS
     JOBS = jobs
     n_trials = sum(len(ARMS[a].trials()) for a in arms)
     n_abl = sum(1 for a in arms for n in ABLATIONS.get(a, {}) if n not in SKIPPED)
     total = n_trials + len(arms) * (len(seeds) - 1) + n_abl * len(ablation_seeds)
-    finished = sum(1 for p in out.rglob("result.json")) if out.exists() else 0
-    log = Progress(total, min(finished, total))
+    log = Progress(total, _finished(out, arms, seeds, ablation_seeds))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for phase in PHASES:
             mine = [a for a in phase if a in arms]
