@@ -126,12 +126,15 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 # same budget on a tuning split, scored on the untouched validation bytes). Each point below is one setting, measured
 # at seed 0 against the tuned synchronous baseline: the star is the preset (int4 outer gradients with error feedback,
 # one fragment syncing every 25 steps, the overlap steps kept on top of the new global state). Points further right
-# send fewer bytes; lower is better. Two things to read off it:
-# * syncing more often (smaller H) buys quality but costs bytes linearly; top-k sparsification with error feedback
-#   (send only the largest 1/16 or 1/32 of each block) gives the bytes back, so frequent sparse syncs can beat rare
-#   dense ones at the same budget;
-# * averaging the replicas every step in fp32 (the floor) is the best any averaging of two AdamW replicas can do at
-#   this size, at the cost of as many bytes as data-parallel training.
+# send fewer bytes; lower is better. What the demo measurements say (benchmarks/RESULTS.md):
+# * syncing twice as often (H = 25) buys under 1% and costs twice the bytes; int8 instead of int4 buys nothing: at this
+#   size the outer gradient's precision is not what limits two_site;
+# * top-k sparsification with error feedback (only the largest 1/16 or 1/32 of each block is sent) loses badly here:
+#   the replicas restart from the global model after every sync, so what waits in the residual is progress they lose
+#   until a later sync carries it;
+# * averaging the replicas every step in fp32 (the floor, as many bytes as data-parallel) still ends about 2% behind
+#   the synchronous baseline: two AdamW replicas each with its own moments are not one optimizer on the summed
+#   batch. That floor, not the link, is what keeps two_site from parity at this size.
 
 # %%
 import json
