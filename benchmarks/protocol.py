@@ -146,8 +146,8 @@ def run_one(out: Path, arm: str, experiment: str, sets: dict[str, str], seed: in
 class Progress:
     """One line per run as it starts and ends, with a running ETA from the runs finished so far."""
 
-    def __init__(self, total: int, done: int) -> None:
-        self.total, self.done_n, self.t0, self.times = total, done, time.time(), []
+    def __init__(self, total: int, done: int, jobs: int) -> None:
+        self.total, self.done_n, self.jobs, self.times = total, done, max(1, jobs), []
 
     def start(self, arm: str, sets: dict[str, str], seed: int) -> None:
         print(f"[{self.done_n}/{self.total}] start {arm} seed {seed} {sets}", flush=True)
@@ -156,12 +156,11 @@ class Progress:
         self.done_n += 1
         self.times.append(secs)
         left = self.total - self.done_n
-        eta = statistics.median(self.times) * left / max(1, JOBS)
+        eta = statistics.median(self.times) * left / self.jobs
         print(f"[{self.done_n}/{self.total}] done  {arm} seed {seed}: tune {res.get('final_tune_bpb')} "
               f"val {res.get('final_val_bpb')} in {secs / 60:.1f} min; ~{eta / 60:.0f} min left", flush=True)
 
 
-JOBS = 1
 SKIPPED: set[str] = set()  # ablation rows left out of this invocation (--only-ablations)
 
 
@@ -197,12 +196,10 @@ def _finished(out: Path, arms: list[str], seeds: list[int], ablation_seeds: list
 
 
 def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds: list[int], arms: list[str]) -> None:
-    global JOBS
-    JOBS = jobs
     n_trials = sum(len(ARMS[a].trials()) for a in arms)
     n_abl = sum(1 for a in arms for n in ABLATIONS.get(a, {}) if n not in SKIPPED)
     total = n_trials + len(arms) * (len(seeds) - 1) + n_abl * len(ablation_seeds)
-    log = Progress(total, _finished(out, arms, seeds, ablation_seeds))
+    log = Progress(total, _finished(out, arms, seeds, ablation_seeds), jobs)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for phase in PHASES:
             mine = [a for a in phase if a in arms]

@@ -193,7 +193,8 @@ class Experiment:
         was_training = m.training
         m.eval()
         try:
-            return evaluate_bpb(lambda xb: m(xb).logits, self.eval_x, self.eval_y, batch_size=64)
+            with autocast(self.device, self.cfg.precision):  # as evaluate() scores the deployed model
+                return evaluate_bpb(lambda xb: m(xb).logits, self.eval_x, self.eval_y, batch_size=64)
         finally:
             m.train(was_training)
 

@@ -95,12 +95,12 @@ def run_study(out: str | Path, preset: str, lengths: Sequence[int], widths: Sequ
     todo = [j for j in jobs if not (run_dir(out, j[1], j[0], j[2]) / "result.json").exists()]
     log(f"scaling study: {len(jobs)} runs, {len(jobs) - len(todo)} already finished, {len(todo)} to go -> {out}")
     t0, done_steps = time.time(), 0
-    total_steps = sum(j[0].steps * (8 if j[1] == "eight_cell" else 2) for j in todo)  # rough cost: replica-steps
+    total_steps = sum(j[0].steps * len(j[3].islands) for j in todo)  # rough cost: replica-steps
     for k, (p, e, s, cfg) in enumerate(todo, 1):
         log(f"[{k}/{len(todo)}] {e} width {p.width} steps {p.steps} seed {s} ...")
         t1 = time.time()
         res = run_experiment(cfg, run_dir(out, e, p, s))
-        done_steps += p.steps * (8 if e == "eight_cell" else 2)
+        done_steps += p.steps * len(cfg.islands)
         rate = done_steps / max(1e-9, time.time() - t0)
         eta = (total_steps - done_steps) / rate if rate > 0 else float("nan")
         log(f"[{k}/{len(todo)}] {e} width {p.width} steps {p.steps} seed {s}: bpb {res['final_val_bpb']:.4f} "

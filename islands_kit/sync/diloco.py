@@ -181,10 +181,7 @@ class DiLoCo(SyncStrategy):
     def _average_now(self, step: int, p: int) -> None:
         """Post-local SGD's warm start: average fragment p across the islands now (τ = 0, no outer optimizer)."""
         handle, deltas, _ = self._post(step, p, self.codec)
-        got = None
-        for i in self.ids:
-            if i in handle.arrival:
-                got = handle.wait(i)
+        got = self._collect(handle)
         if got is None:
             return
         g = self.global_params[p]
@@ -193,6 +190,15 @@ class DiLoCo(SyncStrategy):
         for i in deltas:
             self.views[i][p].assign(g.detach())
 
+    def _collect(self, handle: Any) -> Any:
+        """The collective's result (identical on every island), waited for by every local island that took part
+        (waiting advances each one's clock); None when none of them did."""
+        got = None
+        for i in self.ids:
+            if i in handle.arrival:
+                got = handle.wait(i)
+        return got
+
     def _apply_due(self, step: int) -> None:
         for pend in self.pending.due(step):
             self._apply(pend)
@@ -200,10 +206,7 @@ class DiLoCo(SyncStrategy):
     @torch.no_grad()
     def _apply(self, pend: Pending) -> None:
         p = pend.fragment
-        got = None
-        for i in self.ids:
-            if i in pend.handle.arrival:
-                got = pend.handle.wait(i)  # identical on every island; waiting advances each island's clock
+        got = self._collect(pend.handle)
         if got is None:  # every local island was absent when this sync was posted
             return
         mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
