@@ -112,6 +112,8 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
         "config": exp.cfg.to_dict(),
         "step": exp.step,
         "tokens_total": exp.tokens_total,
+        "inner_steps": dict(exp.inner_steps),
+        "tokens_per_island": dict(exp.tokens_per_island),
         "islands": {i: isl.state_dict() for i, isl in exp.islands.items()},
         "strategy": exp.strategy.state_dict(),
         "routing": exp.routing.state_dict(),
@@ -202,6 +204,14 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
         raise ConfigError(f"--resume: checkpoint holds islands {sorted(state['islands'])}, this process {sorted(exp.islands)}")
     exp.step = state["step"]
     exp.tokens_total = state["tokens_total"]
+    if "inner_steps" in state:
+        exp.inner_steps = {int(j): int(v) for j, v in state["inner_steps"].items()}
+        exp.tokens_per_island = {int(j): int(v) for j, v in state["tokens_per_island"].items()}
+    else:  # a checkpoint from before the per-island counts (lock-step): recount them from the schedule
+        T = exp.cfg.model.seq_len
+        for j, ic in enumerate(exp.cfg.islands):
+            exp.inner_steps[j] = sum(1 for t in range(1, exp.step + 1) if not exp.preempted(j, t))
+            exp.tokens_per_island[j] = exp.inner_steps[j] * ic.batch_size * T
     for i, isl in exp.islands.items():
         isl.load_state_dict(state["islands"][i])
     exp.strategy.load_state_dict(state["strategy"])

@@ -161,6 +161,27 @@ class ButterflyConfig:
 
 
 @dataclass
+class DecoupledConfig:
+    """Decoupled-DiLoCo knobs (``sync.decoupled.*``; Douillard et al. 2026, arXiv 2604.21428), used with
+    ``sync.mode=decoupled``: how a merge weighs and averages the outer gradients that made it, and what happens to one
+    that arrived after the merge (``sync.quorum`` and ``sync.grace_s`` decide which arrive in time)."""
+
+    weighting: str = "tokens"  # tokens: w = tokens since the island's last contribution | efficiency: w = tokens x
+    #   (tokens per inner step / the largest tokens per step among the contributors), the paper's efficiency weighting
+    average: str = "mean"  # mean: sum w_i Δ_i / sum w_i | radial_directional: the weighted mean of the norms times the
+    #   direction of the weighted mean of unit vectors (disagreeing directions no longer shrink the step)
+    late: str = "carry"  # carry: a late outer gradient joins the fragment's next merge | drop: it is discarded
+
+    def __post_init__(self) -> None:
+        p = "sync.decoupled."
+        _check(self.weighting in ("tokens", "efficiency"), p + "weighting", "must be one of tokens|efficiency",
+               self.weighting)
+        _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
+               self.average)
+        _check(self.late in ("carry", "drop"), p + "late", "must be one of carry|drop", self.late)
+
+
+@dataclass
 class SyncConfig:
     """How islands synchronise. Symbols follow Streaming DiLoCo (Douillard et al. 2025) and butterfly mixing
     (Zhao & Canny 2013): H inner steps per window, P = n_fragments, τ = tau, the overlap delay of both strategies.
@@ -179,6 +200,13 @@ class SyncConfig:
     routing_sync_mode: str = "all_reduce"  # all_reduce (every island) | butterfly (pairwise with the round's partner)
     diloco: DiLoCoConfig = field(default_factory=DiLoCoConfig)  # DiLoCo-only knobs (outer optimizer, merge, improvements)
     butterfly: ButterflyConfig = field(default_factory=ButterflyConfig)  # butterfly-only knobs (exchanges, merge, eval)
+    # lockstep: every island takes inner step t together | decoupled: each island steps on its own simulated clock and
+    # a synchroniser merges each fragment every H steps of the global schedule from the islands that arrive in time
+    # (decoupled ignores sync.tau: the simulated clock decides when a merge lands)
+    mode: str = "lockstep"
+    quorum: int = 1  # decoupled: a merge waits for at least this many islands' outer gradients
+    grace_s: float = 1.0  # decoupled: and then at most this many simulated seconds more for the others
+    decoupled: DecoupledConfig = field(default_factory=DecoupledConfig)  # decoupled-only knobs (weighting, averaging)
 
     def __post_init__(self) -> None:
         p = "sync."
@@ -195,6 +223,15 @@ class SyncConfig:
                "must be one of all_reduce|butterfly", self.routing_sync_mode)
         _check(not self.diloco.eager or self.tau >= 1, p + "diloco.eager",
                "needs sync.tau >= 1 (with tau = 0 nothing overlaps)", self.diloco.eager)
+        _check(self.mode in ("lockstep", "decoupled"), p + "mode", "must be one of lockstep|decoupled", self.mode)
+        _check(isinstance(self.quorum, int) and self.quorum >= 1, p + "quorum", "must be an integer >= 1", self.quorum)
+        _check(self.grace_s >= 0, p + "grace_s", "must be >= 0 (seconds)", self.grace_s)
+        if self.mode == "decoupled":
+            _check(self.strategy == "diloco", p + "mode", "decoupled needs sync.strategy=diloco (a synchroniser "
+                   "merging outer gradients)", self.mode)
+            _check(not self.diloco.eager and self.diloco.warm_start_steps == 0, p + "diloco",
+                   "eager updates and the warm start are lock-step schedules: not with sync.mode=decoupled",
+                   "eager" if self.diloco.eager else "warm_start_steps")
 
 
 @dataclass
@@ -382,7 +419,7 @@ class ExperimentConfig:
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast for forward/backward; fp32 weights, optimizer and sync state)
-    steps: int = 100  # inner steps per island (all islands step together)
+    steps: int = 100  # inner steps per island (lock-step); decoupled: length of the global schedule (fastest island)
     eval_every: int = 50  # evaluate on the validation windows every N steps (and at the end)
     data: DataConfig = field(default_factory=DataConfig)  # corpus, validation split and evaluation bytes
     model: ModelConfig = field(default_factory=ModelConfig)  # the byte-level MoE transformer
@@ -433,6 +470,14 @@ class ExperimentConfig:
         if f.preempt_island >= 0 and f.preempt_steps > 0:
             _check(self.sync.strategy == "diloco", "faults.preempt_island",
                    "preemption needs the diloco strategy (the others have no global state to rejoin from)", f.preempt_island)
+        if self.sync.mode == "decoupled":
+            _check(self.sync.quorum <= n, "sync.quorum", f"must be <= the number of islands ({n})", self.sync.quorum)
+            _check(f.attack == "none" and f.defense == "none", "faults.attack",
+                   "attacks and defences run in lock-step mode only (the synchroniser merges with sync.decoupled.*)",
+                   f.attack if f.attack != "none" else f.defense)
+            _check(self.checkpoint_every == 0, "checkpoint_every",
+                   "must be 0 with sync.mode=decoupled (its in-flight merges are not checkpointed yet)",
+                   self.checkpoint_every)
         if self.experiment == "baseline":
             _check(self.sync.strategy == "ddp", "sync.strategy", "the baseline experiment is synchronous: must be ddp", self.sync.strategy)
 

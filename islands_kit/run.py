@@ -37,13 +37,14 @@ from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_
 from islands_kit.device import autocast, check_precision, resolve_device
 from islands_kit.device import describe as describe_device
 from islands_kit.io import atomic_write_bytes
-from islands_kit.islands import Island, step_seconds
+from islands_kit.islands import Island, lr_lambda, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
 from islands_kit.progress import Progress, describe
 from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
+from islands_kit.sync.decoupled import DecoupledDiLoCo
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.routing import RoutingSync, js_divergence, topk_overlap
 from islands_kit.tracking import Tracker, dumps_strict, write_json_atomic
@@ -72,13 +73,17 @@ def git_sha() -> str | None:
         return None
 
 
-def build_strategy(cfg: ExperimentConfig, models: dict[int, MoETransformer], transport: Transport) -> SyncStrategy:
+def build_strategy(cfg: ExperimentConfig, models: dict[int, MoETransformer], transport: Transport,
+                   tick_s: float = 0.0) -> SyncStrategy:
+    """The sync strategy of ``cfg.sync``; ``tick_s`` is the decoupled schedule's step T_ref (sync.mode=decoupled)."""
     s = cfg.sync
     m0 = next(iter(models.values()))
     modules: dict[int, nn.Module] = dict(models)  # the strategies see plain modules
     if s.strategy == "ddp":
         return DDP(modules, transport)
     frags = strided_fragments(m0.block_param_names(), m0.extra_param_names(), s.n_fragments)
+    if s.strategy == "diloco" and s.mode == "decoupled":
+        return DecoupledDiLoCo(modules, transport, frags, s, cfg.seed, tick_s)
     if s.strategy == "diloco":
         return DiLoCo(modules, transport, frags, s, cfg.seed)
     return Butterfly(modules, transport, frags, s, cfg.seed)
@@ -137,11 +142,25 @@ class Experiment:
                 self.islands[i].model.compile()  # in place: parameter names (fragments, checkpoints) unchanged
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
-        self.strategy = build_strategy(cfg, self.models, self.transport)
+        # each island's step time at full speed (its hardware; no straggler factor): the ideal rate goodput counts
+        self.nominal_step_s = {j: step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
+        self.decoupled = cfg.sync.mode == "decoupled"
+        self.tick_s = min(isl.compute_s for isl in self.islands.values())  # T_ref of the decoupled schedule
+        if self.decoupled:
+            if self.transport.world_size > 1 or len(self.islands) != n:
+                raise ConfigError("sync.mode: decoupled runs every island in one process (the simulator); "
+                                  "under torchrun use sync.mode=lockstep")
+            for i, isl in self.islands.items():  # the learning rate follows the island's clock on the global schedule
+                isl.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                    isl.optimizer, lambda _s, i=i: lr_lambda(self.schedule_position(i), cfg.optim, cfg.steps))
+        self.inner_steps = {j: 0 for j in range(n)}  # per island (every process counts every island, as tokens)
+        self.tokens_per_island = {j: 0 for j in range(n)}
+        self.strategy = build_strategy(cfg, self.models, self.transport, self.tick_s)
         from islands_kit.faults import install
 
         self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
-        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1,
+        # decoupled islands balance their experts on their own loads: a per-step collective would lock-step them
+        self.routing = RoutingSync(self.transport, cfg.sync.routing_sync and cfg.model.n_experts > 1 and not self.decoupled,
                                    butterfly=cfg.sync.routing_sync_mode == "butterfly")
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
@@ -243,7 +262,11 @@ class Experiment:
             tokens[i] = isl.tokens_per_step
         # every process counts every island's tokens from the config, so the total needs no communication
         T = self.cfg.model.seq_len
-        self.tokens_total += sum(ic.batch_size * T for j, ic in enumerate(self.cfg.islands) if not self.preempted(j, t))
+        for j, ic in enumerate(self.cfg.islands):
+            if not self.preempted(j, t):
+                self.inner_steps[j] += 1
+                self.tokens_per_island[j] += ic.batch_size * T
+                self.tokens_total += ic.batch_size * T
         if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
             loads: dict[int, torch.Tensor] = {}
             for i, isl in active.items():
@@ -258,6 +281,57 @@ class Experiment:
             isl.optimizer_step()
         self.strategy.after_inner_step(t, tokens)
         return losses
+
+    def schedule_position(self, island: int) -> int:
+        """Global-schedule steps (ticks of T_ref) that have passed on ``island``'s clock: its learning-rate step in
+        decoupled mode, so every island follows the same schedule in simulated time (equal speeds: lock-step's)."""
+        return int(self.transport.clock.now[island] / self.tick_s + 1e-6)
+
+    def train_tick(self) -> dict[int, float]:
+        """Decoupled mode (``sync.decoupled``): one tick of the global schedule. Every island takes the inner steps
+        that end by t · T_ref on its own clock — landing any merged fragment that has reached it before each — then
+        the synchroniser posts the merges due at t and applies those decided by then. Returns the mean loss of each
+        island that stepped."""
+        self.step += 1
+        t = self.step
+        end_s = t * self.tick_s * (1 + 1e-9)
+        strategy = self.strategy
+        assert isinstance(strategy, DecoupledDiLoCo)
+        clock = self.transport.clock
+        losses: dict[int, float] = {}
+        for i, isl in self.islands.items():
+            away = self.preempted(i, t)
+            strategy.set_present(i, not away)
+            if away:
+                clock.wait_until(i, t * self.tick_s)  # lost time
+                continue
+            got = []
+            while clock.now[i] + isl.compute_s <= end_s:
+                strategy.land(i, clock.now[i])
+                got.append(isl.forward_backward())
+                self.transport.compute(i, isl.compute_s)
+                if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
+                    assert isl.last_loads is not None
+                    isl.model.update_expert_bias(isl.last_loads)
+                isl.optimizer_step()
+                strategy.island_step_done(i, isl.tokens_per_step)
+                self.inner_steps[i] += 1
+                self.tokens_per_island[i] += isl.tokens_per_step
+                self.tokens_total += isl.tokens_per_step
+            if got:
+                losses[i] = sum(got) / len(got)
+                isl.last_loss = losses[i]
+        strategy.after_tick(t)
+        return losses
+
+    def goodput(self) -> float:
+        """Useful tokens per simulated second against the ideal: every island at its full speed (its hardware, no
+        straggler or preemption) for the whole run. Useful = processed and merged (decoupled drops are not)."""
+        dropped = self.strategy.dropped_tokens if isinstance(self.strategy, DecoupledDiLoCo) else 0
+        T = self.cfg.model.seq_len
+        ideal_rate = sum(ic.batch_size * T / self.nominal_step_s[j] for j, ic in enumerate(self.cfg.islands))
+        span = max(self.transport.clock.now.values())
+        return (self.tokens_total - dropped) / (ideal_rate * span) if span > 0 else 0.0
 
     def elapsed_s(self) -> float:
         return self.elapsed_before + time.time() - self.wall_start
@@ -281,7 +355,7 @@ class Experiment:
         progress = self.progress
         try:
             while self.step < cfg.steps:
-                losses = self.train_step()
+                losses = self.train_tick() if self.decoupled else self.train_step()
                 bad = {i: v for i, v in losses.items() if not math.isfinite(v)}
                 if bad:
                     raise Diverged("training loss is not finite on island(s) " +
@@ -382,7 +456,11 @@ class Experiment:
             link=cfg.link.preset,
             faults_report=self.defense.report() if self.defense is not None else [],
             diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
+            sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
+            goodput=self.goodput(),
         )
+        if isinstance(self.strategy, DecoupledDiLoCo):
+            res["decoupled"] = self.strategy.report()
         return res
 
 

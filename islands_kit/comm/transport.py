@@ -248,6 +248,13 @@ class Transport(abc.ABC):
         """Pairwise send/recv: island i sends ``payloads[i]`` to ``partner[i]`` and receives its partner's payload
         (decoded). Partners must be symmetric (partner[partner[i]] == i)."""
 
+    def send(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> "Delivery":
+        """Point to point, off the islands' clocks: ``payload`` leaves island ``src`` at simulated time ``start_s`` (a
+        decoupled island's contribution leaves on the global schedule, whatever its own clock reads) and the result
+        says when it arrives at ``dst`` and what ``dst`` decodes. ``src == dst`` costs no bytes and no time. Nobody's
+        clock moves: the caller decides who waits (``sync.decoupled``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no point-to-point send")
+
     def all_reduce_tensor(self, channel: str, tensors: dict[int, torch.Tensor], weights: dict[int, float]) -> Handle:
         """Convenience: fp32 all-reduce of plain tensors (routing statistics, DDP gradients)."""
         codec = get_codec("fp32")
@@ -303,10 +310,12 @@ class LocalTransport(Transport):
         self.clock = SimClock(self.local_islands)
         self.link = link
 
-    def _send(self, channel: str, src: int, dst: int, nbytes: int) -> tuple[float, list[list[int]]]:
-        """Account one message src -> dst posted at src's clock; return its arrival time and the byte ranges the
-        link failed to deliver (``Transfer.holes``: none unless the link model runs with ``repair=False``)."""
-        start = self.clock.now[src]
+    def _send(self, channel: str, src: int, dst: int, nbytes: int,
+              start: float | None = None) -> tuple[float, list[list[int]]]:
+        """Account one message src -> dst posted at src's clock (or at ``start``); return its arrival time and the
+        byte ranges the link failed to deliver (``Transfer.holes``: none unless the link model runs with
+        ``repair=False``)."""
+        start = self.clock.now[src] if start is None else start
         holes: list[list[int]] = []
         if self.link is None:
             end = start
@@ -376,6 +385,24 @@ class LocalTransport(Transport):
             arrival[dst], holes = self._send(channel, src, dst, payloads[src].nbytes)
             results[dst] = decode(received_payload(payloads[src], holes))
         return Handle(results, arrival, self.clock)
+
+
+    def send(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> "Delivery":
+        for i in (src, dst):
+            if i not in self.clock.now:
+                raise ValueError(f"{channel!r}: unknown island {i}")
+        if src == dst:
+            return Delivery(start_s, decode(payload))
+        end, holes = self._send(channel, src, dst, payload.nbytes, start=start_s)
+        return Delivery(end, decode(received_payload(payload, holes)))
+
+
+@dataclass
+class Delivery:
+    """A point-to-point message as its receiver gets it: when it arrives (simulated seconds) and what it decodes to."""
+
+    arrival_s: float
+    tensor: torch.Tensor
 
 
 def decode(p: Payload) -> torch.Tensor:

@@ -1,0 +1,152 @@
+"""Decoupled DiLoCo (sync.mode=decoupled): the merge arithmetic against hand-derived values, equivalence to lock-step
+where the two must agree, and the simulated clock deciding the numbers (stragglers, lossy links, preemption, quorum
+and grace)."""
+import math
+
+import pytest
+import torch
+
+from islands_kit.comm.transport import LocalTransport
+from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.presets import get_preset
+from islands_kit.run import run_experiment
+from islands_kit.sync.decoupled import Contribution, combine, merge_weights
+
+
+def _c(island, tokens, steps, delta=(0.0,)):
+    return Contribution(island, 0, 0, tokens, steps, torch.tensor(delta), 0.0)
+
+
+def test_token_weights_by_hand():
+    contribs = [_c(0, 300, 10), _c(1, 200, 10)]  # 3:2 tokens, same steps
+    assert merge_weights(contribs, "tokens") == [300.0, 200.0]
+    # efficiency: tokens per step 30 and 20 -> e = 1 and 2/3 -> w = 300 and 200 * 2/3
+    assert merge_weights(contribs, "efficiency") == pytest.approx([300.0, 400.0 / 3])
+    # equal batches but a straggler: 2:1 tokens from 2:1 steps, same tokens per step -> efficiency changes nothing
+    contribs = [_c(0, 200, 10), _c(1, 100, 5)]
+    assert merge_weights(contribs, "efficiency") == merge_weights(contribs, "tokens") == [200.0, 100.0]
+
+
+def test_combine_by_hand():
+    d1, d2 = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 4.0])
+    # weighted mean, weights 3:2
+    assert torch.allclose(combine([d1, d2], [3.0, 2.0], "mean"), torch.tensor([1.8, 1.6]))
+    # radial-directional, equal weights: radius (3 + 4) / 2 = 3.5 along the mean of the unit vectors (1, 1) / 2
+    rd = combine([d1, d2], [1.0, 1.0], "radial_directional")
+    assert torch.allclose(rd, 3.5 * torch.tensor([1.0, 1.0]) / math.sqrt(2.0))
+    # weights 3:2: radius (9 + 8) / 5 = 3.4, direction (3/5, 2/5) normalised
+    rd = combine([d1, d2], [3.0, 2.0], "radial_directional")
+    u = torch.tensor([0.6, 0.4])
+    assert torch.allclose(rd, 3.4 * u / u.norm())
+    # agreeing directions: radial-directional equals the mean
+    assert torch.allclose(combine([d1, 2 * d1], [1.0, 1.0], "radial_directional"),
+                          combine([d1, 2 * d1], [1.0, 1.0], "mean"))
+    with pytest.raises(ValueError, match="positive weight"):
+        combine([d1], [0.0], "mean")
+
+
+def _two_site(**sets):
+    return apply_overrides(get_preset("two_site", "smoke"), {"threads": 1, "progress": False, **sets})
+
+
+def test_equal_speeds_instant_link_matches_lockstep():
+    """Equal step times, a link that takes no time, fp32 and no routing channel: every contribution arrives at once,
+    every merge lands before the next step, and the decoupled schedule is lock-step DiLoCo (tau = 0) exactly."""
+    sets = {"sync.codec": "fp32", "sync.diloco.final_codec": "fp32", "sync.tau": 0, "sync.routing_sync": False}
+    lock = _two_site(**sets)
+    dec = _two_site(**sets, **{"sync.mode": "decoupled"})
+    n = len(lock.islands)
+    r_lock = run_experiment(lock, transport=LocalTransport(n, None))
+    r_dec = run_experiment(dec, transport=LocalTransport(n, None))
+    assert r_dec["inner_steps"] == r_lock["inner_steps"] == {0: lock.steps, 1: lock.steps}
+    assert r_dec["decoupled"]["late_contributions"] == 0
+    assert all(s == 2 for s in r_dec["decoupled"]["quorum_sizes"])
+    assert r_dec["val_curve"] == r_lock["val_curve"]  # bit for bit
+
+
+def test_straggler_changes_steps_tokens_and_numbers():
+    fast = run_experiment(_two_site(**{"sync.mode": "decoupled", "link.preset": "intra-dc"}))
+    slow = run_experiment(_two_site(**{"sync.mode": "decoupled", "link.preset": "intra-dc",
+                                       "faults.straggler_island": 1, "faults.straggler_factor": 2.0}))
+    steps = fast["config"]["steps"]
+    assert fast["inner_steps"] == {0: steps, 1: steps}
+    assert slow["inner_steps"] == {0: steps, 1: steps // 2}  # the straggler completes a step every other tick
+    seq = fast["config"]["model"]["seq_len"]
+    b1 = fast["config"]["islands"][1]["batch_size"]
+    assert slow["tokens_per_island"][1] == steps // 2 * b1 * seq
+    assert slow["tokens"] == sum(slow["tokens_per_island"].values())
+    assert slow["final_val_bpb"] != fast["final_val_bpb"]
+    # lock-step with the same straggler: every island waits for it, so its goodput is about half of decoupled's
+    lock = run_experiment(_two_site(**{"link.preset": "intra-dc", "faults.straggler_island": 1,
+                                       "faults.straggler_factor": 2.0}))
+    assert lock["inner_steps"] == {0: steps, 1: steps}
+    assert slow["goodput"] > 0.7 and lock["goodput"] < 0.6
+
+
+def test_quorum_grace_late_carry_and_drop():
+    base = {"sync.mode": "decoupled", "link.preset": "intra-dc"}
+    patient = run_experiment(_two_site(**base, **{"sync.grace_s": 1.0}))
+    assert patient["decoupled"]["late_contributions"] == 0
+    # quorum 1 and no grace: island 0's own outer gradient (no link) always arrives first, island 1's is late
+    hasty = run_experiment(_two_site(**base, **{"sync.grace_s": 0.0}))
+    rep = hasty["decoupled"]
+    regular = [m for m in rep["merges"] if not m.get("final")]
+    assert rep["late_contributions"] == len(regular) and all(m["late"] == [1] for m in regular)
+    assert any(m["carried_in"] == [1] for m in regular)  # carried into the fragment's next merge
+    assert hasty["final_val_bpb"] != patient["final_val_bpb"]
+    drop = run_experiment(_two_site(**base, **{"sync.grace_s": 0.0, "sync.decoupled.late": "drop"}))
+    rep = drop["decoupled"]
+    assert rep["dropped_contributions"] == len(regular) and rep["late_contributions"] == 0
+    assert all(m["carried_in"] == [] for m in rep["merges"])
+    assert rep["dropped_tokens"] > 0 and drop["goodput"] < patient["goodput"]
+    # quorum 2: the merge waits for both, however small the grace
+    both = run_experiment(_two_site(**base, **{"sync.grace_s": 0.0, "sync.quorum": 2}))
+    assert both["decoupled"]["late_contributions"] == 0
+    assert both["final_val_bpb"] == patient["final_val_bpb"]
+
+
+def test_lossy_link_changes_which_contributions_make_it():
+    sets = {"sync.mode": "decoupled", "link.preset": "intra-dc", "sync.grace_s": 5e-5}
+    clean = run_experiment(_two_site(**sets))
+    lossy = run_experiment(_two_site(**sets, **{"link.loss_prob": 0.3}))
+    assert clean["decoupled"]["late_contributions"] == 0
+    assert lossy["decoupled"]["late_contributions"] > 0  # resends push island 1's upload past the grace window
+    assert lossy["final_val_bpb"] != clean["final_val_bpb"]
+
+
+def test_preempted_island_leaves_the_quorum_and_rejoins():
+    r = run_experiment(_two_site(**{"sync.mode": "decoupled", "link.preset": "intra-dc", "faults.preempt_island": 1,
+                                    "faults.preempt_start": 4, "faults.preempt_steps": 10}))
+    steps = r["config"]["steps"]
+    assert r["inner_steps"] == {0: steps, 1: steps - 10}
+    merges = [m for m in r["decoupled"]["merges"] if not m.get("final")]
+    away = [m for m in merges if 4 < m["step"] <= 14]
+    assert away and all(m["absent"] == [1] and m["on_time"] == [0] for m in away)
+    assert any(m["on_time"] == [0, 1] for m in merges if m["step"] > 14)  # back in the quorum
+    assert math.isfinite(r["final_val_bpb"])
+
+
+def test_lockstep_reports_per_island_counts_and_goodput():
+    r = run_experiment(_two_site(**{"faults.preempt_island": 1, "faults.preempt_start": 2,
+                                    "faults.preempt_steps": 3}))
+    steps = r["config"]["steps"]
+    assert r["sync_mode"] == "lockstep" and "decoupled" not in r
+    assert r["inner_steps"] == {0: steps, 1: steps - 3}
+    assert r["tokens"] == sum(r["tokens_per_island"].values())
+    assert 0 < r["goodput"] <= 1
+
+
+@pytest.mark.parametrize("sets, field", [
+    ({"sync.mode": "async"}, "sync.mode"),
+    ({"sync.mode": "decoupled", "sync.strategy": "butterfly"}, "sync.mode"),
+    ({"sync.mode": "decoupled", "sync.quorum": 3}, "sync.quorum"),
+    ({"sync.quorum": 0}, "sync.quorum"),
+    ({"sync.grace_s": -1}, "sync.grace_s"),
+    ({"sync.decoupled.average": "median"}, "sync.decoupled.average"),
+    ({"sync.decoupled.weighting": "steps"}, "sync.decoupled.weighting"),
+    ({"sync.decoupled.late": "never"}, "sync.decoupled.late"),
+    ({"sync.mode": "decoupled", "checkpoint_every": 5}, "checkpoint_every"),
+])
+def test_bad_decoupled_settings_name_the_field(sets, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        apply_overrides(get_preset("two_site", "smoke"), sets)
