@@ -468,8 +468,9 @@ class ExperimentConfig:
                    "attacks and defences need sync.strategy=diloco (the only strategy with an aggregation step)",
                    f.attack if f.attack != "none" else f.defense)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
-            _check(self.sync.strategy == "diloco", "faults.preempt_island",
-                   "preemption needs the diloco strategy (the others have no global state to rejoin from)", f.preempt_island)
+            _check(self.sync.strategy in ("diloco", "ddp"), "faults.preempt_island",
+                   "preemption needs the diloco strategy (butterfly cells have no global state to rejoin from) or ddp "
+                   "(the synchronous job stalls until the island is back)", f.preempt_island)
         if self.sync.mode == "decoupled":
             _check(self.sync.quorum <= n, "sync.quorum", f"must be <= the number of islands ({n})", self.sync.quorum)
             _check(f.attack == "none" and f.defense == "none", "faults.attack",

@@ -240,13 +240,34 @@ class Experiment:
 
     # -- the loop -----------------------------------------------------------------------------------------------
     def preempted(self, island: int, step: int) -> bool:
-        """Is ``island`` away (preempted) during inner step ``step``?"""
+        """Is ``island`` away (preempted) during inner step ``step``? Synchronous data parallelism never trains
+        without an island (``stall_for_preemption``), so under ddp nobody is ever away."""
         f = self.cfg.faults
+        if self.cfg.sync.strategy == "ddp":
+            return False
         return f.preempt_island == island and f.preempt_start < step <= f.preempt_start + f.preempt_steps
+
+    def stall_for_preemption(self, step: int) -> None:
+        """Synchronous data parallelism under a preemption: the global batch needs every island, so when the
+        preempted island leaves (before inner step preempt_start + 1) the whole job waits for it — every island
+        idles for preempt_steps of the slowest island's step time — and training then goes on with nothing missed.
+        (DiLoCo goes on without the island instead; ``preempted``.)"""
+        f = self.cfg.faults
+        if not (self.cfg.sync.strategy == "ddp" and f.preempt_island >= 0 and f.preempt_steps > 0
+                and step == f.preempt_start + 1):
+            return
+        clock = self.transport.clock
+        outage = f.preempt_steps * max(step_seconds(ic, self.cfg.model, self.params_active)
+                                       * (f.straggler_factor if f.straggler_island == j else 1.0)
+                                       for j, ic in enumerate(self.cfg.islands))
+        until = max(clock.now[i] for i in self.islands) + outage
+        for i in self.islands:
+            clock.wait_until(i, until)
 
     def train_step(self) -> dict[int, float]:
         self.step += 1
         t = self.step
+        self.stall_for_preemption(t)
         tokens: dict[int, int] = {}
         losses: dict[int, float] = {}
         active = {}

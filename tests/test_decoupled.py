@@ -150,3 +150,19 @@ def test_lockstep_reports_per_island_counts_and_goodput():
 def test_bad_decoupled_settings_name_the_field(sets, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         apply_overrides(get_preset("two_site", "smoke"), sets)
+
+
+def test_data_parallel_stalls_for_a_preempted_island():
+    """Synchronous data parallelism cannot train without the island: the job idles until it is back, misses no step,
+    and its simulated time grows by the outage (preempt_steps of the slowest step) — goodput falls accordingly."""
+    cfg = apply_overrides(get_preset("baseline", "smoke"), {"threads": 1, "progress": False})
+    calm = run_experiment(cfg)
+    hit = run_experiment(apply_overrides(cfg, {"faults.preempt_island": 1, "faults.preempt_start": 4,
+                                               "faults.preempt_steps": 5}))
+    assert hit["inner_steps"] == calm["inner_steps"] == {0: cfg.steps, 1: cfg.steps}
+    assert hit["final_val_bpb"] == calm["final_val_bpb"]  # the same arithmetic, only later
+    from islands_kit.islands import step_seconds
+
+    slowest = max(step_seconds(ic, cfg.model, calm["params_active"]) for ic in cfg.islands)
+    assert hit["sim_wall_clock_s"] == pytest.approx(calm["sim_wall_clock_s"] + 5 * slowest, rel=0.05)
+    assert hit["goodput"] < calm["goodput"]
