@@ -262,6 +262,7 @@ class DecoupledResult:
     late_contributions: int  # arrived after their merge
     late_merged: int  # of those, folded into a later merge
     dropped_contributions: int  # of those, never merged (no later merge of their fragment)
+    staleness_slack_s: float  # min over islands and merges k >= 2 of t_{k,p} − arrival of merge k−1 (< 0: may idle)
     transfer_p50_s: float
     transfer_p99_s: float
     peak_link_bytes_per_s: float
@@ -346,6 +347,7 @@ def simulate_decoupled(step_time_s: Sequence[float], tokens_per_step: Sequence[f
     late_pool: list[list[tuple[int, int, tuple[int, int]]]] = [[] for _ in range(n_fragments)]  # (island, k, steps)
     merges: list[Merge] = []
     merged_steps: list[list[list[tuple[int, int]]]] = [[[] for _ in range(n_fragments)] for _ in range(n)]
+    down_at: dict[tuple[int, int, int], float] = {}  # (island, p, k) -> when merge (p, k) reached the island
     n_late = 0
 
     up_steps: dict[tuple[int, int, int], tuple[int, int]] = {}  # (p, k, island) -> its steps (lo, hi], on the way
@@ -445,6 +447,7 @@ def simulate_decoupled(step_time_s: Sequence[float], tokens_per_step: Sequence[f
                 merge(p, k, t)
         else:  # _DOWN
             p, k, i = data
+            down_at[(i, p, k)] = t
             arrived[i][p] = max(arrived[i][p], k)
             if not running[i]:  # at a step boundary: applies it now
                 applied[i] = list(arrived[i])
@@ -459,6 +462,8 @@ def simulate_decoupled(step_time_s: Sequence[float], tokens_per_step: Sequence[f
         if s is not None and s < span:
             idle[i] += span - s
     dropped = sum(len(pool) for pool in late_pool)
+    slack = min((due[p][k - 1] * t_ref - down_at[(i, p, k - 1)] for i in range(n) for p in range(n_fragments)
+                 for k in range(2, len(due[p]) + 1)), default=math.inf)
     useful = ideal = 0.0
     for p in range(n_fragments):  # fragment p's window: [0, its last merge's due time]
         t_last = due[p][-1] * t_ref if due[p] else 0.0
@@ -478,7 +483,7 @@ def simulate_decoupled(step_time_s: Sequence[float], tokens_per_step: Sequence[f
         span_s=span, busy_s=busy, idle_s=idle, compute_utilization=sum(busy) / (n * span),
         goodput=useful / ideal if ideal > 0 else 1.0, inner_steps=steps_in_span,
         tokens_per_island=[s3 * x for s3, x in zip(steps_in_span, tokens_per_step)], merges=merges,
-        late_contributions=n_late, late_merged=n_late - dropped, dropped_contributions=dropped,
+        late_contributions=n_late, late_merged=n_late - dropped, dropped_contributions=dropped, staleness_slack_s=slack,
         transfer_p50_s=st["p50"], transfer_p99_s=st["p99"], peak_link_bytes_per_s=ledger.peak_link_bytes_per_s(),
         payload_bytes=ledger.bytes(), bytes_on_wire=wire_bytes, n_transfers=len(all_d), channels=channels)
 
@@ -559,7 +564,8 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
                 "span_s": real.span_s, "idle_s": real.idle_s, "inner_steps": real.inner_steps,
                 "tokens_per_island": real.tokens_per_island, "n_merges": len(real.merges),
                 "late_contributions": real.late_contributions, "late_merged": real.late_merged,
-                "dropped_contributions": real.dropped_contributions, "bytes_on_wire": real.bytes_on_wire,
+                "dropped_contributions": real.dropped_contributions, "staleness_slack_s": real.staleness_slack_s,
+                "bytes_on_wire": real.bytes_on_wire,
                 "payload_bytes": real.payload_bytes, "peak_link_bytes_per_s": real.peak_link_bytes_per_s,
                 "channels": real.channels}
 

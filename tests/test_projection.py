@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 
 from islands_kit.comm.link import LinkModel, link_config
-from islands_kit.projection import (Send, codec_bytes, ddp_sends, full_speed_steps, ideal_link, routing_sends,
-                                   seed_scale_projection, simulate_decoupled, simulate_schedule, streaming_sends)
+from islands_kit.projection import (
+    Send,
+    codec_bytes,
+    ddp_sends,
+    full_speed_steps,
+    ideal_link,
+    routing_sends,
+    seed_scale_projection,
+    simulate_decoupled,
+    simulate_schedule,
+    streaming_sends,
+)
 from islands_kit.sync.diloco import streaming_schedule
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
@@ -116,6 +126,7 @@ def test_decoupled_on_an_ideal_link_never_idles() -> None:
                    (1, 2, 8.0, (0, 1), 4 * 10 + 2 * 30)]
     assert [m.merged_s for m in r.merges] == pytest.approx([2.0, 4.0, 6.0, 8.0], abs=1e-9)  # 1000 B at 1e18 bit/s
     assert r.late_contributions == r.dropped_contributions == 0
+    assert r.staleness_slack_s == pytest.approx(6.0 - 2.0, abs=1e-9)  # merge k-1 lands H = 4 steps before k is due
     assert r.payload_bytes == 4 * 2 * 1000 and r.channels["fragment"]["transfers"] == 4 * 2  # 1 upload + 1 broadcast
 
 
@@ -131,6 +142,7 @@ def test_bounded_staleness_idles_an_island_on_a_slow_link() -> None:
     assert r.idle_s == pytest.approx([8 - 7, 8 - 5], rel=1e-9) and r.inner_steps == [7, 5]
     assert r.compute_utilization == pytest.approx((7 + 5) / 16, rel=1e-9)
     assert r.goodput == pytest.approx((7 * 10 + 5 * 30) / (8 * 10 + 8 * 30), rel=1e-9)
+    assert r.staleness_slack_s == pytest.approx(8 - (2 + 6 * d), rel=1e-9)  # merge 3 reaches island 1 at 2 + 6d
     # a round trip (2d) shorter than the 2 s between merges never holds anyone back; one a little longer does
     fast = simulate_decoupled([1.0, 1.0], [10, 30], 4, 2, 1, 1000, slow_link(0.9))
     assert fast.idle_s == [0.0, 0.0] and fast.goodput == 1.0
