@@ -128,6 +128,9 @@ def test_decoupled_on_an_ideal_link_never_idles() -> None:
     assert r.late_contributions == r.dropped_contributions == 0
     assert r.staleness_slack_s == pytest.approx(6.0 - 2.0, abs=1e-9)  # merge k-1 lands H = 4 steps before k is due
     assert r.payload_bytes == 4 * 2 * 1000 and r.channels["fragment"]["transfers"] == 4 * 2  # 1 upload + 1 broadcast
+    three = simulate_decoupled([1.0, 2.0, 3.0], [1, 1, 1], 2, 4, 2, 1000, LinkModel(ideal_link(), 0))
+    assert three.payload_bytes == 4 * 2 * (3 - 1) * 1000 and three.inner_steps == [8, 4, 2]  # 2(n-1)S per merge
+    assert three.compute_utilization == 1.0 and all(m.on_time == (0, 1, 2) for m in three.merges)
 
 
 def test_bounded_staleness_idles_an_island_on_a_slow_link() -> None:
