@@ -1,5 +1,6 @@
-"""Seed-scale projection: compute utilisation of two-site Streaming DiLoCo vs synchronous data parallelism over a
-wide-area link, *without training* — an event-driven schedule of compute steps and payloads on the ``LinkModel``.
+"""Seed-scale projection: compute utilisation of two-site Streaming DiLoCo (lock-step or decoupled) vs synchronous
+data parallelism over a wide-area link, *without training* — an event-driven schedule of compute steps and payloads
+on the ``LinkModel``.
 
 The schedule (``simulate_schedule``)
 ------------------------------------
@@ -57,8 +58,9 @@ the steps at which lock-step streaming syncs p), ``T_ref = min_i c_i``. The run'
   (``fragment_bytes``; island 0 gets it at once): 2(n − 1) payloads per merge, the ring cost model's bytes.
 * An island applies a merge at its first step boundary after the broadcast arrives (at once if it is idle).
   Bounded staleness: an island may not send (p, k) before it has applied merge (p, k − 1); if it has not at
-  ``t_{k,p}``, it finishes the step in progress, applies what has arrived, and if (p, k − 1) is still missing it idles
-  until that broadcast arrives, then sends (p, k) and resumes. That is the only idle there is.
+  ``t_{k,p}``, it finishes the step in progress (a step ending exactly at ``t_{k,p}`` counts as completed before it,
+  and the next one has begun), applies what has arrived, and if (p, k − 1) is still missing it idles until that
+  broadcast arrives, then sends (p, k) and resumes. That is the only idle there is.
 * Islands keep stepping until the span ends (a step started before the end finishes); an island blocked at the last
   merges still sends after it. Utilisation counts only the span:
 
@@ -251,6 +253,8 @@ class Merge:
 
 @dataclass
 class DecoupledResult:
+    """What ``simulate_decoupled`` measured over the span ``[0, n_windows·H·T_ref]`` (module docstring)."""
+
     span_s: float
     busy_s: list[float]
     idle_s: list[float]
