@@ -1,13 +1,19 @@
-"""Seed-scale projection without training: compute utilisation of two-site Streaming DiLoCo vs synchronous data
-parallelism (fp32 gradient all-reduce every step) on the seed's wide-area link, side by side.
+"""Seed-scale projection without training: compute utilisation of two-site Streaming DiLoCo in lock-step, of the
+same fragments merged by Decoupled DiLoCo (each site at its own pace), and of synchronous data parallelism (fp32
+gradient all-reduce every step) on the seed's wide-area link, side by side.
 
     python benchmarks/seed_scale.py [--seeds 3] [--windows 4]
 
 Every row simulates ``--windows`` H-step windows of streaming and a few DDP steps on the same link model (see
 islands_kit/projection.py for the assumptions: 32B total / 3B active params, 256 experts top-8, 48 layers, MFU 0.4,
 4M-token global batch, H=50, P=16, 4-bit fragments). "ceiling" is the utilisation on an infinitely fast link (the
-compute balance between the sites); "link eff." = utilisation / ceiling isolates what the link costs. Figures are
-medians over ``--seeds`` link seeds. Goal: streaming >= 99% on transpacific-25g.
+compute balance between the sites); "link eff." = utilisation / ceiling isolates what the link costs. "decoupled"
+simulates the same span of the global schedule (``--windows`` x H steps of the faster site) with quorum = both sites
+unless the row says otherwise (τ does not apply: a site waits only when merge k-1 of a fragment has not reached it
+by the time merge k is due); "goodput" = merged tokens / tokens at full speed, "late" = contributions that missed
+their merge, "slack s" = how long before merge k of a fragment fell due merge k-1 had reached every site, at the
+tightest (< 0: a site may have had to wait). Figures are medians over ``--seeds`` link seeds. Goals: streaming >= 99%
+on transpacific-25g; decoupled >= 95% on the 3:2 rows.
 """
 from __future__ import annotations
 
@@ -32,14 +38,26 @@ SCENARIOS: list[tuple[str, dict[str, Any]]] = [
     ("balanced, routing blocking (routing_tau=0)", dict(batch_share="balanced", routing_tau=0)),
     ("balanced, 1% chunk loss", dict(batch_share="balanced", link_overrides=dict(loss_prob=0.01))),
     # naive DDP never completes at 1% chunk loss (P(clean 128 GB attempt) ~ 1e-133): streaming only
-    ("balanced, naive transfers, 1% loss", dict(batch_share="balanced", schedules=("streaming",),
+    ("balanced, naive transfers, 1% loss", dict(batch_share="balanced", schedules=("streaming", "decoupled"),
                                                 link_overrides=dict(loss_prob=0.01, method="naive"))),
     ("balanced, consumer-1g link", dict(batch_share="balanced", link_preset="consumer-1g")),
     # forward error correction: 4 parity chunks per 32 (13% more bytes) instead of resend round trips
     ("balanced, tau=1, FEC 32+4", dict(batch_share="balanced", link_overrides=dict(fec_group=32, fec_parity=4))),
     ("balanced, 1% chunk loss, FEC 32+4", dict(batch_share="balanced",
                                                link_overrides=dict(loss_prob=0.01, fec_group=32, fec_parity=4))),
+    # decoupled only: a quorum of one site (the synchroniser's own), with and without a grace window for the other
+    ("3:2 H100+A100, 1% loss, quorum 1, grace 0", dict(peak_flops=H100_A100, quorum=1, grace_s=0.0,
+                                                       schedules=("decoupled",), link_overrides=dict(loss_prob=0.01))),
+    ("3:2 H100+A100, 1% loss, quorum 1, grace 2s", dict(peak_flops=H100_A100, quorum=1, grace_s=2.0,
+                                                        schedules=("decoupled",), link_overrides=dict(loss_prob=0.01))),
+    ("balanced, consumer-1g link, quorum 1, grace 0", dict(batch_share="balanced", link_preset="consumer-1g", quorum=1,
+                                                           grace_s=0.0, schedules=("decoupled",))),
 ]
+
+
+def cell(x: float, width: int, fmt: str) -> str:
+    """``x`` formatted, or a dash where the schedule was not simulated."""
+    return f"{'—' if x != x else format(x, fmt):>{width}s}"
 
 
 def main() -> None:
@@ -49,11 +67,12 @@ def main() -> None:
     ap.add_argument("--ddp-steps", type=int, default=4)
     ap.add_argument("--only", default="", help="run only the scenarios whose label contains this text")
     args = ap.parse_args()
-    base = seed_scale_projection(n_windows=1, ddp_steps=1)
+    base = seed_scale_projection(n_windows=1, ddp_steps=1, schedules=("streaming",))  # sizes only
     print(f"fragment {base['fragment_bytes'] / 1e9:.3f} GB, routing {base['routing_bytes']} B/step, "
           f"DDP {base['ddp_bytes_per_direction'] / 1e9:.0f} GB per direction per step")
-    print(f"{'scenario':44s} {'step s (A/B)':>13s} {'stream util':>11s} {'ceiling':>8s} {'link eff.':>9s} "
-          f"{'frag p99 s':>10s} {'DDP util':>9s} {'stream/DDP':>10s}")
+    print(f"{'scenario':46s} {'step s (A/B)':>13s} {'stream util':>11s} {'ceiling':>8s} {'link eff.':>9s} "
+          f"{'frag p99 s':>10s} {'decoupled':>9s} {'goodput':>8s} {'late':>5s} {'slack s':>8s} {'DDP util':>9s} "
+          f"{'stream/DDP':>10s}")
     t0 = time.time()
     for label, kw in [(l, kw) for l, kw in SCENARIOS if args.only in l]:
         runs = [seed_scale_projection(n_windows=args.windows, ddp_steps=args.ddp_steps, seed=s, **kw)
@@ -70,10 +89,15 @@ def main() -> None:
             return statistics.median(vals) if vals else float("nan")
 
         st = runs[0]["step_time_s"]
-        print(f"{label:44s} {f'{st[0]:.3f}/{st[1]:.3f}':>13s} {med('streaming.compute_utilization'):11.4f} "
-              f"{med('streaming.utilization_infinite_link'):8.4f} {med('streaming.link_efficiency'):9.4f} "
-              f"{med('streaming.channels.fragment.p99_s'):10.3f} {med('ddp.compute_utilization'):9.4f} "
-              f"{med('utilization_ratio'):10.1f}")
+        print(f"{label:46s} {f'{st[0]:.3f}/{st[1]:.3f}':>13s} {cell(med('streaming.compute_utilization'), 11, '.4f')} "
+              f"{cell(med('streaming.utilization_infinite_link'), 8, '.4f')} "
+              f"{cell(med('streaming.link_efficiency'), 9, '.4f')} "
+              f"{cell(med('streaming.channels.fragment.p99_s'), 10, '.3f')} "
+              f"{cell(med('decoupled.compute_utilization'), 9, '.4f')} {cell(med('decoupled.goodput'), 8, '.4f')} "
+              f"{cell(med('decoupled.late_contributions'), 5, '.0f')} "
+              f"{cell(med('decoupled.staleness_slack_s'), 8, '.2f')} "
+              f"{cell(med('ddp.compute_utilization'), 9, '.4f')} "
+              f"{cell(med('utilization_ratio'), 10, '.1f')}")
     print(f"({time.time() - t0:.0f} s)")
 
 
