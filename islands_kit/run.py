@@ -22,7 +22,7 @@ import subprocess
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -151,8 +151,7 @@ class Experiment:
                 raise ConfigError("sync.mode: decoupled runs every island in one process (the simulator); "
                                   "under torchrun use sync.mode=lockstep")
             for i, isl in self.islands.items():  # the learning rate follows the island's clock on the global schedule
-                isl.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                    isl.optimizer, lambda _s, i=i: lr_lambda(self.schedule_position(i), cfg.optim, cfg.steps))
+                isl.scheduler = torch.optim.lr_scheduler.LambdaLR(isl.optimizer, self._clock_lr(i))
         self.inner_steps = {j: 0 for j in range(n)}  # per island (every process counts every island, as tokens)
         self.tokens_per_island = {j: 0 for j in range(n)}
         self.strategy = build_strategy(cfg, self.models, self.transport, self.tick_s)
@@ -302,6 +301,13 @@ class Experiment:
             isl.optimizer_step()
         self.strategy.after_inner_step(t, tokens)
         return losses
+
+    def _clock_lr(self, island: int) -> Callable[[int], float]:
+        """The decoupled learning-rate multiplier of ``island``: warm-up and cosine over the global schedule, read at
+        the island's clock (``schedule_position``) rather than at its own step count."""
+        def factor(_step: int) -> float:
+            return lr_lambda(self.schedule_position(island), self.cfg.optim, self.cfg.steps)
+        return factor
 
     def schedule_position(self, island: int) -> int:
         """Global-schedule steps (ticks of T_ref) that have passed on ``island``'s clock: its learning-rate step in

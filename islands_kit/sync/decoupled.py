@@ -227,7 +227,8 @@ class DecoupledDiLoCo(DiLoCo):
         fresh.sort(key=lambda c: (c.arrival_s, c.island))
         Q = self.cfg.quorum
         rec: dict[str, Any] = {"step": tick, "fragment": p, "round": k, "sent_s": now, "absent": absent,
-                               "not_ready": not_ready}
+                               "not_ready": not_ready, "island_steps": dict(self.inner_steps),
+                               "arrival_s": {c.island: c.arrival_s for c in fresh}}
         if len(fresh) < Q:  # no quorum: nothing merges; the contributions wait for the next round
             merge_s = max([c.arrival_s for c in fresh], default=now)
             self.carry.extend(fresh)
@@ -279,9 +280,11 @@ class DecoupledDiLoCo(DiLoCo):
             else:  # no merge: the contributors learn so (a message of the global fragment's codec size)
                 payload = (codec or self.codec).encode(torch.zeros_like(g.detach()))
             flat = g.detach().clone()
+            m.record["landing_s"] = {}
             for j in m.recipients:
                 d = self.transport.send("fragments", SYNCER, j, payload, m.merge_s)
                 self.inbox.append(Broadcast(j, p, m.round, d.arrival_s, flat))
+                m.record["landing_s"][j] = d.arrival_s  # it lands at j's first step boundary from then on
             self.last_merge_s = max(self.last_merge_s, m.merge_s)
             self.merge_log.append(m.record)
 
@@ -305,7 +308,8 @@ class DecoupledDiLoCo(DiLoCo):
             rec = {"step": step, "fragment": p, "round": self.round[p] - 1, "sent_s": now, "merge_s": merge_s,
                    "quorum_met": True, "on_time": [c.island for c in fresh], "late": [],
                    "carried_in": [c.island for c in carried], "absent": [], "not_ready": [], "final": True,
-                   "tokens": sum(c.tokens for c in merged)}
+                   "tokens": sum(c.tokens for c in merged), "island_steps": dict(self.inner_steps),
+                   "arrival_s": {c.island: c.arrival_s for c in fresh}}
             self.in_flight.append(Merge(merge_s, p, self.round[p] - 1, delta, [c.island for c in fresh], rec))
         self._apply_merges(until_s=None, codec=self.final_codec)
         for i in self.ids:
