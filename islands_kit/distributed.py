@@ -22,6 +22,10 @@ Bounded waits (``ISLANDS_KIT_DIST_TIMEOUT_S``, default 300 s, = T):
   * a peer that hangs (alive, not answering): every collective is bounded by T (gloo's per-operation timeout; NCCL's
     watchdog with async error handling).
 Under torchrun a worker that *fails* (non-zero exit) also makes the agent stop the others at once.
+
+``sync.mode=decoupled`` (one process per island only) uses no collective after the rendezvous: the islands and the
+synchroniser (rank 0) exchange bounded point-to-point messages, and an island that dies or stops answering is dropped
+from the run rather than ending it (``comm/torch_dist.py``, ``sync/decoupled.py``). Preemption faults run there too.
 """
 from __future__ import annotations
 
@@ -143,12 +147,19 @@ def make_transport(cfg: ExperimentConfig,
     initialising torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
     wrong process count fails at once on every rank."""
     layout = RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
+    decoupled = cfg.sync.mode == "decoupled"
+    n = len(cfg.islands)
+    if decoupled and layout.world_size != n:
+        raise ConfigError(f"islands[*].dp_ranks: sync.mode=decoupled runs one process per island: WORLD_SIZE must "
+                          f"equal len(islands) = {n} (each island's dp_ranks become micro-batches), not the "
+                          f"{layout.world_size} data-parallel ranks of dp_ranks = {list(layout.ranks_per_island)}")
     f = cfg.faults
-    if f.preempt_island >= 0 and f.preempt_steps > 0:
-        raise ConfigError(f"faults.preempt_island: preemption is simulated by the in-process transport only; under "
-                          f"torch.distributed every island takes part in every sync (got {f.preempt_island})")
+    if f.preempt_island >= 0 and f.preempt_steps > 0 and not decoupled:
+        raise ConfigError(f"faults.preempt_island: preemption under torch.distributed needs sync.mode=decoupled (a "
+                          f"lock-step collective needs every island); the in-process simulator has both (got "
+                          f"{f.preempt_island})")
     init_from_env()
-    return transport_cls(layout, LinkModel(cfg.link, seed=cfg.seed))
+    return transport_cls(layout, LinkModel(cfg.link, seed=cfg.seed), decoupled=decoupled)
 
 
 def shutdown() -> None:

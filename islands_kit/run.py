@@ -145,11 +145,15 @@ class Experiment:
         # each island's step time at full speed (its hardware; no straggler factor): the ideal rate goodput counts
         self.nominal_step_s = {j: step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
         self.decoupled = cfg.sync.mode == "decoupled"
-        self.tick_s = min(isl.compute_s for isl in self.islands.values())  # T_ref of the decoupled schedule
+        # every island's step time (straggler included) as its Island has it; T_ref of the decoupled schedule is the
+        # fastest, the same on every process
+        self.step_s = {j: (cfg.faults.straggler_factor if cfg.faults.straggler_island == j else 1.0)
+                       * step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
+        self.tick_s = min(self.step_s.values())
         if self.decoupled:
-            if self.transport.world_size > 1 or len(self.islands) != n:
-                raise ConfigError("sync.mode: decoupled runs every island in one process (the simulator); "
-                                  "under torchrun use sync.mode=lockstep")
+            if len(self.islands) != n and not (len(self.islands) == 1 and self.transport.world_size == n):
+                raise ConfigError("sync.mode: decoupled runs every island in one process (the simulator) or one "
+                                  "island per process (torchrun with WORLD_SIZE = len(islands))")
             for i, isl in self.islands.items():  # the learning rate follows the island's clock on the global schedule
                 isl.scheduler = torch.optim.lr_scheduler.LambdaLR(isl.optimizer, self._clock_lr(i))
         self.inner_steps = {j: 0 for j in range(n)}  # per island (every process counts every island, as tokens)
@@ -326,6 +330,19 @@ class Experiment:
         assert isinstance(strategy, DecoupledDiLoCo)
         clock = self.transport.clock
         losses: dict[int, float] = {}
+        lost = strategy.lost_islands()
+        for j in range(len(self.cfg.islands)):  # another process's island: its clock and counts follow the config
+            if j in self.islands or j in lost:
+                continue
+            if self.preempted(j, t):
+                clock.wait_until(j, t * self.tick_s)
+                continue
+            tokens = self.cfg.islands[j].batch_size * self.cfg.model.seq_len
+            while clock.now[j] + self.step_s[j] <= end_s:
+                clock.compute(j, self.step_s[j])
+                self.inner_steps[j] += 1
+                self.tokens_per_island[j] += tokens
+                self.tokens_total += tokens
         for i, isl in self.islands.items():
             away = self.preempted(i, t)
             strategy.set_present(i, not away)

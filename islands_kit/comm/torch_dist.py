@@ -60,6 +60,20 @@ peer that stops answering trips the process-group timeout (``ISLANDS_KIT_DIST_TI
 the run ends with a ``DistributedError`` that names the rank, island, channel and operation. (Fault injection for the
 tests lives in a test-only subclass, ``tests/faulty_transport.py``.)
 
+Decoupled mode (``sync.mode=decoupled``, ``decoupled=True``; one process per island only). No collective at all, so
+that a dead island cannot hang anybody: islands and the synchroniser (rank 0, with island 0) exchange point-to-point
+messages (``post`` / ``receive``): a control message (``comm/control.py``, checked against the receiver's schema) and
+optionally one payload (``codecs.encode_bytes``), sent as a fixed header (int64: sequence number, CRC-32 of the kind,
+both lengths) then the body, on tags numbered per (sender, receiver) pair, so a message can only be read by the
+receive it was meant for. Every ``receive`` is bounded (``timeout_s``); a peer that died (closed sockets: at once) or
+stayed silent past the bound is *lost*: ``lost_islands()`` names it, nothing is sent to or awaited from it again, and
+the caller goes on without it (or, with ``required=True``, the run ends with a ``DistributedError``). Sends never block
+the sender: each is completed before the next ``receive`` from the same peer (the protocol answers only what it read)
+or at ``finish_messages``. The clock covers every island (the loop mirrors the others' clocks from the config: in
+decoupled mode an island's clock does not depend on the wire), and ``world_view`` is local: the synchroniser prices
+every transfer of the star itself (``send``: the link model and the ledger, as ``LocalTransport``), so its ledger is
+the whole world's.
+
 Control messages. Everything that is not a payload (checkpoint steps and errors at resume, the ledger and clocks
 merged by ``world_view``) goes through ``gather_control``: versioned, length-limited JSON checked against a schema on
 receipt (``comm/control.py``), never a pickle. Lengths are all-gathered first, so an oversized message is refused before
@@ -72,6 +86,7 @@ import contextlib
 import math
 import os
 import struct
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -83,7 +98,8 @@ import torch.distributed as dist
 from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
 from islands_kit.comm.control import MapOf
-from islands_kit.comm.transport import Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes, weighted_mean
+from islands_kit.comm.transport import (Delivery, Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes,
+                                        weighted_mean)
 from islands_kit.config import ConfigError
 
 if TYPE_CHECKING:
@@ -143,7 +159,7 @@ def _channel_id(channel: str) -> int:
 class TorchDistTransport(Transport):
     """``Transport`` over torch.distributed; one island per process (see the module docstring for layout and wire)."""
 
-    def __init__(self, layout: "RankLayout", link: "LinkModel | None") -> None:
+    def __init__(self, layout: "RankLayout", link: "LinkModel | None", decoupled: bool = False) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise DistributedError("TorchDistTransport: torch.distributed is not initialised; call "
                                    "islands_kit.distributed.init_from_env() (or launch with torchrun) first")
@@ -159,10 +175,16 @@ class TorchDistTransport(Transport):
         self.leader = self.layout.first_rank(self.island)
         self.is_leader = self.rank == self.leader
         self.is_writer = self.rank == 0  # the one process that writes result.json
+        self.decoupled = decoupled  # one process per island: distributed.make_transport checks the layout
         self.ledger = Ledger()
-        self.clock = SimClock(self.local_islands)
+        # decoupled: every island's clock, the others' mirrored by the loop from the config (module docstring)
+        self.clock = SimClock(list(range(self.n_islands)) if decoupled else self.local_islands)
         self.link = link
         self.timeout_s = dist_timeout_s()
+        self.lost: dict[int, str] = {}  # decoupled: islands whose process is gone -> why
+        self._out_seq = [0] * self.n_islands  # decoupled: messages posted to / received from each island
+        self._in_seq = [0] * self.n_islands
+        self._outbox: dict[int, list[tuple[list[Any], list[torch.Tensor]]]] = {}  # sends not yet completed
         self.sent_bytes: dict[str, int] = {}  # payload bytes handed to torch.distributed, per channel (leaders)
         self._order: list[tuple[int, int, int]] = []  # (seq, src, dst) of each ledger record: LocalTransport's order
         self._inflight: list[_Op] = []
@@ -351,6 +373,110 @@ class TorchDistTransport(Transport):
             self._order.append((op.seq, src, dst))
         return end, holes
 
+    # -- decoupled mode: point-to-point messages, no collective (module docstring) ---------------------------------
+    def send(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> Delivery:
+        """``LocalTransport.send``'s account of one transfer src -> dst, made by the process that prices it (the
+        decoupled synchroniser, for every transfer of its star): arrival from the link model, the ledger record and
+        the payload as the link delivered it. The bytes themselves travel with ``post`` / ``receive``."""
+        if not self.decoupled:
+            raise NotImplementedError("TorchDistTransport.send: point-to-point transfers are priced in decoupled mode only")
+        if src == dst:
+            return Delivery(start_s, decode(payload))
+        end, holes = start_s, []
+        if self.link is not None:
+            tr = self.link.transfer(payload.nbytes, start_s, src, dst)
+            end, holes = tr.end_s, tr.holes
+        self.ledger.record(channel, src, dst, payload.nbytes, start_s, end)
+        return Delivery(end, decode(received_payload(payload, holes)))
+
+    def lost_islands(self) -> set[int]:
+        """Islands whose process died or stopped answering (decoupled mode): never awaited again."""
+        return set(self.lost)
+
+    def _lose(self, island: int, what: str, e: BaseException, required: bool) -> None:
+        err = self._error(what, e)
+        if required:
+            raise err from e
+        if island not in self.lost:
+            self.lost[island] = str(err)
+            warnings.warn(f"islands_kit.distributed: island {island} is lost, the run goes on without it ({err})",
+                          RuntimeWarning, stacklevel=3)
+
+    def post(self, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None:
+        """Send island ``dst`` a control message of ``kind`` (plus ``payload``) without waiting; nothing to a lost
+        island. A send that fails loses ``dst``."""
+        if dst in self.lost:
+            return
+        raw = control.encode(kind, body)
+        data = encode_bytes(payload) if payload is not None else b""
+        seq = self._out_seq[dst]
+        self._out_seq[dst] += 1
+        head = torch.tensor([seq, _channel_id(kind), len(raw), len(data)], dtype=torch.int64)
+        msg = torch.frombuffer(bytearray(raw + data), dtype=torch.uint8)
+        peer = self.layout.first_rank(dst)
+        try:
+            works = [dist.isend(head, peer, group=self._meta_group, tag=2 * seq),
+                     dist.isend(msg, peer, group=self._meta_group, tag=2 * seq + 1)]
+        except Exception as e:  # a peer whose sockets closed
+            self._lose(dst, f"message {kind!r} #{seq} to island {dst}", e, required=False)
+            return
+        self._outbox.setdefault(dst, []).append((works, [head, msg]))
+
+    def _finish_sends(self, island: int, required: bool) -> None:
+        for works, _ in self._outbox.pop(island, []):
+            try:
+                for w in works:
+                    w.wait(timedelta(seconds=self.timeout_s))
+            except Exception as e:
+                self._lose(island, f"message to island {island}", e, required)
+                return
+
+    def finish_messages(self) -> None:
+        """Complete every send still in flight (bounded; a peer that fails them is lost)."""
+        for island in list(self._outbox):
+            self._finish_sends(island, required=False)
+
+    def receive(self, src: int, kind: str, schema: Any, timeout_s: float | None = None,
+                required: bool = False) -> tuple[Any, Payload | None] | None:
+        """The next message from island ``src``: (control body checked against ``schema``, payload or None). Waits at
+        most ``timeout_s`` (default ``ISLANDS_KIT_DIST_TIMEOUT_S``); a peer that died or stayed silent is lost and
+        None comes back, or with ``required`` the run ends with a ``DistributedError``. A message of another kind or
+        out of sequence, or a malformed one, is a ``DistributedError`` (the protocol is out of step)."""
+        if src in self.lost:
+            return None
+        self._finish_sends(src, required)  # everything we said before: src reads it before answering
+        if src in self.lost:
+            return None
+        seq = self._in_seq[src]
+        self._in_seq[src] += 1
+        what = f"message {kind!r} #{seq} from island {src}"
+        wait = timedelta(seconds=self.timeout_s if timeout_s is None else timeout_s)
+        peer = self.layout.first_rank(src)
+        head = torch.zeros(4, dtype=torch.int64)
+        try:
+            dist.irecv(head, peer, group=self._meta_group, tag=2 * seq).wait(wait)
+        except Exception as e:
+            self._lose(src, what, e, required)
+            return None
+        got_seq, kind_id, n_raw, n_data = (int(x) for x in head)
+        if (got_seq, kind_id) != (seq, _channel_id(kind)) or not (0 < n_raw <= control.MAX_BYTES and
+                                                                    0 <= n_data <= control.MAX_BYTES):
+            raise DistributedError(f"islands_kit.distributed: protocol desync on rank {self.rank} (island "
+                                   f"{self.island}): expected {what}, got header {[got_seq, kind_id, n_raw, n_data]}")
+        msg = torch.empty(n_raw + n_data, dtype=torch.uint8)
+        try:
+            dist.irecv(msg, peer, group=self._meta_group, tag=2 * seq + 1).wait(wait)
+        except Exception as e:
+            self._lose(src, what, e, required)
+            return None
+        b = msg.numpy().tobytes()
+        try:
+            body = control.decode(b[:n_raw], kind, schema, peer)
+            payload = decode_bytes(b[n_raw:]) if n_data else None
+        except ValueError as e:  # ControlError is a ValueError, as are decode_bytes' refusals
+            raise DistributedError(f"islands_kit.distributed: {what}: {e}") from None
+        return body, payload
+
     def barrier(self) -> None:
         self._guard("barrier", lambda: dist.barrier(group=self._meta_group))
 
@@ -436,7 +562,11 @@ class TorchDistTransport(Transport):
 
     @contextlib.contextmanager
     def world_view(self) -> Iterator["TorchDistTransport"]:
-        """Collective: inside the block ``ledger`` and ``clock`` are the whole world's (see ``gather_world``)."""
+        """Collective: inside the block ``ledger`` and ``clock`` are the whole world's (see ``gather_world``). In
+        decoupled mode local: this process's ledger and mirrored clocks (the synchroniser's ledger is the world's)."""
+        if self.decoupled:
+            yield self
+            return
         merged = self.gather_world()
         saved = self.ledger, self.clock
         self.ledger, self.clock = merged

@@ -45,12 +45,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import nn
 
-from islands_kit.comm.transport import Transport
+from islands_kit.comm.codecs import Payload
+from islands_kit.comm.control import Opt
+from islands_kit.comm.transport import Transport, decode
 from islands_kit.config import SyncConfig
 from islands_kit.sync.diloco import DiLoCo
 
@@ -130,16 +132,53 @@ def combine(deltas: Sequence[torch.Tensor], weights: Sequence[float], average: s
     raise ValueError(f"sync.decoupled.average: must be one of mean|radial_directional (got {average!r})")
 
 
+@runtime_checkable
+class Mailbox(Protocol):
+    """What the decoupled schedule needs of a wire that spans processes (``comm.torch_dist.TorchDistTransport`` with
+    ``decoupled=True``): bounded point-to-point control messages with an optional payload, and the islands lost."""
+
+    def post(self, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None: ...
+
+    def receive(self, src: int, kind: str, schema: Any, timeout_s: float | None = None,
+                required: bool = False) -> tuple[Any, Payload | None] | None: ...
+
+    def lost_islands(self) -> set[int]: ...
+
+    def finish_messages(self) -> None: ...
+
+    timeout_s: float  # the bound on one receive
+
+
+# the messages of the decoupled schedule across processes (checked on receipt, comm/control.py)
+CONTRIBUTION = "decoupled.contribution"  # island -> synchroniser, at every due (tick, fragment) and at the end
+CONTRIBUTION_SCHEMA = {"tick": int, "fragment": int, "round": int, "status": str, "tokens": int, "steps": int,
+                       "inner_steps": int}
+DECISION = "decoupled.decision"  # synchroniser -> every island: when the round's merge is decided (None: no merge)
+DECISION_SCHEMA = {"fragment": int, "round": int, "merge_s": Opt(float)}
+APPLY = "decoupled.apply"  # synchroniser -> every island, when the merge is applied: the outer step and the landing
+APPLY_SCHEMA = {"fragment": int, "round": int, "merge_s": float, "outer_step": bool, "landing_s": Opt(float)}
+FRESH, ABSENT, NOT_READY = "fresh", "absent", "not_ready"
+
+
 class DecoupledDiLoCo(DiLoCo):
     """Streaming DiLoCo on the decoupled schedule of the module doc. The run loop calls ``land(i, now)`` before each
     of island i's inner steps, ``island_step_done(i, tokens)`` after it, and ``after_tick(t)`` at the end of every
-    tick; ``after_inner_step`` (the lock-step hook) is not used. One process holds every island (LocalTransport)."""
+    tick; ``after_inner_step`` (the lock-step hook) is not used. One process holds every island (the simulator), or
+    each process one island with the synchroniser on island 0's (torch.distributed, module doc)."""
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int, tick_s: float) -> None:
         super().__init__(models, transport, fragments, cfg, seed)
-        if set(self.ids) != set(range(transport.n_islands)):
-            raise ValueError("sync.mode=decoupled: runs with every island in one process (the simulator)")
+        n = transport.n_islands
+        self.all_ids = list(range(n))
+        self.remote = [i for i in self.all_ids if i not in self.ids]  # islands held by other processes
+        self.mail: Mailbox | None = None
+        if self.remote:
+            if not (len(self.ids) == 1 and isinstance(transport, Mailbox)):
+                raise ValueError("sync.mode=decoupled: runs with every island in one process (the simulator) or one "
+                                 "island per process on a transport with point-to-point messages (torch.distributed)")
+            self.mail = transport
+        self.is_syncer = SYNCER in self.ids
         if not tick_s > 0:
             raise ValueError(f"tick_s: must be > 0 (got {tick_s})")
         self.tick_s = tick_s
@@ -149,16 +188,24 @@ class DecoupledDiLoCo(DiLoCo):
         self.round = [0] * self.P
         self.awaiting: dict[tuple[int, int], int] = {}  # (island, p) -> round whose broadcast has not landed yet
         self.inbox: list[Broadcast] = []
-        self.in_flight: list[Merge] = []
+        self.in_flight: list[Merge] = []  # off the synchroniser: (merge_s, fragment, round) of each decided merge
         self.carry: list[Contribution] = []
         self.merge_log: list[dict[str, Any]] = []
-        self.inner_steps = {i: 0 for i in self.ids}
+        self.inner_steps = {i: 0 for i in self.all_ids}  # other processes' islands: as last reported
         self.tokens = {i: 0 for i in self.ids}
         self.late = 0
         self.dropped = 0
         self.dropped_tokens = 0.0
         self.not_ready = 0
         self.last_merge_s = 0.0
+
+    def lost_islands(self) -> set[int]:
+        """Islands whose process died or stopped answering (torch.distributed): absent from every later merge."""
+        return self.mail.lost_islands() if self.mail is not None else set()
+
+    def _live_remote(self) -> list[int]:
+        lost = self.lost_islands()
+        return [j for j in self.remote if j not in lost]
 
     # -- the islands' side ----------------------------------------------------------------------------------------
     def island_step_done(self, island: int, tokens: int) -> None:
@@ -191,6 +238,29 @@ class DecoupledDiLoCo(DiLoCo):
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         raise RuntimeError("sync.mode=decoupled: the loop drives island_step_done / after_tick, not after_inner_step")
 
+    def _status(self, island: int, p: int, final: bool = False) -> str:
+        """What a local island brings to fragment p's round: absent (away, or nothing trained since its last
+        contribution), not ready (its last broadcast of p has not landed; never at the end) or a fresh contribution."""
+        if not self.present[island] or self.tokens_since[island][p] == 0:
+            return ABSENT
+        if not final and (island, p) in self.awaiting:
+            self.not_ready += 1
+            return NOT_READY
+        return FRESH
+
+    def _encode(self, island: int, p: int, k: int, codec: Any) -> tuple[Payload, int, int]:
+        """Island's outer gradient of fragment p through the codec with error feedback, as sent in round k; returns
+        (payload, c^tok, c^steps) and starts its next span."""
+        delta = self.base[island][p] - self.views[island][p].flat()
+        payload, _ = self.ef.compress((island, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
+                                      generator=self.gens[island])
+        tokens, steps = self.tokens_since[island][p], self.steps_since[island][p]
+        self.sent[(island, p)] = self.views[island][p].flat()
+        self.awaiting[(island, p)] = k
+        self.tokens_since[island][p] = 0
+        self.steps_since[island][p] = 0
+        return payload, tokens, steps
+
     # -- the synchroniser's side ----------------------------------------------------------------------------------
     def after_tick(self, tick: int) -> None:
         now = tick * self.tick_s
@@ -198,32 +268,88 @@ class DecoupledDiLoCo(DiLoCo):
             self._post_round(tick, p, now)
         self._apply_merges(until_s=now)
 
-    def _contribute(self, island: int, p: int, k: int, start_s: float, codec: Any) -> Contribution:
-        delta = self.base[island][p] - self.views[island][p].flat()
-        payload, _ = self.ef.compress((island, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
-                                      generator=self.gens[island])
-        d = self.transport.send("fragments", island, SYNCER, payload, start_s)
-        c = Contribution(island, p, k, self.tokens_since[island][p], self.steps_since[island][p], d.tensor,
-                         d.arrival_s)
-        self.sent[(island, p)] = self.views[island][p].flat()
-        self.awaiting[(island, p)] = k
-        self.tokens_since[island][p] = 0
-        self.steps_since[island][p] = 0
-        return c
+    def _gather(self, tick: int, p: int, k: int, now: float, codec: Any,
+                final: bool = False) -> tuple[list[Contribution], list[int], list[int]]:
+        """The synchroniser's view of round k of fragment p: (fresh contributions in island order, absent islands,
+        islands not ready). Its own processes' islands are read here; another process's island sends its part
+        (``CONTRIBUTION``), and one that is lost counts as absent."""
+        fresh: list[Contribution] = []
+        absent, not_ready = [], []
+        for i in self.all_ids:
+            if i in self.ids:
+                status = self._status(i, p, final)
+                if status == FRESH:
+                    payload, tokens, steps = self._encode(i, p, k, codec)
+            else:
+                assert self.mail is not None
+                got = self.mail.receive(i, CONTRIBUTION, CONTRIBUTION_SCHEMA)
+                if got is None:  # lost: its process died or stopped answering
+                    absent.append(i)
+                    continue
+                body, payload = got
+                if (body["tick"], body["fragment"], body["round"]) != (tick, p, k) or (
+                        (body["status"] == FRESH) != (payload is not None)):
+                    raise RuntimeError(f"sync.mode=decoupled: island {i} sent {body} for tick {tick}, fragment {p}, "
+                                       f"round {k}: the processes are out of step")
+                status, tokens, steps = body["status"], body["tokens"], body["steps"]
+                self.inner_steps[i] = body["inner_steps"]
+                if status == NOT_READY:
+                    self.not_ready += 1
+            if status == ABSENT:
+                absent.append(i)
+            elif status == NOT_READY:
+                not_ready.append(i)
+            else:
+                assert payload is not None
+                d = self.transport.send("fragments", i, SYNCER, payload, now)
+                fresh.append(Contribution(i, p, k, tokens, steps, d.tensor, d.arrival_s))
+        return fresh, absent, not_ready
+
+    def _report(self, tick: int, p: int, k: int, codec: Any, final: bool = False) -> float | None:
+        """An island off the synchroniser's process: send its part of round k of fragment p (``CONTRIBUTION``) and
+        return the merge time the synchroniser decided (``DECISION``; None: no merge)."""
+        assert self.mail is not None
+        i = self.ids[0]
+        status = self._status(i, p, final)
+        payload, tokens, steps = self._encode(i, p, k, codec) if status == FRESH else (None, 0, 0)
+        self.mail.post(SYNCER, CONTRIBUTION, {"tick": tick, "fragment": p, "round": k, "status": status,
+                                              "tokens": tokens, "steps": steps, "inner_steps": self.inner_steps[i]},
+                       payload)
+        got = self.mail.receive(SYNCER, DECISION, DECISION_SCHEMA, timeout_s=self._syncer_timeout(), required=True)
+        assert got is not None
+        body, _ = got
+        if (body["fragment"], body["round"]) != (p, k):
+            raise RuntimeError(f"sync.mode=decoupled: the synchroniser decided {body} where fragment {p}, round {k} "
+                               "was due: the processes are out of step")
+        return None if body["merge_s"] is None else float(body["merge_s"])
+
+    def _syncer_timeout(self) -> float:
+        """An island waits for the synchroniser longer than the synchroniser waits for all the others together."""
+        assert self.mail is not None
+        return self.mail.timeout_s * (len(self.all_ids) + 1)
+
+    def _announce(self, p: int, k: int, merge_s: float | None) -> None:
+        for j in self._live_remote():
+            assert self.mail is not None
+            self.mail.post(j, DECISION, {"fragment": p, "round": k, "merge_s": merge_s})
 
     def _post_round(self, tick: int, p: int, now: float) -> None:
         k = self.round[p]
         self.round[p] += 1
-        fresh: list[Contribution] = []
-        absent, not_ready = [], []
-        for i in self.ids:
-            if not self.present[i] or self.tokens_since[i][p] == 0:
-                absent.append(i)
-            elif (i, p) in self.awaiting:
-                not_ready.append(i)
-                self.not_ready += 1
-            else:
-                fresh.append(self._contribute(i, p, k, now, self.codec))
+        if not self.is_syncer:
+            merge_s = self._report(tick, p, k, self.codec)
+            assert merge_s is not None  # a regular round always decides (a skipped merge is a merge without delta)
+            self.in_flight.append(Merge(merge_s, p, k, None, []))
+            return
+        fresh, absent, not_ready = self._gather(tick, p, k, now, self.codec)
+        m = self.decide(tick, p, k, now, fresh, absent, not_ready)
+        self.in_flight.append(m)
+        self._announce(p, k, m.merge_s)
+
+    def decide(self, tick: int, p: int, k: int, now: float, fresh: list[Contribution], absent: list[int],
+               not_ready: list[int]) -> Merge:
+        """Round k of fragment p at schedule time ``now`` from the fresh contributions (module doc): the quorum,
+        the grace window, late ones carried or dropped, carried ones merged, the weighted average."""
         fresh.sort(key=lambda c: (c.arrival_s, c.island))
         Q = self.cfg.quorum
         rec: dict[str, Any] = {"step": tick, "fragment": p, "round": k, "sent_s": now, "absent": absent,
@@ -233,8 +359,7 @@ class DecoupledDiLoCo(DiLoCo):
             merge_s = max([c.arrival_s for c in fresh], default=now)
             self.carry.extend(fresh)
             rec.update(merge_s=merge_s, quorum_met=False, on_time=[], late=[c.island for c in fresh], carried_in=[])
-            self.in_flight.append(Merge(merge_s, p, k, None, [c.island for c in fresh], rec))
-            return
+            return Merge(merge_s, p, k, None, [c.island for c in fresh], rec)
         deadline = fresh[Q - 1].arrival_s + self.cfg.grace_s
         on_time = [c for c in fresh if c.arrival_s <= deadline]
         late = [c for c in fresh if c.arrival_s > deadline]
@@ -253,40 +378,93 @@ class DecoupledDiLoCo(DiLoCo):
         rec.update(merge_s=merge_s, quorum_met=True, on_time=[c.island for c in on_time],
                    late=[c.island for c in late], carried_in=[c.island for c in carried],
                    tokens=sum(c.tokens for c in merged))
-        self.in_flight.append(Merge(merge_s, p, k, delta, [c.island for c in fresh], rec))
+        return Merge(merge_s, p, k, delta, [c.island for c in fresh], rec)
+
+    def decide_final(self, step: int, p: int, k: int, now: float, fresh: list[Contribution]) -> Merge | None:
+        """Fragment p's last merge (``finalize``): every fresh contribution and everything carried, no quorum;
+        None when there is nothing to merge."""
+        carried = [c for c in self.carry if c.fragment == p]
+        merged = fresh + carried
+        if not merged:
+            return None
+        self.carry = [c for c in self.carry if c.fragment != p]
+        merge_s = max(c.arrival_s for c in merged)
+        delta = combine([c.delta for c in merged], merge_weights(merged, self.dcfg.weighting), self.dcfg.average)
+        rec = {"step": step, "fragment": p, "round": k, "sent_s": now, "merge_s": merge_s,
+               "quorum_met": True, "on_time": [c.island for c in fresh], "late": [],
+               "carried_in": [c.island for c in carried], "absent": [], "not_ready": [], "final": True,
+               "tokens": sum(c.tokens for c in merged), "island_steps": dict(self.inner_steps),
+               "arrival_s": {c.island: c.arrival_s for c in fresh}}
+        return Merge(merge_s, p, k, delta, [c.island for c in fresh], rec)
+
+    @torch.no_grad()
+    def _outer_step(self, p: int, sent: torch.Tensor) -> None:
+        """The outer optimizer's step on global fragment p with the merged outer gradient as broadcast."""
+        g = self.global_params[p]
+        g.grad = sent.view_as(g).to(g.device, copy=True)
+        K = self.cfg.diloco.outer_momentum_warmup
+        if K > 0:
+            self.outer_opts[p].param_groups[0]["momentum"] = (self.cfg.diloco.outer_momentum
+                                                             * min(1.0, self.n_outer[p] / K))
+        self.outer_opts[p].step()
+        g.grad = None
+        self.n_outer[p] += 1
+        self.synced[p] = True
 
     @torch.no_grad()
     def _apply_merges(self, until_s: float | None, codec: Any = None) -> None:
         """Apply, in time order, every merge decided by ``until_s`` (all of them when None): the outer step with the
-        merged outer gradient as broadcast, then the broadcast to each contributor over the link."""
+        merged outer gradient as broadcast, then the broadcast to each contributor over the link. Across processes
+        the synchroniser sends every island the outer step (``APPLY``), so every copy of the global fragments stays
+        identical, and each contributor its landing time."""
         due = sorted((m for m in self.in_flight if until_s is None or m.merge_s <= until_s),
                      key=lambda m: (m.merge_s, m.fragment, m.round))
         self.in_flight = [m for m in self.in_flight if not (until_s is None or m.merge_s <= until_s)]
         for m in due:
+            if not self.is_syncer:
+                self._receive_merge(m)
+                continue
             p = m.fragment
             g = self.global_params[p]
             payload = None
             if m.delta is not None:
                 payload, sent = self.ef.compress(("syncer", p), m.delta, codec or self.codec, stochastic=False)
-                g.grad = sent.view_as(g).to(g.device, copy=True)
-                K = self.cfg.diloco.outer_momentum_warmup
-                if K > 0:
-                    self.outer_opts[p].param_groups[0]["momentum"] = (self.cfg.diloco.outer_momentum
-                                                                     * min(1.0, self.n_outer[p] / K))
-                self.outer_opts[p].step()
-                g.grad = None
-                self.n_outer[p] += 1
-                self.synced[p] = True
+                self._outer_step(p, sent)
             else:  # no merge: the contributors learn so (a message of the global fragment's codec size)
                 payload = (codec or self.codec).encode(torch.zeros_like(g.detach()))
             flat = g.detach().clone()
             m.record["landing_s"] = {}
             for j in m.recipients:
                 d = self.transport.send("fragments", SYNCER, j, payload, m.merge_s)
-                self.inbox.append(Broadcast(j, p, m.round, d.arrival_s, flat))
+                if j in self.ids:
+                    self.inbox.append(Broadcast(j, p, m.round, d.arrival_s, flat))
                 m.record["landing_s"][j] = d.arrival_s  # it lands at j's first step boundary from then on
+            for j in self._live_remote():
+                assert self.mail is not None
+                self.mail.post(j, APPLY, {"fragment": p, "round": m.round, "merge_s": m.merge_s,
+                                          "outer_step": m.delta is not None,
+                                          "landing_s": m.record["landing_s"].get(j)},
+                               payload if m.delta is not None else None)
             self.last_merge_s = max(self.last_merge_s, m.merge_s)
             self.merge_log.append(m.record)
+
+    def _receive_merge(self, m: Merge) -> None:
+        """Off the synchroniser: merge ``m`` as applied there — the same outer step on this process's copy of the
+        global fragment and, if this island contributed, the broadcast that lands at its ``landing_s``."""
+        assert self.mail is not None
+        got = self.mail.receive(SYNCER, APPLY, APPLY_SCHEMA, timeout_s=self._syncer_timeout(), required=True)
+        assert got is not None
+        body, payload = got
+        if (body["fragment"], body["round"], float(body["merge_s"])) != (m.fragment, m.round, m.merge_s) or (
+                body["outer_step"] != (payload is not None)):
+            raise RuntimeError(f"sync.mode=decoupled: the synchroniser applied {body} where fragment {m.fragment}, "
+                               f"round {m.round} at {m.merge_s} was next: the processes are out of step")
+        if payload is not None:
+            self._outer_step(m.fragment, decode(payload))
+        if body["landing_s"] is not None:
+            self.inbox.append(Broadcast(self.ids[0], m.fragment, m.round, float(body["landing_s"]),
+                                        self.global_params[m.fragment].detach().clone()))
+        self.last_merge_s = max(self.last_merge_s, m.merge_s)
 
     def finalize(self, step: int) -> None:
         self._apply_merges(until_s=None)
@@ -295,27 +473,27 @@ class DecoupledDiLoCo(DiLoCo):
                 self.land(i, math.inf)
         now = step * self.tick_s
         for p in range(self.P):
-            fresh = [self._contribute(i, p, self.round[p], now, self.final_codec) for i in self.ids
-                     if self.present[i] and self.tokens_since[i][p] > 0]
-            carried = [c for c in self.carry if c.fragment == p]
-            merged = fresh + carried
+            k = self.round[p]
             self.round[p] += 1
-            if not merged:
+            if not self.is_syncer:
+                merge_s = self._report(step, p, k, self.final_codec, final=True)
+                if merge_s is not None:
+                    self.in_flight.append(Merge(merge_s, p, k, None, []))
                 continue
-            self.carry = [c for c in self.carry if c.fragment != p]
-            merge_s = max(c.arrival_s for c in merged)
-            delta = combine([c.delta for c in merged], merge_weights(merged, self.dcfg.weighting), self.dcfg.average)
-            rec = {"step": step, "fragment": p, "round": self.round[p] - 1, "sent_s": now, "merge_s": merge_s,
-                   "quorum_met": True, "on_time": [c.island for c in fresh], "late": [],
-                   "carried_in": [c.island for c in carried], "absent": [], "not_ready": [], "final": True,
-                   "tokens": sum(c.tokens for c in merged), "island_steps": dict(self.inner_steps),
-                   "arrival_s": {c.island: c.arrival_s for c in fresh}}
-            self.in_flight.append(Merge(merge_s, p, self.round[p] - 1, delta, [c.island for c in fresh], rec))
+            fresh, _, _ = self._gather(step, p, k, now, self.final_codec, final=True)
+            m = self.decide_final(step, p, k, now, fresh)
+            self._announce(p, k, None if m is None else m.merge_s)
+            if m is not None:
+                self.in_flight.append(m)
         self._apply_merges(until_s=None, codec=self.final_codec)
-        for i in self.ids:
-            self.transport.clock.wait_until(i, max(self.transport.clock.now[i], self.last_merge_s))
+        lost = self.lost_islands()
+        for i in self.all_ids:
+            if i not in lost:
+                self.transport.clock.wait_until(i, max(self.transport.clock.now[i], self.last_merge_s))
         self.awaiting.clear()
         self.inbox.clear()
+        if self.mail is not None:
+            self.mail.finish_messages()
 
     @torch.no_grad()
     def rejoin(self, island: int) -> None:
