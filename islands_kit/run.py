@@ -158,6 +158,7 @@ class Experiment:
                 isl.scheduler = torch.optim.lr_scheduler.LambdaLR(isl.optimizer, self._clock_lr(i))
         self.inner_steps = {j: 0 for j in range(n)}  # per island (every process counts every island, as tokens)
         self.tokens_per_island = {j: 0 for j in range(n)}
+        self.settled_lost: set[int] = set()  # decoupled under torch.distributed: lost islands already counted down
         self.strategy = build_strategy(cfg, self.models, self.transport, self.tick_s)
         from islands_kit.faults import install
 
@@ -366,7 +367,20 @@ class Experiment:
                 losses[i] = sum(got) / len(got)
                 isl.last_loss = losses[i]
         strategy.after_tick(t)
+        self._settle_lost()
         return losses
+
+    def _settle_lost(self) -> None:
+        """torch.distributed, decoupled: an island whose process the synchroniser lost counts the inner steps (and
+        their tokens) it last reported, not what the config would have had it do since."""
+        if not isinstance(self.strategy, DecoupledDiLoCo):
+            return
+        for j in self.strategy.lost_islands() - self.settled_lost:
+            per_step = self.cfg.islands[j].batch_size * self.cfg.model.seq_len
+            self.inner_steps[j] = self.strategy.inner_steps[j]
+            self.tokens_total += self.inner_steps[j] * per_step - self.tokens_per_island[j]
+            self.tokens_per_island[j] = self.inner_steps[j] * per_step
+            self.settled_lost.add(j)
 
     def goodput(self) -> float:
         """Useful tokens per simulated second against the ideal: every island at its full speed (its hardware, no
@@ -417,6 +431,7 @@ class Experiment:
 
                     save_checkpoint(self, self.out_dir)
             self.strategy.finalize(self.step)
+            self._settle_lost()  # an island lost in the final merge
         except (Diverged, NonFiniteError) as e:
             self._diverged(e)
         losses = {i: isl.last_loss for i, isl in self.islands.items()}

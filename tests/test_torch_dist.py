@@ -285,6 +285,17 @@ def test_wrong_world_size_names_the_field(monkeypatch: pytest.MonkeyPatch) -> No
         make_transport(get_preset("two_site", "smoke"))
 
 
+def test_decoupled_needs_one_process_per_island(monkeypatch: pytest.MonkeyPatch) -> None:
+    """two_site has dp_ranks (2, 1): 3 processes (one per data-parallel rank) are refused in decoupled mode, naming
+    the field, before any rendezvous."""
+    from islands_kit.distributed import make_transport
+
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.mode=decoupled"]))
+    with pytest.raises(ConfigError, match=r"islands\[\*\]\.dp_ranks: sync\.mode=decoupled runs one process per island"):
+        make_transport(cfg)
+
+
 @pytest.mark.parametrize("sets,field", [
     (["faults.preempt_island=1", "faults.preempt_start=2", "faults.preempt_steps=3"], "faults.preempt_island"),
 ])
@@ -362,6 +373,8 @@ DECOUPLED = ["sync.mode=decoupled", "faults.straggler_island=1", "faults.straggl
 @pytest.mark.parametrize("extra", [
     ["link.preset=intra-dc", "sync.grace_s=0"],  # merges land within a tick or two; island 1 always late, carried
     [],  # the transpacific link: every merge still in flight over many ticks (applied at the end); bounded staleness
+    # island 1 preempted for steps 5..14: absent from those rounds, then rejoins from its copy of the global model
+    ["link.preset=intra-dc", "faults.preempt_island=1", "faults.preempt_start=4", "faults.preempt_steps=10"],
 ])
 def test_decoupled_torchrun_matches_simulator(tmp_path: Path, extra: list[str]) -> None:
     """sync.mode=decoupled over torchrun (2 processes, no collective; rank 0 is the synchroniser) with a 2x straggler
@@ -376,7 +389,7 @@ def test_decoupled_torchrun_matches_simulator(tmp_path: Path, extra: list[str]) 
     dist_res = json.loads((tmp_path / "dist" / "result.json").read_text())
     sim_res = _simulate("two_site", sets, tmp_path / "sim")
     steps = sim_res["config"]["steps"]
-    assert dist_res["inner_steps"] == {"0": steps, "1": steps // 2}
+    assert dist_res["inner_steps"]["0"] == steps and dist_res["inner_steps"]["1"] <= steps // 2  # the straggler
     assert dist_res["final_val_bpb"] == sim_res["final_val_bpb"]
     assert dist_res["decoupled"]["merges"] == sim_res["decoupled"]["merges"]
     diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
@@ -385,3 +398,46 @@ def test_decoupled_torchrun_matches_simulator(tmp_path: Path, extra: list[str]) 
     hist_s = [json.loads(l) for l in (tmp_path / "sim" / "history.jsonl").read_text().splitlines()]
     keys = ("step", "tokens", "val_bpb", "cross_site_bytes", "sim_time_s")
     assert [[d[k] for k in keys] for d in hist_d] == [[s[k] for k in keys] for s in hist_s]
+
+
+@pytest.mark.parametrize("quorum", [1, 2])
+def test_decoupled_run_survives_a_dead_island(tmp_path: Path, quorum: int) -> None:
+    """Island 1's process vanishes at its 10th inner step (after its contribution at step 8). The synchroniser
+    notices at the next due round (step 12), goes on without it and writes result.json. For the arithmetic a dead
+    island is an island preempted from its last report on, so the run equals the simulator's with island 1 preempted
+    after step 8 — bpb, merge log, inner steps, tokens, ledger — all but the clocks of island 1 (the dead one's
+    stops when it is lost; the preempted one idles to the end). With quorum 1 the later merges go on with island 0;
+    with quorum 2 they are skipped (contributions carried) and the final merge, which needs no quorum, takes them."""
+    sets = ["sync.mode=decoupled", "link.preset=intra-dc", f"sync.quorum={quorum}"]
+    proc = _torchrun(2, "two_site", sets, tmp_path / "dist", timeout=240, ISLANDS_KIT_TEST_DIE_AT_STEP="10",
+                     ISLANDS_KIT_TEST_DIE_RANK="1", ISLANDS_KIT_DIST_TIMEOUT_S="60")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "fault injection: rank 1 vanishes at step 10" in out
+    assert "island 1 is lost, the run goes on without it" in out and "Connection closed by peer" in out, out[-3000:]
+    assert ("can no longer be met after step 12" in out) == (quorum == 2)
+    res = json.loads((tmp_path / "dist" / "result.json").read_text())
+    rep = res["decoupled"]
+    assert rep["lost_islands"] == {"1": {"step": 12, "last_reported_steps": 8}}
+    steps = res["config"]["steps"]
+    assert res["inner_steps"] == {"0": steps, "1": 8}
+    merges = [m for m in rep["merges"] if not m.get("final")]
+    before, after = [m for m in merges if m["step"] <= 8], [m for m in merges if m["step"] > 8]
+    assert before and all(m["on_time"] == [0, 1] for m in before)
+    assert after and all(m["absent"] == [1] and 1 not in m["arrival_s"] for m in after)
+    final = [m for m in rep["merges"] if m.get("final")]
+    assert final and all(1 not in m["on_time"] + m["carried_in"] for m in final)
+    if quorum == 1:
+        assert all(m["quorum_met"] and m["on_time"] == [0] for m in after)
+    else:
+        assert all(not m["quorum_met"] for m in after) and rep["skipped_merges"] == len(after)
+        assert sorted(i for m in final for i in m["carried_in"]) == [0] * len(after)  # the skipped rounds, merged
+    sim = _simulate("two_site", sets + ["faults.preempt_island=1", "faults.preempt_start=8",
+                                        "faults.preempt_steps=16"], tmp_path / "sim")
+    strip = lambda m: {k: v for k, v in m.items() if k != "island_steps"}  # noqa: E731
+    assert [strip(m) for m in rep["merges"]] == [strip(m) for m in sim["decoupled"]["merges"]]
+    clocks = {"island_busy_s", "island_idle_s", "compute_utilization", "goodput", "config", "decoupled",
+              "wall_time_s"}
+    diff = {k for k in sim if sim[k] != res.get(k)}
+    assert diff <= clocks, {k: (sim[k], res.get(k)) for k in diff - clocks}
+    assert res["final_val_bpb"] == sim["final_val_bpb"] and res["ledger"] == sim["ledger"]

@@ -44,6 +44,7 @@ island that is up (no quorum: the end of training waits for everyone), through `
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -198,6 +199,7 @@ class DecoupledDiLoCo(DiLoCo):
         self.dropped_tokens = 0.0
         self.not_ready = 0
         self.last_merge_s = 0.0
+        self.lost_at: dict[int, int] = {}  # island -> the step (tick) at whose end the synchroniser knew it lost
 
     def lost_islands(self) -> set[int]:
         """Islands whose process died or stopped answering (torch.distributed): absent from every later merge."""
@@ -267,6 +269,17 @@ class DecoupledDiLoCo(DiLoCo):
         for p in self.fragments_due(tick):
             self._post_round(tick, p, now)
         self._apply_merges(until_s=now)
+        self._note_losses(tick)
+
+    def _note_losses(self, tick: int) -> None:
+        new = sorted(self.lost_islands() - set(self.lost_at))
+        for j in new:
+            self.lost_at[j] = tick
+        left = len(self.all_ids) - len(self.lost_at)
+        if new and self.is_syncer and left < self.cfg.quorum:
+            warnings.warn(f"sync.quorum={self.cfg.quorum} can no longer be met after step {tick}: {left} island(s) "
+                          "left; every merge is skipped (its contributions carried) until the final merge, which "
+                          "needs no quorum", RuntimeWarning, stacklevel=3)
 
     def _gather(self, tick: int, p: int, k: int, now: float, codec: Any,
                 final: bool = False) -> tuple[list[Contribution], list[int], list[int]]:
@@ -494,6 +507,7 @@ class DecoupledDiLoCo(DiLoCo):
         self.inbox.clear()
         if self.mail is not None:
             self.mail.finish_messages()
+            self._note_losses(step)
 
     @torch.no_grad()
     def rejoin(self, island: int) -> None:
@@ -516,6 +530,10 @@ class DecoupledDiLoCo(DiLoCo):
             "not_ready_rounds": self.not_ready,
             "skipped_merges": sum(1 for r in self.merge_log if not r["quorum_met"]),
             "last_merge_s": self.last_merge_s,
+            # torch.distributed only, when an island's process died or stopped answering: when the synchroniser
+            # knew, and the inner steps it had last reported (its figures in result.json)
+            **({"lost_islands": {j: {"step": t, "last_reported_steps": self.inner_steps[j]}
+                                 for j, t in sorted(self.lost_at.items())}} if self.lost_at else {}),
         }
 
     def state_dict(self) -> dict[str, Any]:
