@@ -136,8 +136,8 @@ class DecoupledDiLoCo(DiLoCo):
     tick; ``after_inner_step`` (the lock-step hook) is not used. One process holds every island (LocalTransport)."""
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
-                 cfg: SyncConfig, seed: int, tick_s: float) -> None:
-        super().__init__(models, transport, fragments, cfg, seed)
+                 cfg: SyncConfig, seed: int, tick_s: float, schedule: list[tuple[int, int]] | None = None) -> None:
+        super().__init__(models, transport, fragments, cfg, seed, schedule)
         if set(self.ids) != set(range(transport.n_islands)):
             raise ValueError("sync.mode=decoupled: runs with every island in one process (the simulator)")
         if not tick_s > 0:
