@@ -5,8 +5,8 @@ every figure's look consistent and easy to find.)
 
 Each function takes plain data (the ``history.jsonl`` records or the ``result.json`` of a run, schedules, matrices,
 durations) and returns a ``matplotlib.figure.Figure`` built without pyplot on the Agg canvas: nothing global is
-touched, so the figures work the same in a headless test, a papermill kernel or a script. Every axis carries a label with its unit, every figure a
-title, and every figure with more than one series a legend.
+touched, so the figures work the same in a headless test, a papermill kernel or a script. Every axis carries a label
+with its unit, every figure a title, and every figure with more than one series a legend.
 
 ``save(fig, path)`` writes a PNG; ``show(fig, path)`` saves it and, inside IPython/Jupyter, displays the saved PNG.
 
