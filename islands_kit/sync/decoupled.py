@@ -38,8 +38,10 @@ fragment p has not landed by p's next due time skips that round (``not_ready``);
 contribution. The clock thus decides the arithmetic: which step an island has reached when a merge lands, and which
 contributions make the quorum — a straggler, a lossy link or a preemption changes the numbers.
 
-``finalize`` applies every merge in flight, lands every broadcast, and merges each fragment once more from every
-island that is up (no quorum: the end of training waits for everyone), through ``sync.diloco.final_codec``.
+``finalize`` applies every merge in flight, lands every broadcast (an island sends its last outer gradients once
+the broadcasts still on their way to it have arrived), and merges each fragment once more from every island that is
+up (no quorum: the end of training waits for everyone), through ``sync.diloco.final_codec``; the run ends at the
+last merge (the deployed model is the synchroniser's global one; the final broadcasts are sent and counted).
 """
 from __future__ import annotations
 
@@ -290,12 +292,14 @@ class DecoupledDiLoCo(DiLoCo):
 
     def finalize(self, step: int) -> None:
         self._apply_merges(until_s=None)
+        now = step * self.tick_s
+        ready = {}  # an island sends its last outer gradients once every merge still on its way has landed on it
         for i in self.ids:
             if self.present[i]:
+                ready[i] = max([now] + [b.arrival_s for b in self.inbox if b.island == i])
                 self.land(i, math.inf)
-        now = step * self.tick_s
         for p in range(self.P):
-            fresh = [self._contribute(i, p, self.round[p], now, self.final_codec) for i in self.ids
+            fresh = [self._contribute(i, p, self.round[p], ready[i], self.final_codec) for i in self.ids
                      if self.present[i] and self.tokens_since[i][p] > 0]
             carried = [c for c in self.carry if c.fragment == p]
             merged = fresh + carried
@@ -305,7 +309,8 @@ class DecoupledDiLoCo(DiLoCo):
             self.carry = [c for c in self.carry if c.fragment != p]
             merge_s = max(c.arrival_s for c in merged)
             delta = combine([c.delta for c in merged], merge_weights(merged, self.dcfg.weighting), self.dcfg.average)
-            rec = {"step": step, "fragment": p, "round": self.round[p] - 1, "sent_s": now, "merge_s": merge_s,
+            rec = {"step": step, "fragment": p, "round": self.round[p] - 1,
+                   "sent_s": min([ready[c.island] for c in fresh], default=now), "merge_s": merge_s,
                    "quorum_met": True, "on_time": [c.island for c in fresh], "late": [],
                    "carried_in": [c.island for c in carried], "absent": [], "not_ready": [], "final": True,
                    "tokens": sum(c.tokens for c in merged), "island_steps": dict(self.inner_steps),
