@@ -57,6 +57,8 @@ def _run(job: tuple[str, str, dict[str, Any], str]) -> str:
     from islands_kit.run import run_experiment
 
     experiment, preset, sets, out = job
+    if (Path(out) / "result.json").exists():  # another invocation finished it meanwhile
+        return f"{out}: already finished"
     cfg = apply_overrides(get_preset(experiment, preset), {**sets, "threads": 1, "progress": False,
                                                             "wandb_mode": "disabled"})
     t0 = time.time()
@@ -64,9 +66,12 @@ def _run(job: tuple[str, str, dict[str, Any], str]) -> str:
     return f"{out}: bpb {res['final_val_bpb']:.4f} goodput {res['goodput']:.3f} in {time.time() - t0:.0f} s"
 
 
-def run_all(out: Path, preset: str, seeds: list[int], factor: float, chaos_seeds: list[int], jobs: int) -> None:
+def run_all(out: Path, preset: str, seeds: list[int], factor: float, chaos_seeds: list[int], jobs: int,
+            only: list[str] | None = None) -> None:
     todo = []
     for name, (exp, sets) in arms(preset, factor).items():
+        if only and name not in only:
+            continue
         for s in (chaos_seeds if name.startswith("chaos") else seeds):
             d = out / name / f"seed{s}"
             if not (d / "result.json").exists():
@@ -143,14 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--factor", type=float, default=2.0, help="site B's straggler factor (>= 1)")
     ap.add_argument("--out", default=None, help="run folder (default runs/decoupled-PRESET)")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--arms", nargs="+", default=None, metavar="ARM",
+                    help="train only these arms (default: all; two invocations with disjoint arms run side by side)")
     ap.add_argument("--report", action="store_true", help="print the table from finished runs, train nothing")
     ap.add_argument("--write-results", action="store_true", help="write the table into benchmarks/RESULTS.md")
     a = ap.parse_args(argv)
     if a.factor < 1 or a.jobs < 1:
         ap.error("--factor: must be >= 1; --jobs: must be >= 1")
     out = Path(a.out or f"runs/decoupled-{a.preset}")
+    known = list(arms(a.preset, a.factor))
+    if a.arms and any(x not in known for x in a.arms):
+        ap.error(f"--arms: must name arms among {', '.join(known)} (got {' '.join(a.arms)})")
     if not a.report:
-        run_all(out, a.preset, a.seeds, a.factor, a.chaos_seeds, a.jobs)
+        run_all(out, a.preset, a.seeds, a.factor, a.chaos_seeds, a.jobs, a.arms)
     text = report(out, a.preset, a.seeds, a.factor, a.chaos_seeds)
     print(text)
     if a.write_results:

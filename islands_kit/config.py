@@ -124,6 +124,11 @@ class DiLoCoConfig:
     warm_start_steps: int = 0  # post-local SGD (Lin et al. 2020): every fragment averaged every step for this many steps
     outer_momentum_warmup: int = 0  # outer steps over which the outer momentum ramps linearly from 0 to outer_momentum
     eager: bool = False  # eager updates (Kale et al. 2025): with sync.tau >= 1 apply an estimated outer step at send time
+    # constant: every window is sync.H steps | qsr: the quadratic synchronisation rule (Gu et al. 2023): the window
+    # starting at step s is H_s = max(sync.H, floor((qsr_alpha / η_s)^2)) steps, η_s the inner lr then — frequent syncs
+    # while the lr is high, longer windows (fewer bytes) as it decays
+    h_schedule: str = "constant"
+    qsr_alpha: float = 0.0  # α of the quadratic synchronisation rule (same units as optim.lr); > 0 with h_schedule=qsr
 
     def __post_init__(self) -> None:
         p = "sync.diloco."
@@ -138,6 +143,9 @@ class DiLoCoConfig:
         _check(self.warm_start_steps >= 0, p + "warm_start_steps", "must be >= 0 (0 = no warm start)", self.warm_start_steps)
         _check(self.outer_momentum_warmup >= 0, p + "outer_momentum_warmup", "must be >= 0 (0 = none)",
                self.outer_momentum_warmup)
+        _check(self.h_schedule in ("constant", "qsr"), p + "h_schedule", "must be one of constant|qsr", self.h_schedule)
+        _check(self.h_schedule != "qsr" or self.qsr_alpha > 0, p + "qsr_alpha", "must be > 0 with h_schedule=qsr",
+               self.qsr_alpha)
 
 
 @dataclass

@@ -10,7 +10,8 @@ A ``ConfigError`` raised inside the notebook (a bad parameter, caught by its val
 
 Inside the notebooks: ``notebook_config`` turns the parameters cell into a validated ``ExperimentConfig``,
 ``resolve_out_dir`` picks the output folder, ``load_run`` reads a finished run back, and ``run_comparison`` runs the
-three experiment notebooks with shared parameters (the compare notebook), ``poisoned_island_setup`` /
+three experiment notebooks with shared parameters (the compare notebook), ``decoupled_pair`` / ``decoupled_table``
+build and summarise the two_site notebook's lock-step vs decoupled pair, ``poisoned_island_setup`` /
 ``poisoned_island_table`` build and summarise the poisoned-island notebook's three runs, and ``format_rows`` prints
 a list of records as a plain-text table.
 """
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from islands_kit.config import ConfigError, ExperimentConfig, _check, apply_overrides
+from islands_kit.config import LINK_PRESETS, ConfigError, ExperimentConfig, _check, apply_overrides
 from islands_kit.resources import resource_dir
 
 NOTEBOOK_DIR = resource_dir("notebooks")
@@ -258,6 +259,48 @@ def load_run(out_dir: str | Path) -> dict[str, Any]:
 def ddp_bytes_per_step(result: Mapping[str, Any]) -> float:
     """Bytes a fp32 gradient all-reduce would send per step (the ledger's data-parallel reference)."""
     return float(result["ddp_equivalent_bytes"]) / max(int(result["steps"]), 1)
+
+
+def decoupled_pair(cfg: ExperimentConfig, windows: int, straggler_factor: float,
+                   link: str = "") -> dict[str, ExperimentConfig]:
+    """The two runs of the two_site notebook's decoupled section, built (and so validated) before anything trains.
+
+    Both are ``cfg`` with site B (island 1) a ``straggler_factor``x straggler (``faults.straggler_*``), the named
+    ``link`` (empty: ``cfg``'s) and one evaluation at the end: ``lockstep`` (``sync.mode=lockstep``) takes ``windows``
+    x H inner steps, every one waiting for site B; ``decoupled`` (``sync.mode=decoupled``) runs round(that x
+    ``straggler_factor``) ticks of the global schedule: site A takes a step every tick, site B one every
+    ``straggler_factor`` ticks, as many as in lock-step (the same simulated time when the link never holds lock-step
+    up; ``benchmarks/decoupled.py``'s equal-time arm)."""
+    _check(isinstance(windows, int) and not isinstance(windows, bool) and windows >= 1, "decoupled_windows",
+           "must be an integer >= 1 (the section's length in H-step windows)", windows)
+    _check(isinstance(straggler_factor, (int, float)) and not isinstance(straggler_factor, bool)
+           and straggler_factor >= 1, "straggler_factor", "must be a number >= 1 (site B's step time multiplier)",
+           straggler_factor)
+    _check(link == "" or link in LINK_PRESETS, "decoupled_link", "must be empty (the notebook's link) or one of "
+           + "|".join(LINK_PRESETS), link)
+    _check(len(cfg.islands) >= 2, "islands", "the decoupled section needs a site B (island 1)", len(cfg.islands))
+    steps = windows * cfg.sync.H
+    ticks = round(steps * straggler_factor)
+    slow: dict[str, Any] = {"faults.straggler_island": 1, "faults.straggler_factor": float(straggler_factor)}
+    if link:
+        slow["link.preset"] = link
+    return {"lockstep": apply_overrides(cfg, {**slow, "sync.mode": "lockstep", "steps": steps, "eval_every": steps}),
+            "decoupled": apply_overrides(cfg, {**slow, "sync.mode": "decoupled", "steps": ticks,
+                                               "eval_every": ticks})}
+
+
+def decoupled_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per run of the decoupled section (label -> result.json): inner steps per island, training tokens,
+    simulated seconds, goodput and final validation bpb."""
+    rows = []
+    for label, r in results.items():
+        names = [i["name"] for i in r["config"]["islands"]]
+        steps = {str(k): v for k, v in r["inner_steps"].items()}
+        rows.append({"run": label,
+                     "inner steps": ", ".join(f"{names[int(k)]} {steps[k]}" for k in sorted(steps, key=int)),
+                     "tokens": f"{r['tokens']:,}", "simulated s": r["sim_wall_clock_s"], "goodput": r["goodput"],
+                     "final bpb": r["final_val_bpb"]})
+    return format_rows(rows)
 
 
 def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: int, corpus: str, link: str,

@@ -45,7 +45,7 @@ from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
 from islands_kit.sync.decoupled import DecoupledDiLoCo
-from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.diloco import DiLoCo, qsr_windows, sync_schedule
 from islands_kit.sync.routing import RoutingSync, js_divergence, topk_overlap
 from islands_kit.tracking import Tracker, dumps_strict, write_json_atomic
 
@@ -82,11 +82,24 @@ def build_strategy(cfg: ExperimentConfig, models: dict[int, MoETransformer], tra
     if s.strategy == "ddp":
         return DDP(modules, transport)
     frags = strided_fragments(m0.block_param_names(), m0.extra_param_names(), s.n_fragments)
+    schedule = diloco_schedule(cfg) if s.diloco.h_schedule != "constant" else None
     if s.strategy == "diloco" and s.mode == "decoupled":
-        return DecoupledDiLoCo(modules, transport, frags, s, cfg.seed, tick_s)
+        return DecoupledDiLoCo(modules, transport, frags, s, cfg.seed, tick_s, schedule)
     if s.strategy == "diloco":
-        return DiLoCo(modules, transport, frags, s, cfg.seed)
+        return DiLoCo(modules, transport, frags, s, cfg.seed, schedule)
     return Butterfly(modules, transport, frags, s, cfg.seed)
+
+
+def diloco_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]]:
+    """The (step, fragment) syncs of a DiLoCo run (``sync.diloco.h_schedule``; decoupled: steps of the schedule).
+    QSR reads the lr of the warm-up as the peak: the rule governs the decay (Gu et al. apply it after warm-up)."""
+    s = cfg.sync
+    windows = None
+    if s.diloco.h_schedule == "qsr":
+        o = cfg.optim
+        windows = qsr_windows(s.H, s.diloco.qsr_alpha,
+                              lambda t: o.lr * lr_lambda(max(t, o.warmup_steps), o, cfg.steps), cfg.steps)
+    return sync_schedule(s.H, s.n_fragments, cfg.steps, windows)
 
 
 class Experiment:

@@ -52,11 +52,15 @@ alpha = None  # merge weight α (sync.diloco.alpha): θ ← α·θ_local + (1−
 codec = None  # fp32 | bf16 | int8 | fp8_e4m3 | int4 | fp4_e2m1 | int2: outer gradients on the wire
 outer_lr = None  # η_out (sync.diloco.outer_lr): outer SGD-Nesterov learning rate
 routing_sync = None  # True: expert loads all-reduced every step on their own channel
+# the decoupled section: site B a straggler, lock-step against decoupled islands (sync.mode=decoupled)
+decoupled_windows = 2  # the section's length in H-step windows (lock-step: that many x H steps; decoupled: same time)
+straggler_factor = 2.0  # site B's step takes this many times as long as site A's in the section's two runs
+decoupled_link = "intra-dc"  # the section's link: intra-dc shows the sites' pace alone; empty means `link`
 
 # %%
 from islands_kit import plots
-from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run, notebook_config, resolve_out_dir,
-                                   result_summary)
+from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, decoupled_pair, decoupled_table, load_run,
+                                   notebook_config, resolve_out_dir, result_summary)
 
 cfg = notebook_config("two_site", preset, seed, steps, {
     "data.corpus": corpus, "link.preset": link,
@@ -64,6 +68,7 @@ cfg = notebook_config("two_site", preset, seed, steps, {
     "sync.H": H, "sync.n_fragments": n_fragments, "sync.tau": tau, "sync.diloco.alpha": alpha, "sync.codec": codec,
     "sync.diloco.outer_lr": outer_lr, "sync.routing_sync": routing_sync,
 }, overrides)
+pair = decoupled_pair(cfg, decoupled_windows, straggler_factor, decoupled_link)  # the decoupled section's two runs, validated now
 out = resolve_out_dir(out_dir, cfg)
 print(config_summary(cfg))
 
@@ -146,3 +151,26 @@ if frontier.exists():
     plots.show(plots.frontier(json.loads(frontier.read_text())), out / "frontier.png")
 else:
     print(f"{frontier} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
+
+# %% [markdown]
+# ## Decoupled islands: each site at its own pace
+# Above, the two sites step in lock-step: every inner step of site A waits until site B has finished its own. Here
+# site B is made `straggler_factor` times slower and the pair trains twice from the same seed, on `decoupled_link`:
+# in lock-step for `decoupled_windows` x H steps, and with `sync.mode=decoupled` (Decoupled DiLoCo, Douillard et al.
+# 2026) until site B has taken as many steps. Decoupled, nobody waits: each island takes the steps its own clock
+# allows, so the two lines drift apart (the flatter one is the straggler; dashed grey, the lock-step run, where both
+# sites move at site B's pace) and site A's waiting becomes extra tokens, which is what goodput counts. At each
+# fragment's turn (dotted line) the synchroniser merges the outer gradients that arrived in time, weighted by the
+# tokens each island trained; the merge *lands* on an island (a dot on its line) once it has crossed the link back,
+# and the island applies it at its next step boundary while keeping the progress it made since sending (a red
+# square: a contribution that missed its merge). On a slow link (`decoupled_link = "transpacific-25g"` at the smoke
+# preset, whose steps are milliseconds) merges land long after they were sent and a fragment whose last merge has not
+# landed skips its turn (`not ready`); bpb at equal tokens is measured by `benchmarks/decoupled.py` (RESULTS.md).
+
+# %%
+for name, c in pair.items():
+    run_experiment(c, out / "decoupled" / name)
+pair_results = {name: load_run(out / "decoupled" / name)["result"] for name in pair}
+print(decoupled_table(pair_results))
+plots.show(plots.decoupled_clocks(pair_results["decoupled"], lockstep=pair_results["lockstep"]),
+           out / "decoupled_clocks.png")

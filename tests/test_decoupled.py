@@ -166,3 +166,28 @@ def test_data_parallel_stalls_for_a_preempted_island():
     slowest = max(step_seconds(ic, cfg.model, calm["params_active"]) for ic in cfg.islands)
     assert hit["sim_wall_clock_s"] == pytest.approx(calm["sim_wall_clock_s"] + 5 * slowest, rel=0.05)
     assert hit["goodput"] < calm["goodput"]
+
+
+def _bench():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "decoupled.py"
+    spec = importlib.util.spec_from_file_location("bench_decoupled", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_decoupled"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_arms_equal_time_and_equal_tokens_by_hand():
+    """demo: 300 lock-step steps, batches 24 and 16, site B 2x slower. Equal time: 600 ticks (A 600 steps, B 300).
+    Equal tokens: N·24 + (N/2)·16 = 300·40 -> N = 375."""
+    arms = _bench().arms("demo", 2.0)
+    assert arms["decoupled_equal_time"][1]["steps"] == 600
+    assert arms["decoupled_equal_tokens"][1]["steps"] == 375
+    assert arms["lockstep"][1] == {"faults.straggler_island": 1, "faults.straggler_factor": 2.0}
+    assert arms["chaos_data_parallel"][0] == "baseline" and arms["chaos_decoupled"][1]["sync.mode"] == "decoupled"
+    for _, sets in arms.values():  # every arm is a valid configuration
+        apply_overrides(get_preset("two_site", "demo"), {k: v for k, v in sets.items()})

@@ -25,6 +25,8 @@ from islands_kit.notebooks import (
     check_parameters,
     comparison_report,
     comparison_setup,
+    decoupled_pair,
+    decoupled_table,
     format_rows,
     load_run,
     notebook_config,
@@ -98,7 +100,8 @@ def test_experiment_notebooks_declare_their_knobs():
     common = {"preset", "seed", "steps", "corpus", "out_dir", "wandb_mode", "wandb_project", "wandb_group", "link",
               "overrides"}
     knobs = {"baseline": set(),
-             "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync", "frontier_file"},
+             "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync", "frontier_file",
+                          "decoupled_windows", "straggler_factor", "decoupled_link"},
              "eight_cell": {"H", "exchanges_per_window", "delay", "codec"}}
     for name, own in knobs.items():
         assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == common | own
@@ -184,6 +187,36 @@ def test_format_rows_and_poisoned_island_helpers(tmp_path):
     assert lines[1].split() == ["clean", "2.0000", "+0.00%", "0"]
     assert lines[2].split() == ["attacked", "3.0000", "+50.00%", "0"]
     assert lines[3].split() == ["defended", "diverged", "at", "step", "7", "2"]
+
+
+def test_decoupled_pair_is_lockstep_and_decoupled_with_a_slow_site_b():
+    cfg = notebook_config("two_site", "smoke", 0, 0, {"link.preset": "transpacific-25g"})
+    pair = decoupled_pair(cfg, 3, 2.5, "intra-dc")
+    lock, dec = pair["lockstep"], pair["decoupled"]
+    assert (lock.sync.mode, dec.sync.mode) == ("lockstep", "decoupled")
+    assert lock.steps == lock.eval_every == 3 * cfg.sync.H and dec.steps == dec.eval_every == 60  # round(24 x 2.5)
+    for c in (lock, dec):
+        assert (c.faults.straggler_island, c.faults.straggler_factor) == (1, 2.5)
+        assert c.link.preset == "intra-dc" and c.seed == cfg.seed and c.sync.H == cfg.sync.H
+    assert decoupled_pair(cfg, 1, 1, "")["decoupled"].link.preset == "transpacific-25g"  # empty: the notebook's link
+    for args, match in (((0, 2.0, ""), r"^decoupled_windows: must be an integer >= 1"),
+                        ((True, 2.0, ""), r"^decoupled_windows: must be an integer"),
+                        ((2, 0.5, ""), r"^straggler_factor: must be a number >= 1"),
+                        ((2, 2.0, "moon"), r"^decoupled_link: must be empty \(the notebook's link\) or one of")):
+        with pytest.raises(ConfigError, match=match):
+            decoupled_pair(cfg, *args)
+
+
+def test_decoupled_table_one_line_per_run():
+    islands = {"islands": [{"name": "site-a"}, {"name": "site-b"}]}
+    results = {"lockstep": {"config": islands, "inner_steps": {"0": 16, "1": 16}, "tokens": 20480,
+                            "sim_wall_clock_s": 0.0678, "goodput": 0.5, "final_val_bpb": 6.5},
+               "decoupled": {"config": islands, "inner_steps": {0: 32, 1: 16}, "tokens": 32768,
+                             "sim_wall_clock_s": 0.0679, "goodput": 0.8, "final_val_bpb": 5.6}}
+    lines = decoupled_table(results).splitlines()
+    assert lines[0].split() == ["run", "inner", "steps", "tokens", "simulated", "s", "goodput", "final", "bpb"]
+    assert lines[1].split() == ["lockstep", "site-a", "16,", "site-b", "16", "20,480", "0.0678", "0.5000", "6.5000"]
+    assert lines[2].split() == ["decoupled", "site-a", "32,", "site-b", "16", "32,768", "0.0679", "0.8000", "5.6000"]
 
 
 @pytest.mark.parametrize("experiment,steps,overrides,field", [
@@ -355,6 +388,17 @@ def test_compare_notebook_runs_the_three_experiments(tmp_path):
         for png in EXPERIMENT_PNGS:
             assert_png(d / png)
     assert_png(out / "two_site" / "fragment_timeline.png")
+    # the two_site notebook's decoupled section: site B a 2x straggler for 2 windows of H=8, lock-step vs decoupled
+    assert_png(out / "two_site" / "decoupled_clocks.png")
+    lock, dec = (load_run(out / "two_site" / "decoupled" / m)["result"] for m in ("lockstep", "decoupled"))
+    assert (lock["sync_mode"], dec["sync_mode"]) == ("lockstep", "decoupled") and "decoupled" not in lock
+    assert lock["inner_steps"] == {"0": 16, "1": 16} and dec["inner_steps"] == {"0": 32, "1": 16}
+    assert dec["tokens"] > lock["tokens"] and dec["goodput"] > lock["goodput"]
+    assert len(dec["decoupled"]["merges"]) >= 8  # one per fragment turn over 32 ticks (P=2, H=8), then the flush
+    section = stream_text(out / "two_site" / "two_site.ipynb")[-1].splitlines()  # after the runs' progress lines
+    head = next(i for i, line in enumerate(section) if line.split()[:3] == ["run", "inner", "steps"])
+    assert section[head + 1].split()[:6] == ["lockstep", "site-a", "16,", "site-b", "16", f"{lock['tokens']:,}"]
+    assert section[head + 2].split()[:6] == ["decoupled", "site-a", "32,", "site-b", "16", f"{dec['tokens']:,}"]
     assert_png(out / "eight_cell" / "butterfly_timeline.png")
     assert len({r["tokens"] for r in results.values()}) == 1  # equal total training tokens
     assert len({r["config"]["wandb_group"] for r in results.values()}) == 1  # one group for the comparison

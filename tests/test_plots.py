@@ -224,3 +224,73 @@ def test_show_saves_outside_ipython(tmp_path):
     fig = plots.bpb_curves({"a": history()})
     assert plots.show(fig, tmp_path / "a.png") is None  # nothing echoed after a notebook cell
     assert (tmp_path / "a.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def decoupled_result(int_keys: bool = False) -> dict:
+    """A decoupled run's result.json by hand: site A steps every 0.01 s, site B (a 2x straggler) every 0.02 s; merges
+    sent at 0.04, 0.08 (site B late) and 0.12 (a skipped round, then the end-of-run flush of fragment 1)."""
+    k = (lambda i: i) if int_keys else str
+    merges = [
+        {"step": 4, "fragment": 0, "round": 0, "sent_s": 0.04, "merge_s": 0.045, "island_steps": {k(0): 4, k(1): 2},
+         "quorum_met": True, "on_time": [0, 1], "late": [], "carried_in": [], "absent": [], "not_ready": [],
+         "landing_s": {k(0): 0.046, k(1): 0.05}},
+        {"step": 8, "fragment": 1, "round": 0, "sent_s": 0.08, "merge_s": 0.085, "island_steps": {k(0): 8, k(1): 4},
+         "quorum_met": True, "on_time": [0], "late": [1], "carried_in": [], "absent": [], "not_ready": [],
+         "landing_s": {k(0): 0.09}},
+        {"step": 12, "fragment": 0, "round": 1, "sent_s": 0.12, "merge_s": 0.12, "island_steps": {k(0): 12, k(1): 6},
+         "quorum_met": False, "on_time": [], "late": [], "carried_in": [], "absent": [], "not_ready": [0, 1],
+         "landing_s": {}},
+        {"step": 12, "fragment": 1, "round": 1, "sent_s": 0.12, "merge_s": 0.125, "island_steps": {k(0): 12, k(1): 6},
+         "quorum_met": True, "on_time": [0, 1], "late": [], "carried_in": [1], "absent": [], "not_ready": [],
+         "final": True, "landing_s": {k(0): 0.126, k(1): 0.13}},
+    ]
+    return {"sync_mode": "decoupled", "inner_steps": {k(0): 12, k(1): 6}, "sim_wall_clock_s": 0.125, "goodput": 0.8125,
+            "config": {"islands": [{"name": "site-a"}, {"name": "site-b"}]},
+            "decoupled": {"merges": merges, "late_contributions": 1, "dropped_contributions": 0, "not_ready_rounds": 2,
+                          "skipped_merges": 1, "last_merge_s": 0.125}}
+
+
+def gid_lines(ax, gid: str) -> list:
+    return [l for l in ax.get_lines() if l.get_gid() == gid]
+
+
+@pytest.mark.parametrize("int_keys", [False, True])
+def test_decoupled_clocks_draws_each_islands_pace_the_merges_and_landings(tmp_path, int_keys):
+    res = decoupled_result(int_keys)
+    lock = {"sync_mode": "lockstep", "inner_steps": {"0": 6, "1": 6}, "sim_wall_clock_s": 0.121}
+    fig = plots.decoupled_clocks(res, lockstep=lock)
+    assert_readable(fig, 1)
+    ax = fig.axes[0]
+    (a,), (b,) = gid_lines(ax, "clock-0"), gid_lines(ax, "clock-1")
+    # through (0, 0), the step counts at each send, and flat to the last landing (0.13 s) after training ended
+    np.testing.assert_allclose(a.get_xdata(), [0, 0.04, 0.08, 0.12, 0.12, 0.13])
+    np.testing.assert_allclose(a.get_ydata(), [0, 4, 8, 12, 12, 12])
+    np.testing.assert_allclose(b.get_ydata(), [0, 2, 4, 6, 6, 6])
+    assert b.get_ydata()[-1] == res["inner_steps"][1 if int_keys else "1"]  # the straggler's final count
+    slope = lambda l: (l.get_ydata()[3] - l.get_ydata()[0]) / (l.get_xdata()[3] - l.get_xdata()[0])  # noqa: E731
+    assert slope(a) == pytest.approx(100.0) and slope(b) == pytest.approx(50.0)  # steps per simulated second
+    # one vertical line per merge that met its quorum (the skipped round draws none), at its merge time
+    merges = gid_lines(ax, "merge")
+    assert sorted(l.get_xdata()[0] for l in merges) == [0.045, 0.085, 0.125]
+    assert [l.get_linestyle() for l in merges] == [":", ":", "--"]  # the end-of-run flush dashed
+    # a landing dot per (merge, island), on the island's line: 0.046 s on site A is step 4.6, 0.05 s on site B step 2.5
+    landings = sorted((l.get_xdata()[0], l.get_ydata()[0]) for l in gid_lines(ax, "landing"))
+    np.testing.assert_allclose(landings, [(0.046, 4.6), (0.05, 2.5), (0.09, 9.0), (0.126, 12.0), (0.13, 6.0)])
+    (late,) = gid_lines(ax, "late")
+    assert (late.get_xdata()[0], late.get_ydata()[0]) == (0.08, 4.0) and late.get_markerfacecolor() == "none"
+    (ls,) = gid_lines(ax, "clock-lockstep")
+    assert list(ls.get_xdata()) == [0.0, 0.121] and list(ls.get_ydata()) == [0.0, 6.0]
+    title = ax.get_title()
+    assert "goodput 0.81" in title and "late 1" in title and "not ready 2" in title and "skipped merges 1" in title
+    assert "site-b (island 1): 6 steps" in legend_texts(ax)
+    assert plots.save(fig, tmp_path / "clocks.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_decoupled_clocks_refuses_a_lockstep_result():
+    lock = {"sync_mode": "lockstep", "inner_steps": {"0": 6, "1": 6}, "sim_wall_clock_s": 0.121}
+    with pytest.raises(ValueError, match=r"no 'decoupled' record \(sync_mode 'lockstep'\).*sync\.mode=decoupled"):
+        plots.decoupled_clocks(lock)
+    res = decoupled_result()
+    del res["inner_steps"]
+    with pytest.raises(ValueError, match="no 'inner_steps'"):
+        plots.decoupled_clocks(res)

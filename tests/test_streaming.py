@@ -293,3 +293,46 @@ def _tensors(obj):
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield from _tensors(v)
+
+
+def test_qsr_windows_by_hand():
+    from islands_kit.sync.diloco import qsr_windows, streaming_schedule, sync_schedule
+
+    def lr_at(t: int) -> float:
+        return 0.01 if t < 10 else 0.001
+
+    # (0.02 / 0.01)^2 = 4 = H_base while the lr is high; (0.02 / 0.001)^2 = 400 once it has dropped
+    assert qsr_windows(4, 0.02, lr_at, 20) == [(0, 4), (4, 4), (8, 4), (12, 400)]
+    # alpha small enough that H_base always wins: the constant schedule exactly
+    wins = qsr_windows(8, 1e-9, lr_at, 40)
+    assert wins == [(0, 8), (8, 8), (16, 8), (24, 8), (32, 8)]
+    assert sync_schedule(8, 2, 40, wins) == streaming_schedule(8, 2, 40)
+    # P = 2 in windows (0, 4) and (4, 6): offsets round(2/1)=2 -> step 2, 0 -> step 4; then 4+3 = 7 and 4+6 = 10
+    assert sync_schedule(4, 2, 10, [(0, 4), (4, 6)]) == [(2, 0), (4, 1), (7, 0), (10, 1)]
+
+
+def test_qsr_with_h_base_always_winning_is_the_constant_schedule():
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+    from islands_kit.run import run_experiment
+
+    cfg = apply_overrides(get_preset("two_site", "smoke"), {"threads": 1, "progress": False})
+    const = run_experiment(cfg)
+    qsr = run_experiment(apply_overrides(cfg, {"sync.diloco.h_schedule": "qsr", "sync.diloco.qsr_alpha": 1e-9}))
+    assert qsr["val_curve"] == const["val_curve"] and qsr["cross_site_bytes"] == const["cross_site_bytes"]
+    # a large alpha stretches the windows as the lr decays: fewer syncs, fewer bytes, different numbers
+    long = run_experiment(apply_overrides(cfg, {"sync.diloco.h_schedule": "qsr", "sync.diloco.qsr_alpha": 0.02}))
+    assert long["fragment_bytes"] < const["fragment_bytes"]
+    assert long["final_val_bpb"] != const["final_val_bpb"]
+
+
+@pytest.mark.parametrize("sets, field", [
+    ({"sync.diloco.h_schedule": "cubic"}, "sync.diloco.h_schedule"),
+    ({"sync.diloco.h_schedule": "qsr"}, "sync.diloco.qsr_alpha"),
+])
+def test_bad_h_schedule_names_the_field(sets, field):
+    from islands_kit.config import ConfigError, apply_overrides
+    from islands_kit.presets import get_preset
+
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        apply_overrides(get_preset("two_site", "smoke"), sets)

@@ -10,7 +10,7 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.faults.attacks import DELTA_ATTACKS, WIRE_ATTACKS, Adversary, inject_non_finite
 from islands_kit.faults.defense import DETECTORS, Defense, FlagReport
 from islands_kit.faults.robust import default_trim, trimmed_mean, trimmed_mean_reference, weighted_median, weighted_median_reference
-from islands_kit.sync.diloco import DiLoCo, streaming_schedule
+from islands_kit.sync.diloco import DiLoCo
 
 __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense", "FlagReport", "default_trim",
            "detection_summary", "inject_non_finite", "install", "trimmed_mean", "trimmed_mean_reference",
@@ -45,7 +45,9 @@ def detection_summary(report: list[dict[str, Any]], cfg: ExperimentConfig) -> di
     ``cfg.steps``), the first step a detector (not a quarantine) flagged the attacker there, and whether that is the
     same sync — "detected within one sync window"."""
     f, s = cfg.faults, cfg.sync
-    syncs = streaming_schedule(s.H, s.n_fragments, cfg.steps)
+    from islands_kit.run import diloco_schedule
+
+    syncs = diloco_schedule(cfg)
     out: dict[int, dict[str, Any]] = {}
     for p in range(s.n_fragments):
         steps = [t for t, q in syncs if q == p and t >= f.attack_start] + [cfg.steps]

@@ -38,8 +38,10 @@ fragment p has not landed by p's next due time skips that round (``not_ready``);
 contribution. The clock thus decides the arithmetic: which step an island has reached when a merge lands, and which
 contributions make the quorum — a straggler, a lossy link or a preemption changes the numbers.
 
-``finalize`` applies every merge in flight, lands every broadcast, and merges each fragment once more from every
-island that is up (no quorum: the end of training waits for everyone), through ``sync.diloco.final_codec``.
+``finalize`` applies every merge in flight, lands every broadcast (an island sends its last outer gradients once
+the broadcasts still on their way to it have arrived), and merges each fragment once more from every island that is
+up (no quorum: the end of training waits for everyone), through ``sync.diloco.final_codec``; the run ends at the
+last merge (the deployed model is the synchroniser's global one; the final broadcasts are sent and counted).
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ class Contribution:
     steps: int  # c^steps: inner steps in that span
     delta: torch.Tensor
     arrival_s: float
+    sent_s: float = 0.0  # when it left the island (the due time; at the end, once the island's last merges landed)
 
 
 @dataclass
@@ -152,8 +155,8 @@ class Mailbox(Protocol):
 
 # the messages of the decoupled schedule across processes (checked on receipt, comm/control.py)
 CONTRIBUTION = "decoupled.contribution"  # island -> synchroniser, at every due (tick, fragment) and at the end
-CONTRIBUTION_SCHEMA = {"tick": int, "fragment": int, "round": int, "status": str, "tokens": int, "steps": int,
-                       "inner_steps": int}
+CONTRIBUTION_SCHEMA = {"tick": int, "fragment": int, "round": int, "status": str, "sent_s": float, "tokens": int,
+                       "steps": int, "inner_steps": int}
 DECISION = "decoupled.decision"  # synchroniser -> every island: when the round's merge is decided (None: no merge)
 DECISION_SCHEMA = {"fragment": int, "round": int, "merge_s": Opt(float)}
 APPLY = "decoupled.apply"  # synchroniser -> every island, when the merge is applied: the outer step and the landing
@@ -168,8 +171,8 @@ class DecoupledDiLoCo(DiLoCo):
     each process one island with the synchroniser on island 0's (torch.distributed, module doc)."""
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
-                 cfg: SyncConfig, seed: int, tick_s: float) -> None:
-        super().__init__(models, transport, fragments, cfg, seed)
+                 cfg: SyncConfig, seed: int, tick_s: float, schedule: list[tuple[int, int]] | None = None) -> None:
+        super().__init__(models, transport, fragments, cfg, seed, schedule)
         n = transport.n_islands
         self.all_ids = list(range(n))
         self.remote = [i for i in self.all_ids if i not in self.ids]  # islands held by other processes
@@ -281,16 +284,18 @@ class DecoupledDiLoCo(DiLoCo):
                           "left; every merge is skipped (its contributions carried) until the final merge, which "
                           "needs no quorum", RuntimeWarning, stacklevel=3)
 
-    def _gather(self, tick: int, p: int, k: int, now: float, codec: Any,
+    def _gather(self, tick: int, p: int, k: int, start: float | dict[int, float], codec: Any,
                 final: bool = False) -> tuple[list[Contribution], list[int], list[int]]:
         """The synchroniser's view of round k of fragment p: (fresh contributions in island order, absent islands,
-        islands not ready). Its own processes' islands are read here; another process's island sends its part
-        (``CONTRIBUTION``), and one that is lost counts as absent."""
+        islands not ready). Its own process's islands are read here, their outer gradients leaving at ``start`` (per
+        island at the end); another process's island sends its part with its send time (``CONTRIBUTION``), and one
+        that is lost counts as absent."""
         fresh: list[Contribution] = []
         absent, not_ready = [], []
         for i in self.all_ids:
             if i in self.ids:
                 status = self._status(i, p, final)
+                sent_s = start if isinstance(start, float) else start.get(i, 0.0)
                 if status == FRESH:
                     payload, tokens, steps = self._encode(i, p, k, codec)
             else:
@@ -304,7 +309,7 @@ class DecoupledDiLoCo(DiLoCo):
                         (body["status"] == FRESH) != (payload is not None)):
                     raise RuntimeError(f"sync.mode=decoupled: island {i} sent {body} for tick {tick}, fragment {p}, "
                                        f"round {k}: the processes are out of step")
-                status, tokens, steps = body["status"], body["tokens"], body["steps"]
+                status, tokens, steps, sent_s = body["status"], body["tokens"], body["steps"], float(body["sent_s"])
                 self.inner_steps[i] = body["inner_steps"]
                 if status == NOT_READY:
                     self.not_ready += 1
@@ -314,20 +319,20 @@ class DecoupledDiLoCo(DiLoCo):
                 not_ready.append(i)
             else:
                 assert payload is not None
-                d = self.transport.send("fragments", i, SYNCER, payload, now)
-                fresh.append(Contribution(i, p, k, tokens, steps, d.tensor, d.arrival_s))
+                d = self.transport.send("fragments", i, SYNCER, payload, sent_s)
+                fresh.append(Contribution(i, p, k, tokens, steps, d.tensor, d.arrival_s, sent_s))
         return fresh, absent, not_ready
 
-    def _report(self, tick: int, p: int, k: int, codec: Any, final: bool = False) -> float | None:
-        """An island off the synchroniser's process: send its part of round k of fragment p (``CONTRIBUTION``) and
-        return the merge time the synchroniser decided (``DECISION``; None: no merge)."""
+    def _report(self, tick: int, p: int, k: int, sent_s: float, codec: Any, final: bool = False) -> float | None:
+        """An island off the synchroniser's process: send its part of round k of fragment p, leaving at ``sent_s``
+        (``CONTRIBUTION``), and return the merge time the synchroniser decided (``DECISION``; None: no merge)."""
         assert self.mail is not None
         i = self.ids[0]
         status = self._status(i, p, final)
         payload, tokens, steps = self._encode(i, p, k, codec) if status == FRESH else (None, 0, 0)
         self.mail.post(SYNCER, CONTRIBUTION, {"tick": tick, "fragment": p, "round": k, "status": status,
-                                              "tokens": tokens, "steps": steps, "inner_steps": self.inner_steps[i]},
-                       payload)
+                                              "sent_s": sent_s, "tokens": tokens, "steps": steps,
+                                              "inner_steps": self.inner_steps[i]}, payload)
         got = self.mail.receive(SYNCER, DECISION, DECISION_SCHEMA, timeout_s=self._syncer_timeout(), required=True)
         assert got is not None
         body, _ = got
@@ -350,7 +355,7 @@ class DecoupledDiLoCo(DiLoCo):
         k = self.round[p]
         self.round[p] += 1
         if not self.is_syncer:
-            merge_s = self._report(tick, p, k, self.codec)
+            merge_s = self._report(tick, p, k, now, self.codec)
             assert merge_s is not None  # a regular round always decides (a skipped merge is a merge without delta)
             self.in_flight.append(Merge(merge_s, p, k, None, []))
             return
@@ -403,8 +408,8 @@ class DecoupledDiLoCo(DiLoCo):
         self.carry = [c for c in self.carry if c.fragment != p]
         merge_s = max(c.arrival_s for c in merged)
         delta = combine([c.delta for c in merged], merge_weights(merged, self.dcfg.weighting), self.dcfg.average)
-        rec = {"step": step, "fragment": p, "round": k, "sent_s": now, "merge_s": merge_s,
-               "quorum_met": True, "on_time": [c.island for c in fresh], "late": [],
+        rec = {"step": step, "fragment": p, "round": k, "sent_s": min([c.sent_s for c in fresh], default=now),
+               "merge_s": merge_s, "quorum_met": True, "on_time": [c.island for c in fresh], "late": [],
                "carried_in": [c.island for c in carried], "absent": [], "not_ready": [], "final": True,
                "tokens": sum(c.tokens for c in merged), "island_steps": dict(self.inner_steps),
                "arrival_s": {c.island: c.arrival_s for c in fresh}}
@@ -481,19 +486,22 @@ class DecoupledDiLoCo(DiLoCo):
 
     def finalize(self, step: int) -> None:
         self._apply_merges(until_s=None)
+        now = step * self.tick_s
+        ready = {}  # an island sends its last outer gradients once every merge still on its way has landed on it
         for i in self.ids:
             if self.present[i]:
+                ready[i] = max([now] + [b.arrival_s for b in self.inbox if b.island == i])
                 self.land(i, math.inf)
-        now = step * self.tick_s
         for p in range(self.P):
             k = self.round[p]
             self.round[p] += 1
             if not self.is_syncer:
-                merge_s = self._report(step, p, k, self.final_codec, final=True)
+                i = self.ids[0]
+                merge_s = self._report(step, p, k, ready.get(i, now), self.final_codec, final=True)
                 if merge_s is not None:
                     self.in_flight.append(Merge(merge_s, p, k, None, []))
                 continue
-            fresh, _, _ = self._gather(step, p, k, now, self.final_codec, final=True)
+            fresh, _, _ = self._gather(step, p, k, ready, self.final_codec, final=True)
             m = self.decide_final(step, p, k, now, fresh)
             self._announce(p, k, None if m is None else m.merge_s)
             if m is not None:

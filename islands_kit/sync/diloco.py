@@ -29,6 +29,9 @@ Published improvements, each off by default (then the arithmetic above is unchan
   * ``sync.diloco.warm_start_steps`` (post-local SGD, Lin et al. 2020): for the first N inner steps every fragment is plainly
     averaged every step (θ_global ← θ_global − Δ̄, replicas ← θ_global; the outer optimizer is not stepped), then
     the streaming schedule takes over. Every byte goes into the ledger.
+  * ``sync.diloco.h_schedule="qsr"`` (Gu et al. 2023): windows of H_k = max(H, ⌊(α / η_k)²⌋) steps, η_k the inner lr
+    when window k starts (``qsr_windows``, ``sync_schedule``): syncs are frequent while the lr is high and thin out as
+    it decays; each window places the fragments at their offsets as the constant schedule does.
   * ``sync.diloco.outer_momentum_warmup`` K: the outer momentum of fragment p's k-th outer step (k = 0, 1, …) is
     μ · min(1, k / K), so the first outer steps are not amplified by a momentum buffer holding one noisy direction.
 
@@ -36,6 +39,7 @@ Islands absent from a sync (preempted) simply do not contribute; the token-weigh
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -58,6 +62,32 @@ def streaming_schedule(H: int, P: int, steps: int) -> list[tuple[int, int]]:
     return [(t, p) for t in range(1, steps + 1) for p in range(P) if t % H == offs[p]]
 
 
+def qsr_windows(H_base: int, alpha: float, lr_at: Callable[[int], float], steps: int) -> list[tuple[int, int]]:
+    """The quadratic synchronisation rule (Gu et al. 2023, "A Quadratic Synchronization Rule for Distributed Deep
+    Learning"): windows (start, H_k) covering ``steps`` inner steps, H_k = max(H_base, floor((α / η_k)²)) with η_k =
+    ``lr_at(start)``, the inner learning rate when the window starts (0-based step count)."""
+    out, start = [], 0
+    while start < steps:
+        lr = lr_at(start)
+        Hk = H_base if lr <= 0 else max(H_base, math.floor((alpha / lr) ** 2))
+        out.append((start, Hk))
+        start += Hk
+    return out
+
+
+def sync_schedule(H: int, P: int, steps: int, windows: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
+    """(step, fragment) pairs of the streaming schedule; with ``windows`` (``qsr_windows``) fragment p syncs in the
+    window (s, H_k) after step s + offset_p(H_k), offset 0 meaning the window's last step — the constant schedule's
+    rule applied window by window. Without ``windows`` it is ``streaming_schedule``."""
+    if windows is None:
+        return streaming_schedule(H, P, steps)
+    out = []
+    for start, Hk in windows:
+        offs = fragment_offsets(Hk, P)
+        out += [(start + (o if o else Hk), p) for p, o in enumerate(offs) if start + (o if o else Hk) <= steps]
+    return sorted(out)
+
+
 class DiLoCo(SyncStrategy):
     """Streaming DiLoCo; with ``n_fragments=1`` and ``tau=0`` it is plain DiLoCo."""
 
@@ -65,13 +95,20 @@ class DiLoCo(SyncStrategy):
     deploys_own_replica = False  # the global (outer) model
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
-                 cfg: SyncConfig, seed: int) -> None:
+                 cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None) -> None:
+        """``schedule``: the (step, fragment) syncs when they do not follow the constant H (``sync_schedule`` with
+        the QSR windows); None = fragment p syncs after every step t ≡ offset_p (mod H)."""
         super().__init__(models, transport)
         if len(fragments) != cfg.n_fragments:
             raise ValueError(f"sync.n_fragments: got {cfg.n_fragments} but {len(fragments)} fragment name lists")
         self.cfg = cfg
         self.P = cfg.n_fragments
         self.offsets = fragment_offsets(cfg.H, self.P)
+        self.due: dict[int, list[int]] | None = None
+        if schedule is not None:
+            self.due = {}
+            for t, p in schedule:
+                self.due.setdefault(t, []).append(p)
         self.views = {i: [FragmentView(m, names) for names in fragments] for i, m in models.items()}
         first = self.views[self.ids[0]]
         # the global (outer) parameters, one flat fp32 vector per fragment, identical on every process
@@ -105,6 +142,8 @@ class DiLoCo(SyncStrategy):
 
     # -- the schedule ---------------------------------------------------------------------------------------------
     def fragments_due(self, step: int) -> list[int]:
+        if self.due is not None:
+            return sorted(self.due.get(step, []))
         return [p for p in range(self.P) if step % self.cfg.H == self.offsets[p]]
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
