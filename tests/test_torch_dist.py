@@ -6,6 +6,9 @@ eight_cell with 8 processes must write the same result.json as the simulator —
 channel and link, the simulated clock, peak rate and transfer times — to the last bit (only wall_time_s differs).
 Failures: a peer that vanishes ends the survivor with a DistributedError long before the (deliberately huge) timeout;
 a peer that hangs ends it after the per-operation timeout; a peer that never arrives ends the rendezvous after it.
+Decoupled mode (sync.mode=decoupled, point-to-point messages only): the same result.json as the simulator with a
+straggler, a slow link and a preemption; an island that vanishes, hangs or is killed is dropped and the run finishes
+(with quorum 1 merging without it, with quorum 2 skipping merges), equal to the simulator with that island preempted.
 """
 from __future__ import annotations
 
@@ -477,3 +480,42 @@ def test_decoupled_run_goes_on_without_a_hung_island(tmp_path: Path) -> None:
     assert res["decoupled"]["lost_islands"] == {"1": {"step": 12, "last_reported_steps": 8}}
     assert res["inner_steps"] == {"0": res["config"]["steps"], "1": 8}
     assert all(m["absent"] == [1] for m in res["decoupled"]["merges"] if m["step"] > 8 and not m.get("final"))
+
+
+def test_decoupled_run_survives_a_killed_island_launched_without_torchrun(tmp_path: Path) -> None:
+    """The README's advice for islands that may crash: each process started on its own (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT), no agent to stop the survivors. Island 1 is SIGKILLed (exit -9) at its 10th step;
+    rank 0 notices the closed socket at its next due round and finishes the run (exit 0) without it."""
+    import signal
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "dist"
+    cmd = [sys.executable, str(FAULTY), "run", "two_site", "--preset", "smoke", "--out", str(out),
+           "--set", "sync.mode=decoupled", "--set", "link.preset=intra-dc"]
+    env = _env(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ISLANDS_KIT_DIST_TIMEOUT_S="60",
+               ISLANDS_KIT_TEST_DIE_AT_STEP="10", ISLANDS_KIT_TEST_DIE_RANK="1", ISLANDS_KIT_TEST_DIE_MODE="hang")
+    log = tmp_path / "rank0.txt"
+    with open(log, "w") as f:  # a file, not a pipe: rank 0 never blocks on its output while the test reads rank 1's
+        rank0 = subprocess.Popen(cmd, env={**env, "RANK": "0", "LOCAL_RANK": "0"}, stdout=f, stderr=subprocess.STDOUT)
+        rank1 = subprocess.Popen(cmd, env={**env, "RANK": "1", "LOCAL_RANK": "1"}, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            assert rank1.stderr is not None
+            for line in rank1.stderr:  # killed exactly there: stopped at its 10th step, before step 12's round
+                if "fault injection: rank 1 hangs at step 10" in line:
+                    rank1.send_signal(signal.SIGKILL)
+                    break
+            rank0.wait(timeout=180)
+        finally:
+            for p in (rank0, rank1):
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+    text = log.read_text()
+    assert rank1.returncode == -signal.SIGKILL and rank0.returncode == 0, text[-3000:]
+    assert "island 1 is lost, the run goes on without it" in text
+    res = json.loads((out / "result.json").read_text())
+    assert res["decoupled"]["lost_islands"] == {"1": {"step": 12, "last_reported_steps": 8}}
+    assert res["inner_steps"] == {"0": res["config"]["steps"], "1": 8}

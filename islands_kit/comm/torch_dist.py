@@ -8,8 +8,8 @@ all-reduce is *defined* as decode-each-payload then ``weighted_mean`` in island-
 bit-identical results to ``LocalTransport`` (tested end to end: the whole result.json — final_val_bpb, ledger,
 simulated clock — equal to the last bit, wall_time_s aside).
 
-Not supported here: absent (preempted) islands — every island takes part in every operation, so
-``faults.preempt_island`` is rejected by ``distributed.make_transport``. Checkpoints are one file per rank (see
+Not supported here in lock-step mode: absent (preempted) islands — every island takes part in every operation, so
+``faults.preempt_island`` is rejected by ``distributed.make_transport`` unless ``sync.mode=decoupled`` (below). Checkpoints are one file per rank (see
 ``islands_kit/checkpoint.py``); ``state_dict`` / ``load_state_dict`` below carry this transport's part.
 
 Ranks. Two launch shapes, chosen by ``WORLD_SIZE`` (``islands_kit.distributed.RankLayout.for_world``, passed in):

@@ -42,6 +42,29 @@ contributions make the quorum — a straggler, a lossy link or a preemption chan
 the broadcasts still on their way to it have arrived), and merges each fragment once more from every island that is
 up (no quorum: the end of training waits for everyone), through ``sync.diloco.final_codec``; the run ends at the
 last merge (the deployed model is the synchroniser's global one; the final broadcasts are sent and counted).
+
+Under torchrun (``comm/torch_dist.py`` with ``decoupled=True``; one process per island). The simulated clock still
+decides everything, so the numbers are the simulator's to the last bit (tested). Rank 0 holds island 0 and the
+synchroniser; after the rendezvous no collective is called, only bounded point-to-point messages (``Mailbox``):
+
+* at each due (tick, fragment) every other island sends ``CONTRIBUTION``: its status (fresh, absent, not ready), its
+  encoded Δ_i (its own codec, error feedback and random stream, as in the simulator), c^tok, c^steps, its send time
+  and inner steps. The synchroniser reads them in island order, prices each upload itself (``Transport.send``: the
+  same seeded link model, so arrivals, holes and ledger are the simulator's), decides with the same code
+  (``decide`` / ``decide_final``) and tells every island the merge time (``DECISION``);
+* when the merge is applied (the first tick at or after merge_s, as in the simulator), it sends every island
+  ``APPLY``: the outer gradient as broadcast and, to a contributor, its landing time. Every island takes the same
+  outer step on its own copy of the global fragments, so they stay identical, and lands the broadcast at its first
+  step boundary after landing_s;
+* between due ticks the processes run free (each its own number of inner steps per tick); at a due tick every island
+  waits, in wall-clock time only, for the synchroniser's decision, which needs every contribution's simulated
+  arrival. Nobody waits in simulated time.
+
+An island whose process dies (its sockets close) or stays silent past ``ISLANDS_KIT_DIST_TIMEOUT_S`` is *lost*: it is
+absent from that round and every later one, the run goes on if the quorum holds, and otherwise every later merge is
+skipped (its contributions carried) until the final merge, which needs no quorum, with a warning; the report names it
+(``lost_islands``) and result.json counts the inner steps it last reported. The synchroniser itself is not
+replaceable: islands wait for it at most (n + 1) times the timeout and then stop with a ``DistributedError``.
 """
 from __future__ import annotations
 
@@ -305,8 +328,10 @@ class DecoupledDiLoCo(DiLoCo):
                     absent.append(i)
                     continue
                 body, payload = got
-                if (body["tick"], body["fragment"], body["round"]) != (tick, p, k) or (
-                        (body["status"] == FRESH) != (payload is not None)):
+                if ((body["tick"], body["fragment"], body["round"]) != (tick, p, k)
+                        or body["status"] not in (FRESH, ABSENT, NOT_READY) or (final and body["status"] == NOT_READY)
+                        or (body["status"] == FRESH) != (payload is not None)
+                        or min(body["tokens"], body["steps"], body["inner_steps"]) < 0):
                     raise RuntimeError(f"sync.mode=decoupled: island {i} sent {body} for tick {tick}, fragment {p}, "
                                        f"round {k}: the processes are out of step")
                 status, tokens, steps, sent_s = body["status"], body["tokens"], body["steps"], float(body["sent_s"])
