@@ -448,74 +448,100 @@ def test_decoupled_run_survives_a_dead_island(tmp_path: Path, quorum: int) -> No
     assert res["final_val_bpb"] == sim["final_val_bpb"] and res["ledger"] == sim["ledger"]
 
 
-def test_decoupled_run_goes_on_without_a_hung_island(tmp_path: Path) -> None:
-    """Island 1's process stops answering at its 10th step but keeps its sockets open: only the bound on the
-    synchroniser's wait (ISLANDS_KIT_DIST_TIMEOUT_S) can tell. Rank 0 gives up on it after that, finishes the run
-    without it and writes result.json, while the hung process is still there (torchrun waits for it: the test ends
-    it)."""
-    import signal
-    import time
-
-    out, log = tmp_path / "dist", tmp_path / "log.txt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
-           str(FAULTY), "run", "two_site", "--preset", "smoke", "--out", str(out), "--set", "sync.mode=decoupled",
-           "--set", "link.preset=intra-dc"]
-    env = _env(ISLANDS_KIT_DIST_TIMEOUT_S="10", ISLANDS_KIT_TEST_DIE_AT_STEP="10", ISLANDS_KIT_TEST_DIE_RANK="1",
-               ISLANDS_KIT_TEST_DIE_MODE="hang")
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.time() + 200
-            while not (out / "result.json").exists() and proc.poll() is None and time.time() < deadline:
-                time.sleep(0.5)
-            alive = proc.poll() is None  # torchrun still waits for the hung rank
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    text = log.read_text()
-    assert (out / "result.json").exists() and alive, text[-3000:]
-    assert "fault injection: rank 1 hangs at step 10" in text
-    assert "island 1 is lost" in text and "(timeout 10 s" in text and "Timed out" in text, text[-3000:]
-    res = json.loads((out / "result.json").read_text())
-    assert res["decoupled"]["lost_islands"] == {"1": {"step": 12, "last_reported_steps": 8}}
-    assert res["inner_steps"] == {"0": res["config"]["steps"], "1": 8}
-    assert all(m["absent"] == [1] for m in res["decoupled"]["merges"] if m["step"] > 8 and not m.get("final"))
-
-
-def test_decoupled_run_survives_a_killed_island_launched_without_torchrun(tmp_path: Path) -> None:
-    """The README's advice for islands that may crash: each process started on its own (RANK, WORLD_SIZE,
-    MASTER_ADDR, MASTER_PORT), no agent to stop the survivors. Island 1 is SIGKILLed (exit -9) at its 10th step;
-    rank 0 notices the closed socket at its next due round and finishes the run (exit 0) without it."""
-    import signal
-
+def _launch_per_process(tmp_path: Path, timeout_s: int, n: int = 2) -> tuple[list[subprocess.Popen], Path, Path]:
+    """``n`` processes started on their own (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no torchrun agent, so the
+    test owns every PID): a decoupled two_site run (n = 3: a third island like site B, from a config file, and a 2x
+    straggler on island 1) whose last island hangs at its 10th step. Rank 0's output goes to a file (never a pipe it
+    could block on); the last rank's stderr is a pipe the test reads."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = tmp_path / "dist"
-    cmd = [sys.executable, str(FAULTY), "run", "two_site", "--preset", "smoke", "--out", str(out),
-           "--set", "sync.mode=decoupled", "--set", "link.preset=intra-dc"]
-    env = _env(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ISLANDS_KIT_DIST_TIMEOUT_S="60",
-               ISLANDS_KIT_TEST_DIE_AT_STEP="10", ISLANDS_KIT_TEST_DIE_RANK="1", ISLANDS_KIT_TEST_DIE_MODE="hang")
-    log = tmp_path / "rank0.txt"
-    with open(log, "w") as f:  # a file, not a pipe: rank 0 never blocks on its output while the test reads rank 1's
-        rank0 = subprocess.Popen(cmd, env={**env, "RANK": "0", "LOCAL_RANK": "0"}, stdout=f, stderr=subprocess.STDOUT)
-        rank1 = subprocess.Popen(cmd, env={**env, "RANK": "1", "LOCAL_RANK": "1"}, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
-        try:
-            assert rank1.stderr is not None
-            for line in rank1.stderr:  # killed exactly there: stopped at its 10th step, before step 12's round
-                if "fault injection: rank 1 hangs at step 10" in line:
-                    rank1.send_signal(signal.SIGKILL)
-                    break
-            rank0.wait(timeout=180)
-        finally:
-            for p in (rank0, rank1):
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
-    text = log.read_text()
-    assert rank1.returncode == -signal.SIGKILL and rank0.returncode == 0, text[-3000:]
-    assert "island 1 is lost, the run goes on without it" in text
+    out, log = tmp_path / "dist", tmp_path / "rank0.txt"
+    run = ["two_site", "--preset", "smoke"]
+    if n == 3:
+        d = get_preset("two_site", "smoke").to_dict()
+        d["islands"].append({**d["islands"][1], "name": "site-c"})
+        (tmp_path / "three.json").write_text(json.dumps(d))
+        run = ["--config", str(tmp_path / "three.json"), "--set", "faults.straggler_island=1",
+               "--set", "faults.straggler_factor=2"]
+    cmd = [sys.executable, str(FAULTY), "run", *run, "--out", str(out), "--set", "sync.mode=decoupled",
+           "--set", "link.preset=intra-dc"]
+    env = _env(WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ISLANDS_KIT_DIST_TIMEOUT_S=str(timeout_s),
+               ISLANDS_KIT_TEST_DIE_AT_STEP="10", ISLANDS_KIT_TEST_DIE_RANK=str(n - 1), ISLANDS_KIT_TEST_DIE_MODE="hang")
+    procs = []
+    with open(log, "w") as f:
+        for r in range(n):
+            last = r == n - 1
+            procs.append(subprocess.Popen(cmd, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                                          stdout=f if r == 0 else subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE if last else (subprocess.STDOUT if r == 0 else None),
+                                          text=True))
+    return procs, out, log
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _check_lost_last_island(out: Path, text: str, n: int) -> None:
+    """Island n-1 (no straggler: a step every tick) lost at step 12 after reporting 8 steps; the others go on."""
+    j = n - 1
+    assert f"island {j} is lost, the run goes on without it" in text, text[-3000:]
     res = json.loads((out / "result.json").read_text())
-    assert res["decoupled"]["lost_islands"] == {"1": {"step": 12, "last_reported_steps": 8}}
-    assert res["inner_steps"] == {"0": res["config"]["steps"], "1": 8}
+    assert res["decoupled"]["lost_islands"] == {str(j): {"step": 12, "last_reported_steps": 8}}
+    steps = res["config"]["steps"]
+    assert res["inner_steps"] == ({"0": steps, "1": steps // 2, "2": 8} if n == 3 else {"0": steps, "1": 8})
+    later = [m for m in res["decoupled"]["merges"] if m["step"] > 8 and not m.get("final")]
+    assert later and all(m["absent"] == [j] for m in later)
+    assert all(sorted(m["on_time"] + m["late"]) == list(range(n - 1)) for m in later)  # every live island is in
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_decoupled_run_goes_on_without_a_hung_island(tmp_path: Path, n: int) -> None:
+    """The last island's process stops answering at its 10th step but keeps its sockets open: only the bound on the
+    synchroniser's wait (ISLANDS_KIT_DIST_TIMEOUT_S=10) can tell. Rank 0 gives up on it after that and finishes the
+    run (exit 0) while the hung process is still there (the test ends it). With 3 islands the live one, which waits
+    for the synchroniser's decision meanwhile, takes part in every later merge (its connection to rank 0 is not the
+    one that timed out)."""
+    procs, out, log = _launch_per_process(tmp_path, timeout_s=10, n=n)
+    try:
+        for p in procs[:-1]:
+            p.wait(timeout=180)
+        still_hung = procs[-1].poll() is None
+    finally:
+        _end(procs)
+    text = log.read_text()
+    assert [p.returncode for p in procs[:-1]] == [0] * (n - 1) and still_hung, text[-3000:]
+    assert "(timeout 10 s" in text and "Timed out" in text, text[-3000:]
+    _check_lost_last_island(out, text, n)
+
+
+def test_decoupled_run_survives_a_killed_island(tmp_path: Path) -> None:
+    """The README's advice for islands that may crash: each process started on its own, no agent to stop the
+    survivors. Island 1 is SIGKILLed (exit -9) at its 10th step; rank 0 notices the closed socket at its next due
+    round, long before the (300 s) timeout, and finishes the run (exit 0) without it."""
+    import signal
+    import time
+
+    procs, out, log = _launch_per_process(tmp_path, timeout_s=300)
+    killed = None
+    try:
+        victim = procs[-1]
+        assert victim.stderr is not None
+        for line in victim.stderr:  # killed exactly there: stopped at its 10th step, before step 12's round
+            if "fault injection: rank 1 hangs at step 10" in line:
+                victim.send_signal(signal.SIGKILL)
+                killed = time.time()
+                break
+        assert killed is not None, "island 1 never reached its 10th step"
+        procs[0].wait(timeout=180)
+        after = time.time() - killed
+    finally:
+        _end(procs)
+    text = log.read_text()
+    assert procs[1].returncode == -signal.SIGKILL and procs[0].returncode == 0, text[-3000:]
+    assert after < 120 and re.search(r"Connection (closed|reset) by peer", text), (after, text[-3000:])
+    _check_lost_last_island(out, text, 2)

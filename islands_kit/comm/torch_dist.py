@@ -60,19 +60,21 @@ peer that stops answering trips the process-group timeout (``ISLANDS_KIT_DIST_TI
 the run ends with a ``DistributedError`` that names the rank, island, channel and operation. (Fault injection for the
 tests lives in a test-only subclass, ``tests/faulty_transport.py``.)
 
-Decoupled mode (``sync.mode=decoupled``, ``decoupled=True``; one process per island only). No collective at all, so
-that a dead island cannot hang anybody: islands and the synchroniser (rank 0, with island 0) exchange point-to-point
-messages (``post`` / ``receive``): a control message (``comm/control.py``, checked against the receiver's schema) and
-optionally one payload (``codecs.encode_bytes``), sent as a fixed header (int64: sequence number, CRC-32 of the kind,
-both lengths) then the body, on tags numbered per (sender, receiver) pair, so a message can only be read by the
-receive it was meant for. Every ``receive`` is bounded (``timeout_s``); a peer that died (closed sockets: at once) or
-stayed silent past the bound is *lost*: ``lost_islands()`` names it, nothing is sent to or awaited from it again, and
-the caller goes on without it (or, with ``required=True``, the run ends with a ``DistributedError``). Sends never block
-the sender: each is completed before the next ``receive`` from the same peer (the protocol answers only what it read)
-or at ``finish_messages``. The clock covers every island (the loop mirrors the others' clocks from the config: in
-decoupled mode an island's clock does not depend on the wire), and ``world_view`` is local: the synchroniser prices
-every transfer of the star itself (``send``: the link model and the ledger, as ``LocalTransport``), so its ledger is
-the whole world's.
+Decoupled mode (``sync.mode=decoupled``, ``decoupled=True``; one process per island only). After the rendezvous no
+collective, so that a dead island cannot hang anybody: islands and the synchroniser (rank 0, with island 0) exchange
+point-to-point messages (``post`` / ``receive``, each pair (island 0, island j) on its own gloo group: gloo closes
+every connection of a group whose wait timed out): a control message (``comm/control.py``, checked against the
+receiver's schema) and optionally one payload (``codecs.encode_bytes``), sent as a fixed header (int64: sequence
+number, CRC-32 of the kind, both lengths) then the body, on tags numbered per (sender, receiver) pair, so a message
+can only be read by the receive it was meant for. Every ``receive`` is bounded (``timeout_s``); a peer that died
+(closed sockets: at once) or stayed silent past the bound is *lost*: ``lost_islands()`` names it, nothing is sent to
+or awaited from it again, and the caller goes on without it (or, with ``required=True``, the run ends with a
+``DistributedError``). Posting never blocks; a send is completed before the next ``receive`` from the same peer (the
+protocol answers only what it has read; gloo completes a send once its receive is posted, so the wait is bounded like
+that receive) or at ``finish_messages``. The clock covers every island (the loop mirrors the others' clocks from the
+config: in decoupled mode an island's clock does not depend on the wire), and ``world_view`` is local: the
+synchroniser prices every transfer of the star itself (``send``: the link model and the ledger, as
+``LocalTransport``), so its ledger is the whole world's.
 
 Control messages. Everything that is not a payload (checkpoint steps and errors at resume, the ledger and clocks
 merged by ``world_view``) goes through ``gather_control``: versioned, length-limited JSON checked against a schema on
@@ -205,6 +207,16 @@ class TorchDistTransport(Transport):
                 g = dist.new_group(ranks=self.layout.ranks_of(i), timeout=t)
                 if i == self.island:
                     self.island_group = g
+        # decoupled: one gloo group per (island 0, island j) pair — gloo closes every connection of a group whose
+        # wait timed out, so a silent island must not share one with the others
+        self._pair_groups: dict[int, Any] = {}
+        if self.decoupled:
+            for j in range(1, self.n_islands):
+                g = dist.new_group(ranks=[0, self.layout.first_rank(j)], backend="gloo", timeout=t)
+                if self.island == 0:
+                    self._pair_groups[j] = g
+                elif self.island == j:
+                    self._pair_groups[0] = g
 
     # -- errors ---------------------------------------------------------------------------------------------------
     def _error(self, what: str, e: BaseException) -> DistributedError:
@@ -407,6 +419,7 @@ class TorchDistTransport(Transport):
         island. A send that fails loses ``dst``."""
         if dst in self.lost:
             return
+        group = self._pair_group(dst)
         raw = control.encode(kind, body)
         data = encode_bytes(payload) if payload is not None else b""
         seq = self._out_seq[dst]
@@ -415,18 +428,25 @@ class TorchDistTransport(Transport):
         msg = torch.frombuffer(bytearray(raw + data), dtype=torch.uint8)
         peer = self.layout.first_rank(dst)
         try:
-            works = [dist.isend(head, peer, group=self._meta_group, tag=2 * seq),
-                     dist.isend(msg, peer, group=self._meta_group, tag=2 * seq + 1)]
+            works = [dist.isend(head, peer, group=group, tag=2 * seq),
+                     dist.isend(msg, peer, group=group, tag=2 * seq + 1)]
         except Exception as e:  # a peer whose sockets closed
             self._lose(dst, f"message {kind!r} #{seq} to island {dst}", e, required=False)
             return
         self._outbox.setdefault(dst, []).append((works, [head, msg]))
 
-    def _finish_sends(self, island: int, required: bool) -> None:
+    def _pair_group(self, island: int) -> Any:
+        if island not in self._pair_groups:
+            raise ValueError(f"decoupled messages run between island 0 (the synchroniser) and each other island, "
+                             f"in decoupled mode only: island {self.island} cannot message island {island}")
+        return self._pair_groups[island]
+
+    def _finish_sends(self, island: int, required: bool, wait: timedelta) -> None:
+        """Complete the sends to ``island`` (gloo completes a send once the receiver has posted its receive)."""
         for works, _ in self._outbox.pop(island, []):
             try:
                 for w in works:
-                    w.wait(timedelta(seconds=self.timeout_s))
+                    w.wait(wait)
             except Exception as e:
                 self._lose(island, f"message to island {island}", e, required)
                 return
@@ -434,7 +454,7 @@ class TorchDistTransport(Transport):
     def finish_messages(self) -> None:
         """Complete every send still in flight (bounded; a peer that fails them is lost)."""
         for island in list(self._outbox):
-            self._finish_sends(island, required=False)
+            self._finish_sends(island, required=False, wait=timedelta(seconds=self.timeout_s))
 
     def receive(self, src: int, kind: str, schema: Any, timeout_s: float | None = None,
                 required: bool = False) -> tuple[Any, Payload | None] | None:
@@ -444,17 +464,18 @@ class TorchDistTransport(Transport):
         out of sequence, or a malformed one, is a ``DistributedError`` (the protocol is out of step)."""
         if src in self.lost:
             return None
-        self._finish_sends(src, required)  # everything we said before: src reads it before answering
+        group = self._pair_group(src)
+        wait = timedelta(seconds=self.timeout_s if timeout_s is None else timeout_s)
+        self._finish_sends(src, required, wait)  # everything we said before: src reads it before answering
         if src in self.lost:
             return None
         seq = self._in_seq[src]
         self._in_seq[src] += 1
         what = f"message {kind!r} #{seq} from island {src}"
-        wait = timedelta(seconds=self.timeout_s if timeout_s is None else timeout_s)
         peer = self.layout.first_rank(src)
         head = torch.zeros(4, dtype=torch.int64)
         try:
-            dist.irecv(head, peer, group=self._meta_group, tag=2 * seq).wait(wait)
+            dist.irecv(head, peer, group=group, tag=2 * seq).wait(wait)
         except Exception as e:
             self._lose(src, what, e, required)
             return None
@@ -465,7 +486,7 @@ class TorchDistTransport(Transport):
                                    f"{self.island}): expected {what}, got header {[got_seq, kind_id, n_raw, n_data]}")
         msg = torch.empty(n_raw + n_data, dtype=torch.uint8)
         try:
-            dist.irecv(msg, peer, group=self._meta_group, tag=2 * seq + 1).wait(wait)
+            dist.irecv(msg, peer, group=group, tag=2 * seq + 1).wait(wait)
         except Exception as e:
             self._lose(src, what, e, required)
             return None
