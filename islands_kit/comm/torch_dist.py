@@ -100,8 +100,7 @@ import torch.distributed as dist
 from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
 from islands_kit.comm.control import MapOf
-from islands_kit.comm.transport import (Delivery, Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes,
-                                        weighted_mean)
+from islands_kit.comm.transport import Delivery, Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes, weighted_mean
 from islands_kit.config import ConfigError
 
 if TYPE_CHECKING:
@@ -156,6 +155,12 @@ _WORLD_SCHEMA = {"island": int, "leader": bool, "sent": MapOf(int), "records": [
 
 def _channel_id(channel: str) -> int:
     return zlib.crc32(channel.encode())
+
+
+def _irecv(t: torch.Tensor, peer: int, group: Any, tag: int) -> Any:
+    work = dist.irecv(t, peer, group=group, tag=tag)
+    assert work is not None  # None only for a rank outside ``group``
+    return work
 
 
 class TorchDistTransport(Transport):
@@ -475,7 +480,7 @@ class TorchDistTransport(Transport):
         peer = self.layout.first_rank(src)
         head = torch.zeros(4, dtype=torch.int64)
         try:
-            dist.irecv(head, peer, group=group, tag=2 * seq).wait(wait)
+            _irecv(head, peer, group, 2 * seq).wait(wait)
         except Exception as e:
             self._lose(src, what, e, required)
             return None
@@ -486,7 +491,7 @@ class TorchDistTransport(Transport):
                                    f"{self.island}): expected {what}, got header {[got_seq, kind_id, n_raw, n_data]}")
         msg = torch.empty(n_raw + n_data, dtype=torch.uint8)
         try:
-            dist.irecv(msg, peer, group=group, tag=2 * seq + 1).wait(wait)
+            _irecv(msg, peer, group, 2 * seq + 1).wait(wait)
         except Exception as e:
             self._lose(src, what, e, required)
             return None

@@ -298,6 +298,7 @@ class DecoupledDiLoCo(DiLoCo):
         self._note_losses(tick)
 
     def _note_losses(self, tick: int) -> None:
+        """Record the islands lost by the end of ``tick``; warn once the live ones can no longer make the quorum."""
         new = sorted(self.lost_islands() - set(self.lost_at))
         for j in new:
             self.lost_at[j] = tick
@@ -316,6 +317,7 @@ class DecoupledDiLoCo(DiLoCo):
         fresh: list[Contribution] = []
         absent, not_ready = [], []
         for i in self.all_ids:
+            payload: Payload | None = None
             if i in self.ids:
                 status = self._status(i, p, final)
                 sent_s = start if isinstance(start, float) else start.get(i, 0.0)
