@@ -106,7 +106,8 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
         "no final average (cell 0 deployed)": {"sync.butterfly.final_average": "false"},
         "exact average every window": {"sync.butterfly.exact_average_every": "1"},
-        "int8 payloads + error feedback": {"sync.codec": "int8"},
+        # deltas against the cells' last common state (error feedback is meaningful on them; sync/butterfly.py)
+        "int8 payloads + error feedback": {"sync.codec": "int8", "sync.butterfly.payload": "delta"},
     },
 }
 
