@@ -150,9 +150,7 @@ class ButterflyConfig:
     exact_average_every: int = 0  # every K windows a complete butterfly on a frozen snapshot (exact mean); 0 = never
     final_average: bool = False  # a complete butterfly at the end, so every cell (and the deployed model) is the mean
     eval: str = "cell0"  # cell0: score cell 0's replica | mean: score the mean of all cells (one process)
-    # weights: send θ_i[p] itself | delta: send θ_i[p] − ref[p], ref = the cells' last common state (the initial
-    # weights, then the snapshot of the last exact average); the receiver rebuilds ref + decoded
-    payload: str = "weights"
+    payload: str = "weights"  # weights: send θ_i[p] | delta: θ_i[p] − ref[p] against the last common state (init, exact average)
 
     def __post_init__(self) -> None:
         p = "sync.butterfly."
