@@ -267,9 +267,10 @@ class Butterfly(SyncStrategy):
         self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.sent = {(int(i), int(p), int(t)): x.clone() for i, p, t, x in d["sent"]}
         self.ref_version = int(d.get("ref_version", 0))  # (checkpoints from before delta payloads hold no refs)
-        refs: dict[int, list[torch.Tensor]] = {}
+        by_version: dict[int, dict[int, torch.Tensor]] = {}
         for v, p, x in d.get("refs", []):
-            refs.setdefault(int(v), []).append(x.clone())
+            by_version.setdefault(int(v), {})[int(p)] = x.clone()
+        refs = {v: [xs[p] for p in range(self.P)] for v, xs in by_version.items()}
         if self.delta and self.ref_version not in refs:
             raise ValueError("Butterfly.load_state_dict: sync.butterfly.payload='delta' but the checkpoint holds no "
                              f"reference {self.ref_version} (was it written with payload='weights'?)")
