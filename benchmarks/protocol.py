@@ -109,7 +109,12 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
         "no final average (cell 0 deployed)": {"sync.butterfly.final_average": "false"},
         "exact average every window": {"sync.butterfly.exact_average_every": "1"},
-        "int8 payloads + error feedback": {"sync.codec": "int8"},
+        # deltas against the cells' last common state (error feedback is meaningful on them; sync/butterfly.py)
+        "int8 payloads + error feedback": {"sync.codec": "int8", "sync.butterfly.payload": "delta"},
+        # the same with a fresh reference every window (pair it with "exact average every window"): the deltas then
+        # span one window's drift instead of the whole run's
+        "int8 payloads + error feedback, exact average every window": {
+            "sync.codec": "int8", "sync.butterfly.payload": "delta", "sync.butterfly.exact_average_every": "1"},
     },
 }
 
