@@ -90,6 +90,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # quadratic synchronisation rule: windows of max(25, (1e-2 / lr)^2) steps — 25 until the cosine has brought
         # the lr below 2e-3, then longer (16 syncs in 300 steps against H=25's 24 and H=50's 12)
         "QSR H from 25 (alpha 1e-2)": {"sync.H": "25", "sync.diloco.h_schedule": "qsr", "sync.diloco.qsr_alpha": "1e-2"},
+        # the same rule stretched to about H=50's byte budget: 13 syncs, dense early and sparse late
+        "QSR H from 25 (alpha 1.5e-2)": {"sync.H": "25", "sync.diloco.h_schedule": "qsr",
+                                         "sync.diloco.qsr_alpha": "1.5e-2"},
         "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
                                          "sync.diloco.final_codec": ""},
         # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
@@ -109,7 +112,12 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
         "no final average (cell 0 deployed)": {"sync.butterfly.final_average": "false"},
         "exact average every window": {"sync.butterfly.exact_average_every": "1"},
-        "int8 payloads + error feedback": {"sync.codec": "int8"},
+        # deltas against the cells' last common state (error feedback is meaningful on them; sync/butterfly.py)
+        "int8 payloads + error feedback": {"sync.codec": "int8", "sync.butterfly.payload": "delta"},
+        # the same with a fresh reference every window (pair it with "exact average every window"): the deltas then
+        # span one window's drift instead of the whole run's
+        "int8 payloads + error feedback, exact average every window": {
+            "sync.codec": "int8", "sync.butterfly.payload": "delta", "sync.butterfly.exact_average_every": "1"},
     },
 }
 

@@ -158,6 +158,7 @@ class ButterflyConfig:
     exact_average_every: int = 0  # every K windows a complete butterfly on a frozen snapshot (exact mean); 0 = never
     final_average: bool = False  # a complete butterfly at the end, so every cell (and the deployed model) is the mean
     eval: str = "cell0"  # cell0: score cell 0's replica | mean: score the mean of all cells (one process)
+    payload: str = "weights"  # weights: send θ_i[p] | delta: θ_i[p] − ref[p] against the last common state (init, exact average)
 
     def __post_init__(self) -> None:
         p = "sync.butterfly."
@@ -166,6 +167,7 @@ class ButterflyConfig:
         _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
                self.exact_average_every)
         _check(self.eval in ("cell0", "mean"), p + "eval", "must be one of cell0|mean", self.eval)
+        _check(self.payload in ("weights", "delta"), p + "payload", "must be one of weights|delta", self.payload)
 
 
 @dataclass

@@ -69,6 +69,10 @@ def _simulate(experiment: str, sets: list[str], out: Path) -> dict:
     ("two_site", 2, []),  # one process per island: island 0's dp_ranks=2 folded into its micro-batches
     ("two_site", 3, SHAMPOO),  # one process per rank: island 0 = ranks 0, 1 (grads summed, Shampoo blocks shared)
     ("eight_cell", 8, []),  # butterfly exchanges over isend/irecv
+    # int8 deltas with error feedback: each rank holds its own cell's reference; after the exact average at step 4
+    # every rank's new reference must be the same bits for the deltas to decode as in the simulator
+    ("eight_cell", 8, ["sync.codec=int8", "sync.butterfly.payload=delta", "sync.H=4",
+                       "sync.butterfly.exact_average_every=1"]),
 ])
 def test_torchrun_matches_simulator(tmp_path: Path, experiment: str, nproc: int, extra: list[str]) -> None:
     sets = FAST + extra

@@ -36,6 +36,26 @@ Exact averages. ``sync.butterfly.exact_average_every`` = K: after every K-th win
 fp32, merged at once) on a frozen snapshot leaves every cell holding the exact mean; ``sync.butterfly.final_average``
 does one at the end of training. Their bytes go into the ledger like every other exchange.
 
+Payloads (``sync.butterfly.payload``). ``weights`` sends θ_i[p](t) itself. ``delta`` sends θ_i[p](t) − ref[p], where
+ref is the cells' last common state — the initial weights (every cell starts from the same ones), then the frozen
+snapshot left by the latest exact average (every cell holds the same bits: each round's ½(a + b) is computed by both
+partners with commutative IEEE additions) — and the receiver rebuilds θ̂_j[p](t) = ref[p] + decoded. A message keeps
+the reference it was encoded against (a merge that lands after a newer exact average still adds the older ref). The
+codec's block scale then follows the distance from ref, not the weights' own size, so a lossy codec's error shrinks with
+it. With fp32 the two payloads merge to the same weights up to the rounding of (θ − ref) + ref (tested). The exact
+averages themselves always send fp32 weights: that is what makes them exact and leaves identical bits everywhere.
+
+Error feedback (``sync.error_feedback``, per (cell, fragment), as in DiLoCo). Cell i sends encode(x_i + e_i) and keeps
+e_i ← x_i + e_i − decoded, x_i being the weights or the delta. The receiver's error is θ̂_i − θ_i = e_i(before) −
+e_i(after) in both payload modes, and a merge adds half of it to the partner, so for merges with delay 0 or
+delay-aware ones (doubly stochastic) Σ_i θ_i + ½ Σ_i e_i is conserved exactly (the local steps aside): the residual
+is the part of the cell's fragment the other cells have not yet received, and the cell mean drifts by at most half
+the current residuals instead of a sum over every exchange (tested). The residual is carried to the *next* partner
+(the butterfly changes partner every exchange): what it conserves is the cells' sum, not one receiver's copy. It is
+well defined on absolute weights too, and allowed there (the default payload, for the runs made before deltas
+existed), but with weights the block scale — hence every exchange's error — is set by the weights' absmax, so lossy
+codecs are meant to be used with ``payload=delta``.
+
 Evaluation (``sync.butterfly.eval``): ``cell0`` scores cell 0's replica (what one cell would deploy); ``mean`` scores the
 mean of all cells (needs every cell in this process). With ``sync.butterfly.final_average`` the two coincide at the end.
 """
@@ -131,6 +151,16 @@ class Butterfly(SyncStrategy):
             raise ValueError("sync.butterfly.eval: 'mean' needs every cell in this process (got "
                              f"{len(self.ids)} of {self.n}); use cell0 with sync.butterfly.final_average=true instead")
         self.deploys_own_replica = cfg.butterfly.eval == "cell0"
+        # delta payloads: ref version (the step of the exact average that left it; 0 = the initial weights) -> ref[p]
+        self.delta = cfg.butterfly.payload == "delta"
+        self.ref_version = 0
+        self.refs: dict[int, list[torch.Tensor]] = {}
+        if self.delta:
+            self.refs[0] = [v.flat() for v in self.views[self.ids[0]]]
+            for i in self.ids:
+                if not all(torch.equal(v.flat(), r.to(v.device)) for v, r in zip(self.views[i], self.refs[0])):
+                    raise ValueError("sync.butterfly.payload: 'delta' needs every cell to start from the same weights "
+                                     f"(the shared reference); cell {i} differs from cell {self.ids[0]}")
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         self._apply_due(step)
@@ -142,18 +172,21 @@ class Butterfly(SyncStrategy):
         self._apply_due(step)
         K = self.cfg.butterfly.exact_average_every
         if K and step % (K * self.cfg.H) == 0:
-            self.exact_average()
+            self.exact_average(step)
+        self._drop_unused_refs()
 
     def finalize(self, step: int) -> None:
         for pend in self.pending.drain():
             self._merge(pend)
         if self.cfg.butterfly.final_average:
-            self.exact_average()
+            self.exact_average(step)
+        self._drop_unused_refs()
 
     @torch.no_grad()
-    def exact_average(self) -> None:
+    def exact_average(self, step: int) -> None:
         """A complete butterfly on a frozen snapshot: R rounds of fp32 exchanges, each merged at once, after which
-        every cell holds the exact mean of every fragment (the delay-0 mixing matrix is uniform after R rounds)."""
+        every cell holds the exact mean of every fragment (the delay-0 mixing matrix is uniform after R rounds).
+        With delta payloads that mean becomes the reference of the exchanges sent after ``step``."""
         for p in range(self.P):
             for r in range(self.R):
                 payloads = {i: self.fp32.encode(self.views[i][p].flat()) for i in self.ids}
@@ -161,11 +194,28 @@ class Butterfly(SyncStrategy):
                 for i in self.ids:
                     v = self.views[i][p]
                     v.assign(0.5 * (v.flat() + handle.wait(i).to(v.device)))
+        if self.delta:
+            self.ref_version = step
+            self.refs[step] = [v.flat() for v in self.views[self.ids[0]]]
+
+    def _ref_of(self, sent_at: int) -> list[torch.Tensor]:
+        """The reference a delta sent after step ``sent_at`` was encoded against: the newest one set before it (an
+        exact average after step t runs after that step's exchanges)."""
+        return self.refs[max(v for v in self.refs if v < sent_at)]
+
+    def _drop_unused_refs(self) -> None:
+        if not self.delta:
+            return
+        keep = {self.ref_version} | {max(v for v in self.refs if v < x.sent_at) for x in self.pending}
+        self.refs = {v: r for v, r in self.refs.items() if v in keep}
 
     def _exchange(self, step: int, p: int, r: int) -> None:
         payloads = {}
         for i in self.ids:
-            payloads[i], _ = self.ef.compress((i, p), self.views[i][p].flat(), self.codec,
+            x = self.views[i][p].flat()
+            if self.delta:
+                x = x - self.refs[self.ref_version][p].to(x.device)
+            payloads[i], _ = self.ef.compress((i, p), x, self.codec,
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
         handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
         if self.cfg.butterfly.merge == "delay_aware" and self.cfg.tau > 0:
@@ -179,9 +229,12 @@ class Butterfly(SyncStrategy):
 
     @torch.no_grad()
     def _merge(self, pend: Pending) -> None:
+        ref = self._ref_of(pend.sent_at)[pend.fragment] if self.delta else None
         for i in self.ids:
             v = self.views[i][pend.fragment]
             theirs = pend.handle.wait(i).to(v.device)  # (a resumed run's in-flight results load on the CPU)
+            if ref is not None:  # delta payload: θ̂_j = ref + decoded
+                theirs = ref.to(v.device) + theirs
             mine = self.sent.pop((i, pend.fragment, pend.sent_at), None)
             if mine is not None:  # delay-aware: mix the snapshot as sent, keep the steps taken since
                 v.assign(v.flat() + 0.5 * (theirs - mine.to(v.device)))
@@ -202,6 +255,8 @@ class Butterfly(SyncStrategy):
             "gens": {i: g.get_state() for i, g in self.gens.items()},
             "pending": self.pending.state_dict(),
             "sent": [[i, p, t, x.clone()] for (i, p, t), x in sorted(self.sent.items())],
+            "ref_version": self.ref_version,
+            "refs": [[v, p, x.clone()] for v, xs in sorted(self.refs.items()) for p, x in enumerate(xs)],
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -211,3 +266,12 @@ class Butterfly(SyncStrategy):
             self.gens[int(i)].set_state(s)
         self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.sent = {(int(i), int(p), int(t)): x.clone() for i, p, t, x in d["sent"]}
+        self.ref_version = int(d.get("ref_version", 0))  # (checkpoints from before delta payloads hold no refs)
+        by_version: dict[int, dict[int, torch.Tensor]] = {}
+        for v, p, x in d.get("refs", []):
+            by_version.setdefault(int(v), {})[int(p)] = x.clone()
+        refs = {v: [xs[p] for p in range(self.P)] for v, xs in by_version.items()}
+        if self.delta and self.ref_version not in refs:
+            raise ValueError("Butterfly.load_state_dict: sync.butterfly.payload='delta' but the checkpoint holds no "
+                             f"reference {self.ref_version} (was it written with payload='weights'?)")
+        self.refs = refs
