@@ -347,7 +347,8 @@ class DecoupledDiLoCo(DiLoCo):
             else:
                 assert payload is not None
                 d = self.transport.send("fragments", i, SYNCER, payload, sent_s)
-                fresh.append(Contribution(i, p, k, tokens, steps, d.tensor, d.arrival_s, sent_s))
+                delta = d.tensor.to(self.global_params[p].device)  # another process's payload decodes on the CPU
+                fresh.append(Contribution(i, p, k, tokens, steps, delta, d.arrival_s, sent_s))
         return fresh, absent, not_ready
 
     def _report(self, tick: int, p: int, k: int, sent_s: float, codec: Any, final: bool = False) -> float | None:
