@@ -468,6 +468,8 @@ class TorchDistTransport(Transport):
         None comes back, or with ``required`` the run ends with a ``DistributedError``. A message of another kind or
         out of sequence, or a malformed one, is a ``DistributedError`` (the protocol is out of step)."""
         if src in self.lost:
+            if required:  # a post to it failed earlier
+                raise DistributedError(self.lost[src])
             return None
         group = self._pair_group(src)
         wait = timedelta(seconds=self.timeout_s if timeout_s is None else timeout_s)
