@@ -156,6 +156,18 @@ def _positive(**kw: int) -> None:
             raise ValueError(f"{k}: must be an integer >= 1 (got {v!r})")
 
 
+def _channel_stats(durations: dict[str, list[float]], ledger: Ledger) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """Transfer-time percentiles over every transfer, and per channel: transfers, bytes, p50/p99/max seconds."""
+    all_d = [d for v in durations.values() for d in v]
+    st = transfer_time_stats(all_d) if all_d else {"p50": 0.0, "p99": 0.0}
+    channels: dict[str, dict[str, Any]] = {}
+    for ch, v in sorted(durations.items()):
+        s = transfer_time_stats(v)
+        channels[ch] = {"transfers": len(v), "bytes": ledger.bytes(ch), "p50_s": s["p50"], "p99_s": s["p99"],
+                        "max_s": s["max"]}
+    return st, channels
+
+
 def simulate_schedule(step_time_s: Sequence[float], n_steps: int, sends: Sequence[Send], link: LinkModel) -> ScheduleResult:
     """Run the islands' steps and the payloads on ``link`` in time order (see the module docstring)."""
     n = len(step_time_s)
@@ -224,18 +236,14 @@ def simulate_schedule(step_time_s: Sequence[float], n_steps: int, sends: Sequenc
         raise RuntimeError(f"simulate_schedule: deadlock, islands stopped at steps {next_step}")
     wall = max(free_at)
     busy = [n_steps * c for c in step_time_s]
-    all_d = [d for v in durations.values() for d in v]
-    st = transfer_time_stats(all_d) if all_d else {"p50": 0.0, "p99": 0.0}
-    channels = {}
-    for ch, v in sorted(durations.items()):
-        s = transfer_time_stats(v)
-        channels[ch] = {"transfers": len(v), "bytes": ledger.bytes(ch), "p50_s": s["p50"], "p99_s": s["p99"],
-                        "max_s": s["max"], "idle_s": idle_by_channel.get(ch, 0.0)}
+    st, channels = _channel_stats(durations, ledger)
+    for ch, row in channels.items():
+        row["idle_s"] = idle_by_channel.get(ch, 0.0)
     return ScheduleResult(
         sim_wall_clock_s=wall, busy_s=busy, idle_s=[max(wall - b, 0.0) for b in busy],
         compute_utilization=sum(busy) / (n * wall), transfer_p50_s=st["p50"], transfer_p99_s=st["p99"],
         peak_link_bytes_per_s=ledger.peak_link_bytes_per_s(), payload_bytes=ledger.bytes(), bytes_on_wire=wire_bytes,
-        n_transfers=len(all_d), channels=channels)
+        n_transfers=sum(len(v) for v in durations.values()), channels=channels)
 
 
 @dataclass(frozen=True)
@@ -476,20 +484,14 @@ def simulate_decoupled(step_time_s: Sequence[float], tokens_per_step: Sequence[f
             useful += sum(max(min(hi, done) - lo, 0) for lo, hi in merged_steps[i][p]) * tokens_per_step[i]
             ideal += full_speed_steps(t_last, c[i]) * tokens_per_step[i]
     busy = [span - x for x in idle]
-    all_d = [d for v in durations.values() for d in v]
-    st = transfer_time_stats(all_d) if all_d else {"p50": 0.0, "p99": 0.0}
-    channels = {}
-    for ch, v in sorted(durations.items()):
-        s2 = transfer_time_stats(v)
-        channels[ch] = {"transfers": len(v), "bytes": ledger.bytes(ch), "p50_s": s2["p50"], "p99_s": s2["p99"],
-                        "max_s": s2["max"]}
+    st, channels = _channel_stats(durations, ledger)
     return DecoupledResult(
         span_s=span, busy_s=busy, idle_s=idle, compute_utilization=sum(busy) / (n * span),
         goodput=useful / ideal if ideal > 0 else 1.0, inner_steps=steps_in_span,
         tokens_per_island=[s3 * x for s3, x in zip(steps_in_span, tokens_per_step)], merges=merges,
         late_contributions=n_late, late_merged=n_late - dropped, dropped_contributions=dropped, staleness_slack_s=slack,
         transfer_p50_s=st["p50"], transfer_p99_s=st["p99"], peak_link_bytes_per_s=ledger.peak_link_bytes_per_s(),
-        payload_bytes=ledger.bytes(), bytes_on_wire=wire_bytes, n_transfers=len(all_d), channels=channels)
+        payload_bytes=ledger.bytes(), bytes_on_wire=wire_bytes, n_transfers=sum(len(v) for v in durations.values()), channels=channels)
 
 
 def codec_bytes(n_params: float, bits: int, block_size: int = 128, scale_bits: int = 16) -> int:
