@@ -513,18 +513,23 @@ def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) 
     if not rows:
         raise ValueError("scaling_ratios: no finished points to draw (run the study first)")
     fig, ax = new_figure(width=7.2, height=4.4)
+    # the two arms of the cross are two lines per strategy: longer runs at one width (solid), wider models at one
+    # length (dashed); the point where they meet belongs to both
+    arms = (("length", "longer runs", "-"), ("width", "wider models", "--"))
     for e, marker in (("two_site", "o"), ("eight_cell", "s")):
-        pts: dict[float, list[float]] = {}
-        for r in rows:
-            if f"{e}_ratio" in r:
-                pts.setdefault(float(r["flops"]), []).append(100.0 * (r[f"{e}_ratio"] - 1.0))
-        if not pts:
-            continue
-        xs = sorted(pts)
-        for x in xs:
-            if len(pts[x]) > 1:
-                ax.scatter([x] * len(pts[x]), pts[x], s=8, color=color(e, 0), alpha=0.4)
-        ax.plot(xs, [float(np.mean(pts[x])) for x in xs], marker=marker, color=color(e, 0), label=f"{e} (this kit)")
+        for axis, what, style in arms:
+            pts: dict[float, list[float]] = {}
+            for r in rows:
+                if f"{e}_ratio" in r and r.get("axis", axis) in (axis, "both"):
+                    pts.setdefault(float(r["flops"]), []).append(100.0 * (r[f"{e}_ratio"] - 1.0))
+            if not pts:
+                continue
+            xs = sorted(pts)
+            for x in xs:
+                if len(pts[x]) > 1:
+                    ax.scatter([x] * len(pts[x]), pts[x], s=8, color=color(e, 0), alpha=0.4)
+            ax.plot(xs, [float(np.mean(pts[x])) for x in xs], marker=marker, linestyle=style, color=color(e, 0),
+                    markerfacecolor=color(e, 0) if style == "-" else "white", label=f"{e}: {what} (this kit)")
     refs = (("DiLoCo M=2 (Charles et al. 2025)", scaling.REFERENCE_DILOCO_M2, "two_site", "^"),
             ("DiLoCo M=8 (Charles et al. 2025)", scaling.REFERENCE_DILOCO_M8, "eight_cell", "^"),
             ("Streaming DiLoCo M=2 (Douillard et al. 2025)", scaling.REFERENCE_STREAMING_M2, "two_site", "x"))

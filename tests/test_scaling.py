@@ -44,7 +44,13 @@ def test_study_runs_resumes_and_tables(tmp_path):
     assert again == rows and lines == ["scaling study: 9 runs, 9 already finished, 0 to go -> " + str(tmp_path)]
     assert "| length | 32 | 16 |" in scaling.table_markdown(rows)
     fig = plots.scaling_ratios(rows)
-    assert fig.axes[0].get_xscale() == "log" and len(fig.axes[0].get_legend().get_texts()) == 5
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 7  # 2 strategies x 2 arms + 3 published
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    longer = lines["two_site: longer runs (this kit)"]  # the length arm: steps 8 and 16 at width 32
+    want = sorted(r["flops"] for r in rows if r["axis"] in ("length", "both"))
+    assert list(longer.get_xdata()) == want
+    assert lines["eight_cell: wider models (this kit)"].get_linestyle() == "--"
 
 
 def test_scaling_notebook_runs_the_smoke_cross_and_reuses_finished_runs(tmp_path):
