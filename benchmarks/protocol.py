@@ -112,6 +112,7 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
         "no final average (cell 0 deployed)": {"sync.butterfly.final_average": "false"},
         "exact average every window": {"sync.butterfly.exact_average_every": "1"},
+        "mixing twice as often (exchanges_per_window 12)": {"sync.butterfly.exchanges_per_window": "12"},
         # deltas against the cells' last common state (error feedback is meaningful on them; sync/butterfly.py)
         "int8 payloads + error feedback": {"sync.codec": "int8", "sync.butterfly.payload": "delta"},
         # the same with a fresh reference every window (pair it with "exact average every window"): the deltas then
