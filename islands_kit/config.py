@@ -124,10 +124,9 @@ class DiLoCoConfig:
     warm_start_steps: int = 0  # post-local SGD (Lin et al. 2020): every fragment averaged every step for this many steps
     outer_momentum_warmup: int = 0  # outer steps over which the outer momentum ramps linearly from 0 to outer_momentum
     eager: bool = False  # eager updates (Kale et al. 2025): with sync.tau >= 1 apply an estimated outer step at send time
-    # constant: every window is sync.H steps | qsr: the quadratic synchronisation rule (Gu et al. 2023): the window
-    # starting at step s is H_s = max(sync.H, floor((qsr_alpha / η_s)^2)) steps, η_s the inner lr then — frequent syncs
-    # while the lr is high, longer windows (fewer bytes) as it decays
-    h_schedule: str = "constant"
+    # qsr, the quadratic synchronisation rule (Gu et al. 2023): the window starting at step s is
+    # H_s = max(sync.H, floor((qsr_alpha / η_s)^2)) steps, η_s the inner lr then (the warm-up read as the peak)
+    h_schedule: str = "constant"  # constant: every window sync.H steps | qsr: longer windows as the lr decays
     qsr_alpha: float = 0.0  # α of the quadratic synchronisation rule (same units as optim.lr); > 0 with h_schedule=qsr
 
     def __post_init__(self) -> None:
@@ -210,10 +209,9 @@ class SyncConfig:
     routing_sync_mode: str = "all_reduce"  # all_reduce (every island) | butterfly (pairwise with the round's partner)
     diloco: DiLoCoConfig = field(default_factory=DiLoCoConfig)  # DiLoCo-only knobs (outer optimizer, merge, improvements)
     butterfly: ButterflyConfig = field(default_factory=ButterflyConfig)  # butterfly-only knobs (exchanges, merge, eval)
-    # lockstep: every island takes inner step t together | decoupled: each island steps on its own simulated clock and
-    # a synchroniser merges each fragment every H steps of the global schedule from the islands that arrive in time
-    # (decoupled ignores sync.tau: the simulated clock decides when a merge lands)
-    mode: str = "lockstep"
+    # decoupled: each island steps on its own simulated clock and a synchroniser merges each fragment every H steps of
+    # the global schedule from the islands that arrive in time (sync.tau is ignored: the clock decides when one lands)
+    mode: str = "lockstep"  # lockstep (every island takes inner step t together) | decoupled (own clocks, quorum)
     quorum: int = 1  # decoupled: a merge waits for at least this many islands' outer gradients
     grace_s: float = 1.0  # decoupled: and then at most this many simulated seconds more for the others
     decoupled: DecoupledConfig = field(default_factory=DecoupledConfig)  # decoupled-only knobs (weighting, averaging)
