@@ -113,7 +113,6 @@ def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
         "step": exp.step,
         "tokens_total": exp.tokens_total,
         "inner_steps": dict(exp.inner_steps),
-        "tokens_per_island": dict(exp.tokens_per_island),
         "islands": {i: isl.state_dict() for i, isl in exp.islands.items()},
         "strategy": exp.strategy.state_dict(),
         "routing": exp.routing.state_dict(),
@@ -203,15 +202,11 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
     if sorted(state["islands"]) != sorted(exp.islands):
         raise ConfigError(f"--resume: checkpoint holds islands {sorted(state['islands'])}, this process {sorted(exp.islands)}")
     exp.step = state["step"]
-    exp.tokens_total = state["tokens_total"]
-    if "inner_steps" in state:
+    if "inner_steps" in state:  # the token counts follow from them
         exp.inner_steps = {int(j): int(v) for j, v in state["inner_steps"].items()}
-        exp.tokens_per_island = {int(j): int(v) for j, v in state["tokens_per_island"].items()}
     else:  # a checkpoint from before the per-island counts (lock-step): recount them from the schedule
-        T = exp.cfg.model.seq_len
-        for j, ic in enumerate(exp.cfg.islands):
+        for j in exp.inner_steps:
             exp.inner_steps[j] = sum(1 for t in range(1, exp.step + 1) if not exp.preempted(j, t))
-            exp.tokens_per_island[j] = exp.inner_steps[j] * ic.batch_size * T
     for i, isl in exp.islands.items():
         isl.load_state_dict(state["islands"][i])
     exp.strategy.load_state_dict(state["strategy"])

@@ -142,26 +142,24 @@ class Experiment:
         base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device
         self.params_total = base.num_params()
         self.params_active = base.num_active_params()
+        # each island's step time at full speed (its hardware; no straggler factor): the ideal rate goodput counts
+        self.nominal_step_s = {j: step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
+        self.decoupled = cfg.sync.mode == "decoupled"
+        # every island's step time with its straggler factor (its Island's compute_s); T_ref of the decoupled schedule
+        # is the fastest, the same on every process
+        self.step_s = {j: (cfg.faults.straggler_factor if cfg.faults.straggler_island == j else 1.0) * t
+                       for j, t in self.nominal_step_s.items()}
         self.islands: dict[int, Island] = {}
         for i in self.transport.local_islands:
             icfg = cfg.islands[i]
             stream = BatchStream(self.train, icfg.batch_size, T, seed=cfg.seed, stream_id=i)
-            slow = cfg.faults.straggler_factor if cfg.faults.straggler_island == i else 1.0
-            self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps,
-                                     slow * step_seconds(icfg, cfg.model, self.params_active),
+            self.islands[i] = Island(i, icfg, copy.deepcopy(base), cfg.optim, stream, cfg.steps, self.step_s[i],
                                      process_group=self.transport.island_group,
                                      precision=cfg.precision)
             if cfg.model.compile:
                 self.islands[i].model.compile()  # in place: parameter names (fragments, checkpoints) unchanged
         self.eval_model = copy.deepcopy(base)
         self.models = {i: isl.model for i, isl in self.islands.items()}
-        # each island's step time at full speed (its hardware; no straggler factor): the ideal rate goodput counts
-        self.nominal_step_s = {j: step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
-        self.decoupled = cfg.sync.mode == "decoupled"
-        # every island's step time (straggler included) as its Island has it; T_ref of the decoupled schedule is the
-        # fastest, the same on every process
-        self.step_s = {j: (cfg.faults.straggler_factor if cfg.faults.straggler_island == j else 1.0)
-                       * step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
         self.tick_s = min(self.step_s.values())
         if self.decoupled:
             if len(self.islands) != n and not (len(self.islands) == 1 and self.transport.world_size == n):
@@ -169,8 +167,8 @@ class Experiment:
                                   "island per process (torchrun with WORLD_SIZE = len(islands))")
             for i, isl in self.islands.items():  # the learning rate follows the island's clock on the global schedule
                 isl.scheduler = torch.optim.lr_scheduler.LambdaLR(isl.optimizer, self._clock_lr(i))
-        self.inner_steps = {j: 0 for j in range(n)}  # per island (every process counts every island, as tokens)
-        self.tokens_per_island = {j: 0 for j in range(n)}
+        # inner steps per island (every process counts every island from the config; tokens follow from them)
+        self.inner_steps = {j: 0 for j in range(n)}
         self.settled_lost: set[int] = set()  # decoupled under torch.distributed: lost islands already counted down
         self.strategy = build_strategy(cfg, self.models, self.transport, self.tick_s)
         from islands_kit.faults import install
@@ -181,7 +179,6 @@ class Experiment:
                                    butterfly=cfg.sync.routing_sync_mode == "butterfly")
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
-        self.tokens_total = 0
         self.elapsed_before = 0.0  # wall seconds spent before a resume
         self.history: list[dict[str, Any]] = []
         self.diverged_at_step: int | None = None  # set when the run stops on NaN/inf (see run())
@@ -274,9 +271,7 @@ class Experiment:
                 and step == f.preempt_start + 1):
             return
         clock = self.transport.clock
-        outage = f.preempt_steps * max(step_seconds(ic, self.cfg.model, self.params_active)
-                                       * (f.straggler_factor if f.straggler_island == j else 1.0)
-                                       for j, ic in enumerate(self.cfg.islands))
+        outage = f.preempt_steps * max(self.step_s.values())
         until = max(clock.now[i] for i in self.islands) + outage
         for i in self.islands:
             clock.wait_until(i, until)
@@ -299,12 +294,9 @@ class Experiment:
             self.transport.compute(i, isl.compute_s)
             tokens[i] = isl.tokens_per_step
         # every process counts every island's tokens from the config, so the total needs no communication
-        T = self.cfg.model.seq_len
-        for j, ic in enumerate(self.cfg.islands):
+        for j in range(len(self.cfg.islands)):
             if not self.preempted(j, t):
                 self.inner_steps[j] += 1
-                self.tokens_per_island[j] += ic.batch_size * T
-                self.tokens_total += ic.batch_size * T
         if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
             loads: dict[int, torch.Tensor] = {}
             for i, isl in active.items():
@@ -351,12 +343,9 @@ class Experiment:
             if self.preempted(j, t):
                 clock.wait_until(j, t * self.tick_s)
                 continue
-            tokens = self.cfg.islands[j].batch_size * self.cfg.model.seq_len
             while clock.now[j] + self.step_s[j] <= end_s:
                 clock.compute(j, self.step_s[j])
                 self.inner_steps[j] += 1
-                self.tokens_per_island[j] += tokens
-                self.tokens_total += tokens
         for i, isl in self.islands.items():
             away = self.preempted(i, t)
             strategy.set_present(i, not away)
@@ -374,8 +363,6 @@ class Experiment:
                 isl.optimizer_step()
                 strategy.island_step_done(i, isl.tokens_per_step)
                 self.inner_steps[i] += 1
-                self.tokens_per_island[i] += isl.tokens_per_step
-                self.tokens_total += isl.tokens_per_step
             if got:
                 losses[i] = sum(got) / len(got)
                 isl.last_loss = losses[i]
@@ -389,11 +376,18 @@ class Experiment:
         if not isinstance(self.strategy, DecoupledDiLoCo):
             return
         for j in self.strategy.lost_islands() - self.settled_lost:
-            per_step = self.cfg.islands[j].batch_size * self.cfg.model.seq_len
             self.inner_steps[j] = self.strategy.inner_steps[j]
-            self.tokens_total += self.inner_steps[j] * per_step - self.tokens_per_island[j]
-            self.tokens_per_island[j] = self.inner_steps[j] * per_step
             self.settled_lost.add(j)
+
+    @property
+    def tokens_per_island(self) -> dict[int, int]:
+        """Tokens each island processed: its inner steps times its batch of sequences."""
+        T = self.cfg.model.seq_len
+        return {j: n * self.cfg.islands[j].batch_size * T for j, n in self.inner_steps.items()}
+
+    @property
+    def tokens_total(self) -> int:
+        return sum(self.tokens_per_island.values())
 
     def goodput(self) -> float:
         """Useful tokens per simulated second against the ideal: every island at its full speed (its hardware, no
