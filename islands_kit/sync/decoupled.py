@@ -219,7 +219,6 @@ class DecoupledDiLoCo(DiLoCo):
         self.carry: list[Contribution] = []
         self.merge_log: list[dict[str, Any]] = []
         self.inner_steps = {i: 0 for i in self.all_ids}  # other processes' islands: as last reported
-        self.tokens = {i: 0 for i in self.ids}
         self.late = 0
         self.dropped = 0
         self.dropped_tokens = 0.0
@@ -238,7 +237,6 @@ class DecoupledDiLoCo(DiLoCo):
     # -- the islands' side ----------------------------------------------------------------------------------------
     def island_step_done(self, island: int, tokens: int) -> None:
         self.inner_steps[island] += 1
-        self.tokens[island] += tokens
         for p in range(self.P):
             self.tokens_since[island][p] += tokens
             self.steps_since[island][p] += 1
