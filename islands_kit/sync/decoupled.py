@@ -442,20 +442,6 @@ class DecoupledDiLoCo(DiLoCo):
         return Merge(merge_s, p, k, delta, [c.island for c in fresh], rec)
 
     @torch.no_grad()
-    def _outer_step(self, p: int, sent: torch.Tensor) -> None:
-        """The outer optimizer's step on global fragment p with the merged outer gradient as broadcast."""
-        g = self.global_params[p]
-        g.grad = sent.view_as(g).to(g.device, copy=True)
-        K = self.cfg.diloco.outer_momentum_warmup
-        if K > 0:
-            self.outer_opts[p].param_groups[0]["momentum"] = (self.cfg.diloco.outer_momentum
-                                                             * min(1.0, self.n_outer[p] / K))
-        self.outer_opts[p].step()
-        g.grad = None
-        self.n_outer[p] += 1
-        self.synced[p] = True
-
-    @torch.no_grad()
     def _apply_merges(self, until_s: float | None, codec: Any = None) -> None:
         """Apply, in time order, every merge decided by ``until_s`` (all of them when None): the outer step with the
         merged outer gradient as broadcast, then the broadcast to each contributor over the link. Across processes

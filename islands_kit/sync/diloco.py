@@ -243,12 +243,9 @@ class DiLoCo(SyncStrategy):
             self._apply(pend)
 
     @torch.no_grad()
-    def _apply(self, pend: Pending) -> None:
-        p = pend.fragment
-        got = self._collect(pend.handle)
-        if got is None:  # every local island was absent when this sync was posted
-            return
-        mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
+    def _outer_step(self, p: int, mean_delta: torch.Tensor) -> None:
+        """The outer optimizer's step on global fragment p with the averaged outer gradient (its momentum ramped over
+        ``outer_momentum_warmup`` outer steps); fragment p is then synced."""
         g = self.global_params[p]
         g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
         K = self.cfg.diloco.outer_momentum_warmup
@@ -258,6 +255,16 @@ class DiLoCo(SyncStrategy):
         g.grad = None
         self.n_outer[p] += 1
         self.synced[p] = True
+
+    @torch.no_grad()
+    def _apply(self, pend: Pending) -> None:
+        p = pend.fragment
+        got = self._collect(pend.handle)
+        if got is None:  # every local island was absent when this sync was posted
+            return
+        mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
+        self._outer_step(p, mean_delta)
+        g = self.global_params[p]
         if self.cfg.diloco.eager:
             self.last_mean[p] = mean_delta.detach().reshape(-1).to(g.device, copy=True)
         a = self.cfg.diloco.alpha
