@@ -76,6 +76,13 @@ ARMS: dict[str, Arm] = {
 }
 # arms run phase by phase (tuning, then seeds); a phase's arms share its tuning stage
 PHASES = [["baseline", "two_site"], ["eight_cell"], ["baseline_shampoo", "two_site_shampoo"]]
+# what averaging the replicas' parameters after every inner step reaches at all (as many bytes as data-parallel):
+# DiLoCo with H = 1, one fragment, no overlap, fp32 and plain averaging (outer SGD lr 1, no momentum)
+TWO_SITE_FLOOR = {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
+                  "sync.diloco.final_codec": ""}
+EIGHT_CELL_FLOOR = {"sync.strategy": "diloco", "sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0",
+                    "sync.codec": "fp32", "sync.routing_sync_mode": "all_reduce", "sync.diloco.outer_lr": "1.0",
+                    "sync.diloco.outer_momentum": "0.0"}
 ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
     "two_site": {
         "alpha merge 0.5 (before)": {"sync.diloco.merge": "alpha", "sync.diloco.alpha": "0.5"},
@@ -93,8 +100,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # the same rule stretched to about H=50's byte budget: 13 syncs, dense early and sparse late
         "QSR H from 25 (alpha 1.5e-2)": {"sync.H": "25", "sync.diloco.h_schedule": "qsr",
                                          "sync.diloco.qsr_alpha": "1.5e-2"},
-        "floor: H=1, P=1, tau=0, fp32": {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
-                                         "sync.diloco.final_codec": ""},
+        "floor: H=1, P=1, tau=0, fp32": TWO_SITE_FLOOR,
+        # the floor given the lr the baseline's grid ends on: is the every-step-averaging gap an lr mismatch?
+        "floor at inner lr 4e-3": {**TWO_SITE_FLOOR, "optim.lr": "4e-3"},
         # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
         "frontier: int8": {"sync.codec": "int8"},
         "frontier: int2": {"sync.codec": "int2"},
@@ -119,6 +127,11 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # span one window's drift instead of the whole run's
         "int8 payloads + error feedback, exact average every window": {
             "sync.codec": "int8", "sync.butterfly.payload": "delta", "sync.butterfly.exact_average_every": "1"},
+        "int4 payloads + error feedback, exact average every window": {
+            "sync.codec": "int4", "sync.butterfly.payload": "delta", "sync.butterfly.exact_average_every": "1"},
+        # no mixing rule can beat the eight replicas averaged after every step: the bound on any butterfly choice
+        "floor: 8 replicas averaged every step (H=1, fp32)": EIGHT_CELL_FLOOR,
+        "floor at inner lr 4e-3 (8 replicas)": {**EIGHT_CELL_FLOOR, "optim.lr": "4e-3"},
     },
 }
 
