@@ -132,6 +132,11 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # no mixing rule can beat the eight replicas averaged after every step: the bound on any butterfly choice
         "floor: 8 replicas averaged every step (H=1, fp32)": EIGHT_CELL_FLOOR,
         "floor at inner lr 4e-3 (8 replicas)": {**EIGHT_CELL_FLOOR, "optim.lr": "4e-3"},
+        # per-cell batch at equal training tokens: 10 sequences per cell for half the steps (and half the warm-up),
+        # H halved so that the cells mix as many times (and send as many bytes) as the tuned eight_cell
+        "per-cell batch 10, 150 steps, H=25 (equal tokens)": {
+            **{f"islands.{i}.{k}": "10" for i in range(8) for k in ("batch_size", "micro_batch_size")},
+            "steps": "150", "optim.warmup_steps": "15", "sync.H": "25"},
     },
 }
 
