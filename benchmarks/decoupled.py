@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import apply_overrides
+from islands_kit.io import replace_marked_block
 from islands_kit.presets import get_preset
-
-BEGIN, END = "<!-- decoupled:begin -->", "<!-- decoupled:end -->"
 
 
 def arms(preset: str, factor: float) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -130,16 +129,6 @@ def report(out: Path, preset: str, seeds: list[int], factor: float, chaos_seeds:
     return "\n".join(lines)
 
 
-def write_results(text: str, path: Path) -> None:
-    doc = path.read_text()
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="demo")
@@ -164,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(out, a.preset, a.seeds, a.factor, a.chaos_seeds)
     print(text)
     if a.write_results:
-        write_results(text, Path(__file__).with_name("RESULTS.md"))
+        replace_marked_block(Path(__file__).with_name("RESULTS.md"), "decoupled", text)
     return 0
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from islands_kit.config import MOVED_KEYS
+from islands_kit.io import replace_marked_block
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
@@ -335,19 +336,10 @@ def report(out: Path, preset: str, seeds: list[int], arms: list[str], ablation_s
     return "\n".join(lines)
 
 
-MARK_BEGIN, MARK_END = "<!-- protocol:begin -->", "<!-- protocol:end -->"
-
-
 def write_results(text: str, preset: str) -> None:
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    doc = path.read_text()
-    block = f"{MARK_BEGIN}\n## Tuned comparison under the protocol ({preset} preset; benchmarks/protocol.py)\n\n{text}\n{MARK_END}"
-    if MARK_BEGIN in doc:
-        doc = doc[: doc.index(MARK_BEGIN)] + block + doc[doc.index(MARK_END) + len(MARK_END):]
-    else:
-        head, sep, rest = doc.partition("\n## ")
-        doc = head + "\n" + block + "\n\n## " + rest if sep else doc + "\n" + block + "\n"
-    path.write_text(doc)
+    replace_marked_block(ROOT / "benchmarks" / "RESULTS.md", "protocol",
+                         f"## Tuned comparison under the protocol ({preset} preset; benchmarks/protocol.py)\n\n{text}",
+                         at_top=True)
 
 
 def frontier_points(out: Path, seed: int = 0) -> list[dict]:

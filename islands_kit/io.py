@@ -47,3 +47,23 @@ def _umask() -> int:
 def sha256_hex(data: bytes) -> str:
     """Hex sha256 of ``data`` (the corpus fingerprint recorded in result.json)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def replace_marked_block(path: Path, name: str, text: str, *, at_top: bool = False) -> None:
+    """Put ``text`` between the markers ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` of the markdown file
+    ``path`` (how the benchmark scripts write their tables into benchmarks/RESULTS.md), keeping every other line.
+    Without the markers the block is added: before the first ``## `` section if ``at_top``, else at the end. A file
+    with only one of the two markers is refused (ValueError) before anything is written."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    doc = path.read_text()
+    block = f"{begin}\n{text.strip(chr(10))}\n{end}"
+    if (begin in doc) != (end in doc) or (begin in doc and doc.index(begin) > doc.index(end)):
+        raise ValueError(f"{path}: the markers {begin} ... {end} must both be present, in that order, or both absent")
+    if begin in doc:
+        doc = doc[: doc.index(begin)] + block + doc[doc.index(end) + len(end):]
+    elif at_top and "\n## " in doc:
+        head, _, rest = doc.partition("\n## ")
+        doc = head + "\n" + block + "\n\n## " + rest
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+    atomic_write_bytes(path, doc.encode())

@@ -6,11 +6,12 @@ import json
 import os
 import stat
 
+import pytest
 import torch
 
 from islands_kit.config import ExperimentConfig
 from islands_kit.data import eval_windows, load_data_corpus, split_bytes
-from islands_kit.io import atomic_write_bytes
+from islands_kit.io import atomic_write_bytes, replace_marked_block
 from islands_kit.metrics import compressor_bpb
 from islands_kit.notebooks import load_run
 from islands_kit.presets import get_preset
@@ -27,6 +28,27 @@ def test_atomic_writes_follow_the_umask(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "b").stat().st_mode) == 0o600
+
+
+def test_marked_block_replaced_in_place_and_added_when_missing(tmp_path):
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text("# Results\n\nintro\n\n## Later\n\nkept\n")
+    replace_marked_block(doc, "t", "first table", at_top=True)  # no markers yet: before the first section
+    assert doc.read_text() == "# Results\n\nintro\n\n<!-- t:begin -->\nfirst table\n<!-- t:end -->\n\n## Later\n\nkept\n"
+    replace_marked_block(doc, "t", "second\ntable\n")  # markers present: only the block changes
+    assert doc.read_text() == "# Results\n\nintro\n\n<!-- t:begin -->\nsecond\ntable\n<!-- t:end -->\n\n## Later\n\nkept\n"
+    replace_marked_block(doc, "u", "other")  # another name, no at_top: appended at the end
+    assert doc.read_text().endswith("kept\n\n<!-- u:begin -->\nother\n<!-- u:end -->\n")
+    assert "second\ntable" in doc.read_text()
+
+
+def test_marked_block_refuses_a_lone_marker(tmp_path):
+    doc = tmp_path / "RESULTS.md"
+    before = "# Results\n<!-- t:begin -->\nold\n"
+    doc.write_text(before)
+    with pytest.raises(ValueError, match="t:begin"):
+        replace_marked_block(doc, "t", "new")
+    assert doc.read_text() == before  # nothing written
 
 
 def test_run_outputs(tmp_path, monkeypatch):
