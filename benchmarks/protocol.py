@@ -104,6 +104,8 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "floor: H=1, P=1, tau=0, fp32": TWO_SITE_FLOOR,
         # the floor given the lr the baseline's grid ends on: is the every-step-averaging gap an lr mismatch?
         "floor at inner lr 4e-3": {**TWO_SITE_FLOOR, "optim.lr": "4e-3"},
+        "floor at inner lr 6e-3": {**TWO_SITE_FLOOR, "optim.lr": "6e-3"},
+        "inner lr 6e-3": {"optim.lr": "6e-3"},
         # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
         "frontier: int8": {"sync.codec": "int8"},
         "frontier: int2": {"sync.codec": "int2"},
