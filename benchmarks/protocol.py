@@ -135,6 +135,7 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # toward the floor: mix more often (each fragment every ~3 steps, still more than tau apart), the two best
         # single choices together, and without the overlap delay
         "mixing every ~3 steps (exchanges_per_window 16)": {"sync.butterfly.exchanges_per_window": "16"},
+        "mixing every 2 steps (exchanges_per_window 25)": {"sync.butterfly.exchanges_per_window": "25"},
         "exchanges_per_window 12 + exact average every window": {"sync.butterfly.exchanges_per_window": "12",
                                                                  "sync.butterfly.exact_average_every": "1"},
         "no overlap delay (tau=0)": {"sync.tau": "0"},
@@ -356,23 +357,49 @@ def write_results(text: str, preset: str) -> None:
                          at_top=True)
 
 
-def frontier_points(out: Path, seed: int = 0) -> list[dict]:
-    """The two_site frontier as plot points at ``seed`` (the tuned two_site, the frontier rows and the every-step
-    floor): ``label``, ``fewer`` (x fewer bytes than data-parallel), ``ratio`` (bpb / the tuned baseline at that
-    seed); the tuned two_site is ``default``."""
-    base_best, _ = winner(out, "baseline")
-    ts_best, _ = winner(out, "two_site")
-    base = _load(out, "baseline", base_best, seed)
+# the rows each arm's bpb-vs-bytes frontier draws (name -> label): two_site the codec x H x sparsity points and the
+# floor, eight_cell the mixing intensities and payload codecs between the tuned butterfly and the every-step floor
+FRONTIER_ROWS: dict[str, dict[str, str]] = {
+    "two_site": {n: n.replace("frontier: ", "") for n in ABLATIONS["two_site"] if n.startswith(("frontier:", "floor:"))},
+    "eight_cell": {
+        "exact average every window": "exact average every window",
+        "mixing twice as often (exchanges_per_window 12)": "E=12",
+        "mixing every ~3 steps (exchanges_per_window 16)": "E=16",
+        "mixing every 2 steps (exchanges_per_window 25)": "E=25",
+        "exchanges_per_window 12 + exact average every window": "E=12 + exact average",
+        "int8 payloads + error feedback": "int8 deltas",
+        "int8 payloads + error feedback, exact average every window": "int8 deltas + exact average",
+        "int4 payloads + error feedback, exact average every window": "int4 deltas + exact average",
+        "control: DiLoCo all-reduce, same cadence (H=8, tau=2, fp32)": "all-reduce control, H=8",
+        "floor: 8 replicas averaged every step (H=1, fp32)": "floor: every-step average",
+    },
+}
+DEFAULT_LABEL = {"two_site": "tuned two_site (int4, H=50)", "eight_cell": "tuned eight_cell (fp32, E=6)"}
+
+
+def frontier_points(out: Path, arm: str = "two_site", seed: int = 0) -> list[dict]:
+    """``arm``'s frontier as plot points at ``seed`` (the tuned arm and its ``FRONTIER_ROWS``): ``label``, ``fewer``
+    (x fewer bytes than data-parallel), ``ratio`` (bpb / the tuned baseline at that seed); the tuned arm is
+    ``default``. Rows without a finished run at ``seed`` are left out."""
+    ref_best, _ = winner(out, ARMS[arm].ref)
+    best, _ = winner(out, arm)
+    base = _load(out, ARMS[arm].ref, ref_best, seed)
+    rows = [(DEFAULT_LABEL[arm], arm, best, True)]
+    rows += [(label, f"{arm}_ablation", {**best, **ABLATIONS[arm][name]}, False)
+             for name, label in FRONTIER_ROWS[arm].items()]
     pts = []
-    rows = [("tuned two_site (int4, H=50)", "two_site", ts_best, True)]
-    rows += [(name, "two_site_ablation", {**ts_best, **change}, False) for name, change in ABLATIONS["two_site"].items()
-             if name.startswith(("frontier:", "floor:"))]  # the codec x H x sparsity points (ablations: the table)
-    for label, arm, sets, default in rows:
-        r = _load(out, arm, sets, seed)
+    for label, run_arm, sets, default in rows:
+        r = _load(out, run_arm, sets, seed)
         if r and base and r.get("final_val_bpb") and r["cross_site_bytes"]:
-            pts.append({"label": label.replace("frontier: ", ""), "fewer": r["ddp_equivalent_bytes"] / r["cross_site_bytes"],
+            pts.append({"label": label, "fewer": r["ddp_equivalent_bytes"] / r["cross_site_bytes"],
                         "ratio": r["final_val_bpb"] / base["final_val_bpb"], "default": default})
     return pts
+
+
+def frontier_file(arm: str, preset: str) -> Path:
+    """Where ``--write-results`` puts ``arm``'s frontier points (the two_site and eight_cell notebooks draw them)."""
+    name = f"frontier-{preset}.json" if arm == "two_site" else f"frontier-{arm}-{preset}.json"
+    return ROOT / "benchmarks" / name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -398,9 +425,9 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if a.write_results:
         write_results(text, a.preset)
-        if "two_site" in a.arms and "baseline" in a.arms:  # the points the two_site notebook draws
-            pts = frontier_points(a.out)
-            (ROOT / "benchmarks" / f"frontier-{a.preset}.json").write_text(json.dumps(pts, indent=1) + "\n")
+        for arm in FRONTIER_ROWS:  # the points the two_site and eight_cell notebooks draw
+            if arm in a.arms and ARMS[arm].ref in a.arms:
+                frontier_file(arm, a.preset).write_text(json.dumps(frontier_points(a.out, arm), indent=1) + "\n")
 
 
 if __name__ == "__main__":

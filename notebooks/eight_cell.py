@@ -42,6 +42,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
+frontier_file = "benchmarks/frontier-eight_cell-demo.json"  # the protocol's measured bpb-vs-bytes points (a checkout has them)
 # eight_cell knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
 exchanges_per_window = None  # E (sync.butterfly.exchanges_per_window): how many times each fragment is exchanged per window
@@ -113,3 +114,18 @@ s = cfg.sync
 shown = min(cfg.steps, 2 * s.H)
 exchanges = butterfly_schedule(len(cfg.islands), s.H, s.butterfly.exchanges_per_window, s.n_fragments, shown)
 plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown), out / "butterfly_timeline.png")
+
+# %% [markdown]
+# ## Why these settings: quality against bytes on the link
+# FRONTIER_TEXT
+
+# %%
+import json
+
+from islands_kit.resources import checkout_file
+
+frontier = checkout_file(frontier_file)
+if frontier.exists():
+    plots.show(plots.frontier(json.loads(frontier.read_text()), experiment="eight_cell"), out / "frontier.png")
+else:
+    print(f"{frontier} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")

@@ -294,3 +294,25 @@ def test_decoupled_clocks_refuses_a_lockstep_result():
     del res["inner_steps"]
     with pytest.raises(ValueError, match="no 'inner_steps'"):
         plots.decoupled_clocks(res)
+
+
+def test_frontier_draws_each_setting_at_its_bytes_and_ratio_with_the_default_starred():
+    pts = [{"label": "tuned", "fewer": 13.0, "ratio": 1.17, "default": True},
+           {"label": "floor", "fewer": 1.0, "ratio": 1.05, "default": False}]
+    fig = plots.frontier(pts, experiment="eight_cell")
+    assert_readable(fig, 1)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_title() == "eight_cell: quality vs bytes on the link"
+    offsets = [tuple(c.get_offsets()[0]) for c in ax.collections]
+    assert offsets == [(13.0, 1.17), (1.0, 1.05)]
+    star = ax.collections[0]
+    assert tuple(star.get_facecolor()[0][:3]) == pytest.approx(matplotlib_rgb(plots.color("eight_cell", 0)))
+    assert [t.get_text() for t in ax.texts] == ["tuned (default)", "floor"]
+    with pytest.raises(ValueError, match="no points"):
+        plots.frontier([])
+
+
+def matplotlib_rgb(c: str) -> tuple[float, float, float]:
+    from matplotlib.colors import to_rgb
+
+    return to_rgb(c)

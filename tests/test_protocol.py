@@ -83,3 +83,24 @@ def test_run_folders_keep_their_names(protocol, tmp_path):
     assert protocol.run_dir(tmp_path, "a", {"sync.diloco.outer_lr": "1.0", "sync.tau": "0"}, 0) == \
         protocol.run_dir(tmp_path, "a", {"sync.outer_lr": "1.0", "sync.tau": "0"}, 0)
     assert protocol.run_dir(tmp_path, "a", {"sync.tau": "0"}, 0) != protocol.run_dir(tmp_path, "a", {"sync.tau": "1"}, 0)
+
+
+def test_eight_cell_frontier_points_pair_each_row_with_the_baseline_at_the_seed(protocol, tmp_path):
+    base = protocol.ARMS["baseline"].trials()[0]
+    for t in protocol.ARMS["baseline"].trials():
+        fake(protocol, tmp_path, "baseline", t, 0, tune=2.0 if t == base else 3.0, val=2.5)
+    ec = protocol.ARMS["eight_cell"]
+    best = {**ec.fixed, **ec.trials()[1]}
+    for t in ec.trials():
+        fake(protocol, tmp_path, "eight_cell", {**ec.fixed, **t}, 0, tune=2.0 if {**ec.fixed, **t} == best else 3.0,
+             val=3.0, sent=8.0)
+    floor = "floor: 8 replicas averaged every step (H=1, fp32)"
+    fake(protocol, tmp_path, "eight_cell_ablation", {**best, **protocol.ABLATIONS["eight_cell"][floor]}, 0, tune=0,
+         val=2.6, sent=100.0)
+    pts = protocol.frontier_points(tmp_path, "eight_cell")
+    assert pts == [  # rows without a run are left out
+        {"label": protocol.DEFAULT_LABEL["eight_cell"], "fewer": 12.5, "ratio": 3.0 / 2.5, "default": True},
+        {"label": "floor: every-step average", "fewer": 1.0, "ratio": 2.6 / 2.5, "default": False}]
+    assert all(name in protocol.ABLATIONS[arm] for arm, rows in protocol.FRONTIER_ROWS.items() for name in rows)
+    assert protocol.frontier_file("two_site", "demo").name == "frontier-demo.json"  # the name the notebook reads
+    assert protocol.frontier_file("eight_cell", "demo").name == "frontier-eight_cell-demo.json"
