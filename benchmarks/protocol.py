@@ -360,7 +360,9 @@ def write_results(text: str, preset: str) -> None:
 # the rows each arm's bpb-vs-bytes frontier draws (name -> label): two_site the codec x H x sparsity points and the
 # floor, eight_cell the mixing intensities and payload codecs between the tuned butterfly and the every-step floor
 FRONTIER_ROWS: dict[str, dict[str, str]] = {
-    "two_site": {n: n.replace("frontier: ", "") for n in ABLATIONS["two_site"] if n.startswith(("frontier:", "floor:"))},
+    "two_site": {**{n: n.replace("frontier: ", "") for n in ABLATIONS["two_site"] if n.startswith(("frontier:", "floor:"))},
+                 "H=25": "int4, H=25", "QSR H from 25 (alpha 1e-2)": "int4, QSR from H=25 (alpha 1e-2)",
+                 "QSR H from 25 (alpha 1.5e-2)": "int4, QSR from H=25 (alpha 1.5e-2)"},
     "eight_cell": {
         "exact average every window": "exact average every window",
         "mixing twice as often (exchanges_per_window 12)": "E=12",

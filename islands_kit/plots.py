@@ -548,23 +548,24 @@ def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) 
 def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, experiment: str = "two_site") -> Figure:
     """bpb ratio to the baseline vs bytes sent (as 'x fewer bytes than data-parallel', log scale): one point per
     setting (``label``, ``fewer``, ``ratio``; ``default`` marks the operating point the preset uses, drawn as a star
-    in ``experiment``'s colour)."""
+    in ``experiment``'s colour). Points are numbered on the plot and named in the key beside it (settings often sit
+    close together, where labels printed next to them would overlap)."""
     if not points:
         raise ValueError("frontier: no points")
-    fig, ax = new_figure(width=7.0, height=4.2)
+    fig, ax = new_figure(width=10.0, height=4.6)
     for i, p in enumerate(points):
         is_default = bool(p.get("default"))
-        ax.scatter([p["fewer"]], [p["ratio"]], s=70 if is_default else 30, marker="*" if is_default else "o",
-                   color=color(experiment, 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3)
-        # alternate the label above and below its point, so neighbours' labels do not print over each other
-        ax.annotate(p["label"] + (" (default)" if is_default else ""), (p["fewer"], p["ratio"]), fontsize=7,
-                    xytext=(4, 3 if i % 2 == 0 else -9), textcoords="offset points")
+        name = p["label"] + (" (default)" if is_default else "")
+        ax.scatter([p["fewer"]], [p["ratio"]], s=90 if is_default else 30, marker="*" if is_default else "o",
+                   color=color(experiment, 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3,
+                   label=f"{i + 1}. {name}: {p['ratio']:.3f}x at {p['fewer']:.0f}x fewer bytes")
+        ax.annotate(str(i + 1), (p["fewer"], p["ratio"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
     ax.axhline(1.0, color="black", linewidth=0.8, label="baseline (synchronous, every step)")
     ax.set_xscale("log")
     ax.set_xlabel("x fewer bytes than data-parallel (fp32 gradient all-reduce every step)")
     ax.set_ylabel("final bpb / baseline bpb (same seed)")
     ax.set_title(title or f"{experiment}: quality vs bytes on the link")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 

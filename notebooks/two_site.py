@@ -138,8 +138,9 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   the replicas restart from the global model after every sync, so what waits in the residual is progress they lose
 #   until a later sync carries it;
 # * averaging the replicas every step in fp32 (the floor, as many bytes as data-parallel) still ends about 2% behind
-#   the synchronous baseline: two AdamW replicas each with its own moments are not one optimizer on the summed
-#   batch. That floor, not the link, is what keeps two_site from parity at this size.
+#   the synchronous baseline (1% with a higher inner lr): two AdamW replicas each with its own moments are not one
+#   optimizer on the summed batch. Between that floor and the star lie the 50 local steps between syncs: at this
+#   size only syncing more often closes them, and every extra sync is paid for in bytes (the points to the left).
 
 # %%
 import json

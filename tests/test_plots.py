@@ -307,7 +307,9 @@ def test_frontier_draws_each_setting_at_its_bytes_and_ratio_with_the_default_sta
     assert offsets == [(13.0, 1.17), (1.0, 1.05)]
     star = ax.collections[0]
     assert tuple(star.get_facecolor()[0][:3]) == pytest.approx(matplotlib_rgb(plots.color("eight_cell", 0)))
-    assert [t.get_text() for t in ax.texts] == ["tuned (default)", "floor"]
+    assert [t.get_text() for t in ax.texts] == ["1", "2"]  # numbered on the plot, named in the key
+    assert legend_texts(ax)[:2] == ["1. tuned (default): 1.170x at 13x fewer bytes",
+                                    "2. floor: 1.050x at 1x fewer bytes"]
     with pytest.raises(ValueError, match="no points"):
         plots.frontier([])
 
