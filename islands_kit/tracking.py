@@ -272,13 +272,15 @@ def wait_for_offline_run(path: str | Path, timeout_s: float = 30.0) -> bool:
     """Wait until an offline run's file holds its exit record: ``run.finish()`` can return while wandb's service
     process is still writing it, and whoever reads or syncs the run next (a test, ``wandb sync`` in the same script)
     should find it whole. True once complete; False after ``timeout_s`` (the run is then left as it is)."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             if any("exit" in r for r in offline_run_records(path)):
                 return True
-        except (OSError, ValueError):
-            pass  # not created or not readable yet
+        except (OSError, ValueError, DecodeError):
+            pass  # not created, or a record's bytes not all flushed yet
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -338,7 +340,9 @@ def offline_run_records(path: str | Path) -> list[dict[str, Any]]:
 
     The file is wandb's LevelDB-style log: a 7-byte header (``:W&B``, magic, version), then 32 KiB blocks of chunks,
     each a 7-byte header (CRC-32, length, type: full / first / middle / last) and its bytes; a block's tail shorter
-    than a chunk header is zero padding. The chunks of one record, joined, are one ``wandb_internal_pb2.Record``."""
+    than a chunk header is zero padding. The chunks of one record, joined, are one ``wandb_internal_pb2.Record``. A
+    file still being written ends in a chunk shorter than its header says: reading stops there (and a record whose
+    last chunk is not written yet is left out), so a live run reads as the records written so far."""
     import struct
 
     from google.protobuf.json_format import MessageToDict
@@ -364,6 +368,8 @@ def offline_run_records(path: str | Path) -> list[dict[str, Any]]:
         if kind == 0 and length == 0:  # the rest of this block was never written
             pos += left
             continue
+        if pos + head + length > len(data):  # the writer is mid-record: every record before it is whole
+            break
         chunk = data[pos + head:pos + head + length]
         pos += head + length
         buf = chunk if kind in (1, 2) else buf + chunk

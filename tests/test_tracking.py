@@ -137,6 +137,55 @@ def test_offline_run_records_refuses_other_files(tmp_path):
         offline_run_records(tmp_path / "empty") if (tmp_path / "empty").mkdir() is None else None
 
 
+def wandb_log(records, block: int = 32768) -> bytes:
+    """An offline run file in wandb's block format (header, then one chunk per record, split across blocks as the
+    writer does: full, or first / middle / last), for tests of the reader."""
+    import struct
+    import zlib
+
+    out = bytearray(b":W&B\xbe\xef\x01")
+    for rec in records:
+        data, first = rec.SerializeToString(), True
+        while True:
+            left = block - len(out) % block
+            if left < 7:
+                out += b"\0" * left
+                continue
+            n = min(len(data), left - 7)
+            last = n == len(data)
+            kind = (1 if last else 2) if first else (4 if last else 3)
+            out += struct.pack("<IHB", zlib.crc32(data[:n]), n, kind) + data[:n]
+            data, first = data[n:], False
+            if last:
+                break
+    return bytes(out)
+
+
+def test_offline_run_records_reads_a_file_still_being_written(tmp_path):
+    from wandb.proto import wandb_internal_pb2
+
+    from islands_kit.tracking import wait_for_offline_run
+
+    run = wandb_internal_pb2.Record()
+    run.run.run_id = "abc"
+    big = wandb_internal_pb2.Record()  # spans two blocks: a first and a last chunk
+    big.history.item.add(key="x", value_json="1" * 40000)
+    done = wandb_internal_pb2.Record()
+    done.exit.exit_code = 0
+    whole = wandb_log([run, big, done])
+    f = tmp_path / "run-abc.wandb"
+    f.write_bytes(whole)
+    assert [next(iter(r)) for r in offline_run_records(f)] == ["run", "history", "exit"]
+    partial = wandb_log([run, big])
+    f.write_bytes(partial[:-100])  # the writer is inside the big record's last chunk
+    assert [next(iter(r)) for r in offline_run_records(f)] == ["run"]
+    f.write_bytes(whole[:-3])  # inside the exit record
+    assert [next(iter(r)) for r in offline_run_records(f)] == ["run", "history"]
+    assert wait_for_offline_run(f, timeout_s=0.2) is False  # no exit record yet: waits, then gives up, no error
+    f.write_bytes(whole)
+    assert wait_for_offline_run(f, timeout_s=5) is True
+
+
 def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     from islands_kit.compare import compare_table
     from islands_kit.notebooks import comparison_report, comparison_to_wandb
