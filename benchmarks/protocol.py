@@ -114,6 +114,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: top32_int4": {"sync.codec": "top32_int4"},
         "frontier: top16_int2": {"sync.codec": "top16_int2"},
         "frontier: int4, H=100": {"sync.H": "100"},
+        # between the every-step floor and H = 25: what syncing often enough for parity costs in bytes
+        "frontier: int4, H=10": {"sync.H": "10"},
+        "frontier: int4, H=5": {"sync.H": "5"},
         "frontier: top16_int4, H=25": {"sync.codec": "top16_int4", "sync.H": "25"},
         "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
         "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
