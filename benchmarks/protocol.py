@@ -117,6 +117,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # between the every-step floor and H = 25: what syncing often enough for parity costs in bytes
         "frontier: int4, H=10": {"sync.H": "10"},
         "frontier: int4, H=5": {"sync.H": "5"},
+        # the same at the lr that brings the every-step floor to 1.013
+        "frontier: int4, H=10, inner lr 4e-3": {"sync.H": "10", "optim.lr": "4e-3"},
+        "frontier: int4, H=5, inner lr 4e-3": {"sync.H": "5", "optim.lr": "4e-3"},
         "frontier: top16_int4, H=25": {"sync.codec": "top16_int4", "sync.H": "25"},
         "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
         "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
