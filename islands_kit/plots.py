@@ -545,21 +545,29 @@ def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) 
     return fig
 
 
-def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, experiment: str = "two_site") -> Figure:
+def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, experiment: str = "two_site",
+             y_max: float = 1.25) -> Figure:
     """bpb ratio to the baseline vs bytes sent (as 'x fewer bytes than data-parallel', log scale): one point per
     setting (``label``, ``fewer``, ``ratio``; ``default`` marks the operating point the preset uses, drawn as a star
     in ``experiment``'s colour). Points are numbered on the plot and named in the key beside it (settings often sit
-    close together, where labels printed next to them would overlap)."""
+    close together, where labels printed next to them would overlap). The y axis stops at ``y_max``, so that a few
+    far-off settings do not flatten the ones near the baseline: those are drawn as ▲ on the top edge, their ratio in
+    the key."""
     if not points:
         raise ValueError("frontier: no points")
     fig, ax = new_figure(width=10.0, height=4.6)
     for i, p in enumerate(points):
         is_default = bool(p.get("default"))
         name = p["label"] + (" (default)" if is_default else "")
-        ax.scatter([p["fewer"]], [p["ratio"]], s=90 if is_default else 30, marker="*" if is_default else "o",
+        off = p["ratio"] > y_max
+        y = y_max if off else p["ratio"]
+        ax.scatter([p["fewer"]], [y], s=90 if is_default else 30, marker="*" if is_default else "^" if off else "o",
                    color=color(experiment, 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3,
-                   label=f"{i + 1}. {name}: {p['ratio']:.3f}x at {p['fewer']:.0f}x fewer bytes")
-        ax.annotate(str(i + 1), (p["fewer"], p["ratio"]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+                   clip_on=False, label=f"{i + 1}. {name}: {p['ratio']:.3f}x at {p['fewer']:.0f}x fewer bytes"
+                   + (" (off the top)" if off else ""))
+        ax.annotate(str(i + 1), (p["fewer"], y), fontsize=7, xytext=(4, -9 if off else 3), textcoords="offset points")
+    lo = min(1.0, min(p["ratio"] for p in points))
+    ax.set_ylim(lo - 0.01, min(y_max, max(p["ratio"] for p in points)) + 0.01)
     ax.axhline(1.0, color="black", linewidth=0.8, label="baseline (synchronous, every step)")
     ax.set_xscale("log")
     ax.set_xlabel("x fewer bytes than data-parallel (fp32 gradient all-reduce every step)")

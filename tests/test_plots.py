@@ -312,6 +312,11 @@ def test_frontier_draws_each_setting_at_its_bytes_and_ratio_with_the_default_sta
                                     "2. floor: 1.050x at 1x fewer bytes"]
     with pytest.raises(ValueError, match="no points"):
         plots.frontier([])
+    far = plots.frontier(pts + [{"label": "sparse", "fewer": 900.0, "ratio": 1.8}], y_max=1.25)
+    ax = far.axes[0]
+    assert tuple(ax.collections[2].get_offsets()[0]) == (900.0, 1.25)  # drawn on the top edge ...
+    assert legend_texts(ax)[2] == "3. sparse: 1.800x at 900x fewer bytes (off the top)"  # ... its ratio in the key
+    assert ax.get_ylim()[1] == pytest.approx(1.26) and ax.get_ylim()[0] == pytest.approx(0.99)
 
 
 def matplotlib_rgb(c: str) -> tuple[float, float, float]:
