@@ -381,10 +381,7 @@ class TorchDistTransport(Transport):
     def _transfer(self, op: _Op, src: int, dst: int, nbytes: int, start: float) -> tuple[float, list[list[int]]]:
         """Arrival of src's message at dst (simulated) and the byte ranges the link left missing (as
         ``LocalTransport._send``), recorded in the ledger by the receiving island's leader."""
-        end, holes = start, []
-        if self.link is not None:
-            tr = self.link.transfer(nbytes, start, src, dst)
-            end, holes = tr.end_s, tr.holes
+        end, holes = self._link_transfer(nbytes, start, src, dst)
         if self.is_leader:
             self.ledger.record(op.channel, src, dst, nbytes, start, end)
             self._order.append((op.seq, src, dst))
@@ -397,14 +394,7 @@ class TorchDistTransport(Transport):
         the payload as the link delivered it. The bytes themselves travel with ``post`` / ``receive``."""
         if not self.decoupled:
             raise NotImplementedError("TorchDistTransport.send: point-to-point transfers are priced in decoupled mode only")
-        if src == dst:
-            return Delivery(start_s, decode(payload))
-        end, holes = start_s, []
-        if self.link is not None:
-            tr = self.link.transfer(payload.nbytes, start_s, src, dst)
-            end, holes = tr.end_s, tr.holes
-        self.ledger.record(channel, src, dst, payload.nbytes, start_s, end)
-        return Delivery(end, decode(received_payload(payload, holes)))
+        return self._deliver(channel, src, dst, payload, start_s)
 
     def lost_islands(self) -> set[int]:
         """Islands whose process died or stopped answering (decoupled mode): never awaited again."""

@@ -255,6 +255,24 @@ class Transport(abc.ABC):
         clock moves: the caller decides who waits (``sync.decoupled``)."""
         raise NotImplementedError(f"{type(self).__name__} has no point-to-point send")
 
+    def _link_transfer(self, nbytes: int, start: float, src: int, dst: int) -> tuple[float, list[list[int]]]:
+        """When a message of ``nbytes`` posted at ``start`` reaches dst (simulated seconds; at once without a link
+        model) and the byte ranges the link failed to deliver (``Transfer.holes``: none unless the link model runs
+        with ``repair=False``). Nothing is recorded: the caller keeps the ledger."""
+        if self.link is None:
+            return start, []
+        tr = self.link.transfer(nbytes, start, src, dst)
+        return tr.end_s, tr.holes
+
+    def _deliver(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> "Delivery":
+        """``send``'s account of one transfer, made by the process that prices it: the arrival from the link model,
+        the ledger record and the payload as the link delivered it (``src == dst``: no bytes, no time)."""
+        if src == dst:
+            return Delivery(start_s, decode(payload))
+        end, holes = self._link_transfer(payload.nbytes, start_s, src, dst)
+        self.ledger.record(channel, src, dst, payload.nbytes, start_s, end)
+        return Delivery(end, decode(received_payload(payload, holes)))
+
     def all_reduce_tensor(self, channel: str, tensors: dict[int, torch.Tensor], weights: dict[int, float]) -> Handle:
         """Convenience: fp32 all-reduce of plain tensors (routing statistics, DDP gradients)."""
         codec = get_codec("fp32")
@@ -316,12 +334,7 @@ class LocalTransport(Transport):
         byte ranges the link failed to deliver (``Transfer.holes``: none unless the link model runs with
         ``repair=False``)."""
         start = self.clock.now[src] if start is None else start
-        holes: list[list[int]] = []
-        if self.link is None:
-            end = start
-        else:
-            tr = self.link.transfer(nbytes, start, src, dst)
-            end, holes = tr.end_s, tr.holes
+        end, holes = self._link_transfer(nbytes, start, src, dst)
         self.ledger.record(channel, src, dst, nbytes, start, end)
         return end, holes
 
@@ -391,10 +404,7 @@ class LocalTransport(Transport):
         for i in (src, dst):
             if i not in self.clock.now:
                 raise ValueError(f"{channel!r}: unknown island {i}")
-        if src == dst:
-            return Delivery(start_s, decode(payload))
-        end, holes = self._send(channel, src, dst, payload.nbytes, start=start_s)
-        return Delivery(end, decode(received_payload(payload, holes)))
+        return self._deliver(channel, src, dst, payload, start_s)
 
 
 @dataclass
