@@ -198,15 +198,15 @@ class Butterfly(SyncStrategy):
             self.ref_version = step
             self.refs[step] = [v.flat() for v in self.views[self.ids[0]]]
 
-    def _ref_of(self, sent_at: int) -> list[torch.Tensor]:
+    def _ref_version_of(self, sent_at: int) -> int:
         """The reference a delta sent after step ``sent_at`` was encoded against: the newest one set before it (an
         exact average after step t runs after that step's exchanges)."""
-        return self.refs[max(v for v in self.refs if v < sent_at)]
+        return max(v for v in self.refs if v < sent_at)
 
     def _drop_unused_refs(self) -> None:
         if not self.delta:
             return
-        keep = {self.ref_version} | {max(v for v in self.refs if v < x.sent_at) for x in self.pending}
+        keep = {self.ref_version} | {self._ref_version_of(x.sent_at) for x in self.pending}
         self.refs = {v: r for v, r in self.refs.items() if v in keep}
 
     def _exchange(self, step: int, p: int, r: int) -> None:
@@ -229,7 +229,7 @@ class Butterfly(SyncStrategy):
 
     @torch.no_grad()
     def _merge(self, pend: Pending) -> None:
-        ref = self._ref_of(pend.sent_at)[pend.fragment] if self.delta else None
+        ref = self.refs[self._ref_version_of(pend.sent_at)][pend.fragment] if self.delta else None
         for i in self.ids:
             v = self.views[i][pend.fragment]
             theirs = pend.handle.wait(i).to(v.device)  # (a resumed run's in-flight results load on the CPU)
