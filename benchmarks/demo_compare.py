@@ -19,16 +19,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL
+
 RUNS = {
     "baseline": ("baseline", []),
     "two_site": ("two_site", []),
     "eight_cell": ("eight_cell", []),
     # control: the same eight cells synchronised with the DiLoCo all-reduce instead of butterfly exchanges, like for
-    # like with the butterfly: fp32 payloads, plain averaging (outer lr 1, no momentum), the same overlap (tau = the
-    # butterfly's delay, local steps kept) and the same cadence (each fragment synced every H/6 ~ 8 steps)
-    "eight_cell_diloco": ("eight_cell", ["sync.strategy=diloco", "sync.H=8", "sync.tau=2", "sync.diloco.merge=keep_local",
-                                         "sync.diloco.alpha=0.0", "sync.codec=fp32", "sync.diloco.outer_lr=1.0",
-                                         "sync.diloco.outer_momentum=0.0"]),
+    # like with the butterfly (presets.EIGHT_CELL_ALLREDUCE_CONTROL)
+    "eight_cell_diloco": ("eight_cell", [f"{k}={v}" for k, v in EIGHT_CELL_ALLREDUCE_CONTROL.items()]),
     # non-streaming DiLoCo between the two sites: the peak-bytes reference for streaming
     "two_site_p1": ("two_site", ["sync.n_fragments=1"]),
 }

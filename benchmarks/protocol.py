@@ -35,6 +35,7 @@ from pathlib import Path
 
 from islands_kit.config import MOVED_KEYS
 from islands_kit.io import replace_marked_block
+from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
@@ -145,12 +146,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "exchanges_per_window 12 + exact average every window": {"sync.butterfly.exchanges_per_window": "12",
                                                                  "sync.butterfly.exact_average_every": "1"},
         "no overlap delay (tau=0)": {"sync.tau": "0"},
-        # the like-for-like all-reduce control (benchmarks/demo_compare.py): the same cells, cadence (each fragment
-        # every 8 steps), delay and fp32 payloads, but an exact mean of all eight instead of a pairwise exchange
-        "control: DiLoCo all-reduce, same cadence (H=8, tau=2, fp32)": {
-            "sync.strategy": "diloco", "sync.H": "8", "sync.tau": "2", "sync.diloco.merge": "keep_local",
-            "sync.diloco.alpha": "0.0", "sync.codec": "fp32", "sync.diloco.outer_lr": "1.0",
-            "sync.diloco.outer_momentum": "0.0"},
+        # the like-for-like all-reduce control: the same cells, cadence (each fragment every 8 steps), delay and fp32
+        # payloads, but an exact mean of all eight instead of a pairwise exchange
+        "control: DiLoCo all-reduce, same cadence (H=8, tau=2, fp32)": EIGHT_CELL_ALLREDUCE_CONTROL,
         # no mixing rule can beat the eight replicas averaged after every step: the bound on any butterfly choice
         "floor: 8 replicas averaged every step (H=1, fp32)": EIGHT_CELL_FLOOR,
         "floor at inner lr 4e-3 (8 replicas)": {**EIGHT_CELL_FLOOR, "optim.lr": "4e-3"},
