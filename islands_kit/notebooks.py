@@ -256,6 +256,22 @@ def load_run(out_dir: str | Path) -> dict[str, Any]:
     return {"dir": d, "result": result, "history": history, "timeline": timeline}
 
 
+def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site") -> bool:
+    """Draw the protocol's measured bpb-vs-bytes points of ``experiment`` (``benchmarks/frontier-*.json``, written by
+    ``benchmarks/protocol.py --write-results``; a relative path is read from the checkout) with ``plots.frontier``,
+    saved as OUT_DIR/frontier.png. A wheel carries no benchmarks: without the file, say how to measure it and return
+    False."""
+    from islands_kit import plots
+    from islands_kit.resources import checkout_file
+
+    path = checkout_file(frontier_file)
+    if not path.exists():
+        print(f"{path} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
+        return False
+    plots.show(plots.frontier(json.loads(path.read_text()), experiment=experiment), Path(out_dir) / "frontier.png")
+    return True
+
+
 def ddp_bytes_per_step(result: Mapping[str, Any]) -> float:
     """Bytes a fp32 gradient all-reduce would send per step (the ledger's data-parallel reference)."""
     return float(result["ddp_equivalent_bytes"]) / max(int(result["steps"]), 1)

@@ -133,12 +133,6 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 #   reference every window.
 
 # %%
-import json
+from islands_kit.notebooks import show_frontier
 
-from islands_kit.resources import checkout_file
-
-frontier = checkout_file(frontier_file)
-if frontier.exists():
-    plots.show(plots.frontier(json.loads(frontier.read_text()), experiment="eight_cell"), out / "frontier.png")
-else:
-    print(f"{frontier} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
+show_frontier(frontier_file, out, "eight_cell")

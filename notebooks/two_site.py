@@ -143,15 +143,9 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   size only syncing more often closes them, and every extra sync is paid for in bytes (the points to the left).
 
 # %%
-import json
+from islands_kit.notebooks import show_frontier
 
-from islands_kit.resources import checkout_file
-
-frontier = checkout_file(frontier_file)
-if frontier.exists():
-    plots.show(plots.frontier(json.loads(frontier.read_text())), out / "frontier.png")
-else:
-    print(f"{frontier} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
+show_frontier(frontier_file, out)
 
 # %% [markdown]
 # ## Decoupled islands: each site at its own pace

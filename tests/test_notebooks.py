@@ -207,6 +207,18 @@ def test_decoupled_pair_is_lockstep_and_decoupled_with_a_slow_site_b():
             decoupled_pair(cfg, *args)
 
 
+def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp_path, capsys):
+    from islands_kit.notebooks import show_frontier
+
+    pts = [{"label": "tuned", "fewer": 13.0, "ratio": 1.17, "default": True}]
+    (tmp_path / "f.json").write_text(json.dumps(pts))
+    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell") is True
+    assert (tmp_path / "out" / "frontier.png").stat().st_size > 0
+    assert show_frontier(tmp_path / "missing.json", tmp_path / "out2") is False
+    assert "missing.json not found: run benchmarks/protocol.py --write-results" in capsys.readouterr().out
+    assert not (tmp_path / "out2" / "frontier.png").exists()
+
+
 def test_decoupled_table_one_line_per_run():
     islands = {"islands": [{"name": "site-a"}, {"name": "site-b"}]}
     results = {"lockstep": {"config": islands, "inner_steps": {"0": 16, "1": 16}, "tokens": 20480,
