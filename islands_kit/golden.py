@@ -7,6 +7,9 @@ fixture is :func:`golden_config`).
 """
 from __future__ import annotations
 
+import hashlib
+import math
+import platform
 from typing import Any
 
 from islands_kit.config import ExperimentConfig, apply_overrides
@@ -14,6 +17,45 @@ from islands_kit.presets import get_preset
 
 EXPERIMENTS = ("baseline", "two_site", "eight_cell")
 UNPINNED = frozenset({"wall_time_s", "versions", "git_sha", "config"})
+MACHINE_KEY = "_machine"
+# Elsewhere than on the machine kind that wrote a fixture, floats are compared to this relative tolerance: the same
+# torch wheel picks different CPU kernels (AVX2 / AVX-512 / AMX, MKL's per-CPU paths) whose summation orders differ in
+# the last bits (measured: 2.5e-9 relative on a smoke bpb). A real change moves a smoke number by orders of magnitude
+# more; integers (bytes, steps, tokens) and strings are always exact.
+CROSS_MACHINE_RTOL = 1e-6
+
+
+def machine_fingerprint() -> str:
+    """What decides a CPU run's last bits: the torch build, the kernel family it dispatches to, and the CPU itself."""
+    import torch
+
+    model, flags = platform.processor(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = value.strip()
+                    break
+    except OSError:
+        pass
+    flag_hash = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
+    return f"torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | {platform.machine()} {model} | flags {flag_hash}"
+
+
+def fixture_diff(fixture: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """:func:`diff` of a run against a fixture: bit for bit on the machine kind that wrote it, floats within
+    :data:`CROSS_MACHINE_RTOL` elsewhere."""
+    expected = {k: v for k, v in fixture.items() if k != MACHINE_KEY}
+    exact = fixture.get(MACHINE_KEY) == machine_fingerprint()
+    return diff(expected, actual, rtol=0.0 if exact else CROSS_MACHINE_RTOL)
+
+
+def same_number(fixture: dict[str, Any], expected: float, actual: float) -> bool:
+    """One pinned float of ``fixture`` compared as :func:`fixture_diff` compares it."""
+    return not fixture_diff({MACHINE_KEY: fixture.get(MACHINE_KEY), "x": expected}, {"x": actual})
 
 
 def golden_config(experiment: str) -> ExperimentConfig:
@@ -43,21 +85,25 @@ def read_run_files(out_dir: Any) -> tuple[list[dict[str, Any]], list[list[Any]]]
     return rows[0], rows[1]
 
 
-def diff(expected: Any, actual: Any, path: str = "") -> list[str]:
-    """Every place where ``actual`` differs from ``expected`` (exact: numbers must match bit for bit once written
-    to JSON), as ``path: expected -> actual`` lines. Keys only in ``actual`` are new fields and not differences."""
+def diff(expected: Any, actual: Any, path: str = "", rtol: float = 0.0) -> list[str]:
+    """Every place where ``actual`` differs from ``expected`` (exact by default: numbers must match bit for bit once
+    written to JSON; ``rtol`` > 0 lets two floats differ by that relative amount), as ``path: expected -> actual``
+    lines. Keys only in ``actual`` are new fields and not differences."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         out = []
         for k in expected:
             if k not in actual:
                 out.append(f"{path}.{k}: missing")
             else:
-                out += diff(expected[k], actual[k], f"{path}.{k}")
+                out += diff(expected[k], actual[k], f"{path}.{k}", rtol)
         return out
     if isinstance(expected, list) and isinstance(actual, list):
         if len(expected) != len(actual):
             return [f"{path}: length {len(expected)} -> {len(actual)}"]
-        return [d for i, (a, b) in enumerate(zip(expected, actual)) for d in diff(a, b, f"{path}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(expected, actual)) for d in diff(a, b, f"{path}[{i}]", rtol)]
+    if (rtol > 0 and isinstance(expected, float) and isinstance(actual, float) and math.isfinite(expected)
+            and math.isclose(expected, actual, rel_tol=rtol, abs_tol=0.0)):
+        return []
     if expected != actual and not (expected is None and actual is None):
         return [f"{path}: {expected!r} -> {actual!r}"]
     return []

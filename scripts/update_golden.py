@@ -21,7 +21,7 @@ os.environ["WANDB_MODE"] = "disabled"
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from islands_kit.golden import EXPERIMENTS, golden_config, pinned, read_run_files  # noqa: E402
+from islands_kit.golden import EXPERIMENTS, MACHINE_KEY, golden_config, machine_fingerprint, pinned, read_run_files  # noqa: E402
 from islands_kit.run import run_experiment  # noqa: E402
 
 
@@ -34,7 +34,8 @@ def main(argv: list[str]) -> None:
             res = run_experiment(golden_config(exp), tmp)
             history, timeline = read_run_files(tmp)
         path = ROOT / "tests" / "golden" / f"{exp}.smoke.json"
-        path.write_text(json.dumps(pinned(dict(res), history, timeline), sort_keys=True, indent=0) + "\n")
+        fixture = {MACHINE_KEY: machine_fingerprint(), **pinned(dict(res), history, timeline)}
+        path.write_text(json.dumps(fixture, sort_keys=True, indent=0) + "\n")
         print(f"{path.relative_to(ROOT)}: final_val_bpb={res['final_val_bpb']!r} cross_site_bytes={res['cross_site_bytes']}")
 
 
