@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 OUT    ?= runs/demo
 
-.PHONY: install demo test clean
+.PHONY: install demo test test-fast clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ test: install
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+
+# the fast tier: in-process tests only (no torchrun, papermill, CLI subprocesses or kills); about a minute
+test-fast: install
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache

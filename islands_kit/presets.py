@@ -1,30 +1,33 @@
-"""Named presets: one size dial per experiment. ``smoke`` runs in seconds (tests), ``demo`` in a few minutes on two
-CPU cores (the README's main job); ``gpu-small`` (quick checks, <= 3 minutes per experiment) and ``gpu`` (<= 10 minutes
-per experiment) are for one GPU: every island of an experiment in one process on the same GPU, bf16 autocast, Shampoo
-inner optimizer, ``device=cuda`` (so a machine without CUDA refuses them with a ConfigError naming ``device`` instead of
-training on the CPU; ``--set device=cpu`` overrides). Their islands carry GPU hardware profiles for the simulated clock
-(site A: 4 x GB300, site B: 3 x B300, the seed's two kinds of site, balanced for 3:2 batches; cells: one B300 each).
-Sizing: the model, step count and Shampoo root cadence are chosen so that all islands of an experiment fit one H200
-(141 GB) and each experiment should finish within the budget above; the estimate (FLOPs, memory, kernel launches and
-Shampoo eigendecompositions) and its status (unmeasured until benchmarks/gpu_check.sh has run on a GPU) are in
-benchmarks/RESULTS.md, "GPU presets".
+"""Named presets: one size dial per experiment. ``smoke`` runs in seconds (tests), ``demo`` in minutes on two CPU
+cores (the README's main job); ``gpu-small`` (quick checks) and ``gpu`` (the full GPU preset) are for one GPU: every
+island of an experiment in one process on the same GPU, bf16 autocast, ``device=cuda`` (so a machine without CUDA
+refuses them with a ConfigError naming ``device`` instead of training on the CPU; ``--set device=cpu`` overrides).
+Their islands carry GPU hardware profiles for the simulated clock (site A: 4 x GB300, site B: 3 x B300, the seed's two
+kinds of site, balanced for 3:2 batches; cells: one B300 each). The sizing estimate (FLOPs, memory, per-call costs)
+and its status are in benchmarks/RESULTS.md, "GPU presets".
+
+Regime. DiLoCo-family results are measured near compute-optimal training (about 20 tokens per parameter, hundreds of
+outer steps: Charles et al. 2025, Douillard et al. 2025); a preset with a handful of outer steps measures the method's warm-up, not
+the method. So every non-smoke preset trains >= 20 tokens per active parameter, and gives each fragment >= 24 outer
+steps on CPU (demo: H = 50, 1200 steps) and >= 80 on the GPU presets (H = 30, the scaling-law paper's, 2400 steps).
+result.json records both (``tokens_per_active_param``, ``outer_steps_per_fragment``).
 
 All three experiments of one preset train the same model for the same number of inner steps with the same global
 batch (the sum of the islands' batches), so they are compared at equal total training tokens:
   * baseline — the two sites' batches, gradients all-reduced every step (one model on the summed batch);
-  * two_site — site A (3 units of compute, batch 24 as 2 ranks x 12) and site B (slower units, batch 16 as 1 rank x
-    2 micro-batches of 8): the seed's 3:2 asymmetry, Streaming DiLoCo between them;
-  * eight_cell — eight equal cells of batch 5, butterfly mixing.
+  * two_site — site A (3 units of compute, 3/5 of the batch as 2 ranks) and site B (slower units, 2/5 of the batch
+    as 1 rank x 2 micro-batches): the seed's 3:2 asymmetry, Streaming DiLoCo between them;
+  * eight_cell — eight equal cells of 1/8 of the batch each, butterfly mixing.
 
 ``MODEL_SIZES`` is the kit's one table of model sizes (``ModelConfig`` keyword arguments): the three presets' models
 plus two controls at the demo size, read through :func:`model_config`:
 
 * ``smoke``: tests and the tour notebook (seconds).
-* ``demo``: the CPU demo, 16 experts top-2 (d_expert 128).
+* ``demo``: the CPU demo, width 64, 4 layers, 16 experts top-2 (d_expert 64).
 * ``demo-64x2``: the 32x-sparse configuration, 64 experts top-2, same active parameters as ``demo`` (same d_expert;
   only the router is wider).
-* ``demo-dense``: the dense control (one SwiGLU MLP, no router) with d_expert 260, chosen so its active parameters
-  match ``demo``'s within 0.5% (3 * 128 * 260 = 99,840 vs router + 2 experts = 2,048 + 98,304 = 100,352 per layer).
+* ``demo-dense``: the dense control (one SwiGLU MLP, no router) with d_expert 133, chosen so its active parameters
+  match ``demo``'s within 0.5% (3 * 64 * 133 = 25,536 vs router + 2 experts = 1,024 + 24,576 = 25,600 per layer).
 * ``gpu-small``, ``gpu``: the models for one lent GPU (quick checks; the full GPU preset).
 """
 from __future__ import annotations
@@ -37,14 +40,14 @@ from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
 PRESETS = ("smoke", "demo", "gpu-small", "gpu")
 GPU_PRESETS = ("gpu-small", "gpu")
 
-_DEMO: dict[str, Any] = dict(seq_len=128, d_model=128, n_layers=4, n_heads=4, d_expert=128)
+_DEMO: dict[str, Any] = dict(seq_len=128, d_model=64, n_layers=4, n_heads=2, d_expert=64)
 MODEL_SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seq_len=32, d_model=32, n_layers=2, n_heads=2, n_experts=4, top_k=2, d_expert=32),
     "demo": dict(_DEMO, n_experts=16, top_k=2),
     "demo-64x2": dict(_DEMO, n_experts=64, top_k=2),
-    "demo-dense": dict(_DEMO, n_experts=1, top_k=1, d_expert=260),
-    "gpu-small": dict(seq_len=256, d_model=256, n_layers=4, n_heads=4, n_experts=16, top_k=2, d_expert=256),
-    "gpu": dict(seq_len=512, d_model=512, n_layers=6, n_heads=8, n_experts=16, top_k=2, d_expert=512),
+    "demo-dense": dict(_DEMO, n_experts=1, top_k=1, d_expert=133),
+    "gpu-small": dict(seq_len=256, d_model=128, n_layers=4, n_heads=4, n_experts=16, top_k=2, d_expert=128),
+    "gpu": dict(seq_len=512, d_model=384, n_layers=6, n_heads=6, n_experts=16, top_k=2, d_expert=384),
 }
 
 
@@ -56,24 +59,28 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
 _RUN: dict[str, dict[str, Any]] = {
     # steps, eval_every, eval_bytes, warmup, lr
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
-    # lr 3e-3: the protocol's winner for both baseline and two_site (benchmarks/protocol.py; RESULTS.md); the tuning
-    # split is held out so that a demo run is the protocol's run (bpb on the same untouched validation bytes)
-    "demo": dict(steps=300, eval_every=50, data=dict(eval_bytes=32768, tune_fraction=0.05),
-                 optim=dict(warmup_steps=30, lr=3e-3)),
-    # Shampoo beats AdamW at equal tokens on the demo baseline but costs more per step on CPU (both measured in
-    # benchmarks/RESULTS.md), which the demo's 5-minute budget cannot pay; on a GPU its overhead is small (<= 10% in
-    # the Distributed Shampoo paper), so the gpu preset trains with it. --set optim.name=shampoo switches any preset.
-    "gpu-small": dict(steps=600, eval_every=100, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
-                      optim=dict(name="shampoo", warmup_steps=50, lr=2e-3, start_preconditioning_step=50,
-                                 precondition_frequency=50)),
-    "gpu": dict(steps=1500, eval_every=250, data=dict(eval_bytes=262144), device="cuda", precision="bf16",
-                optim=dict(name="shampoo", warmup_steps=150, lr=1e-3, start_preconditioning_step=150,
-                           precondition_frequency=100)),
+    # width 64 for 1200 steps: 30 tokens per active parameter, 24 outer steps per fragment at H = 50 (the scaling
+    # study's longest point, with lr 3e-3, the protocol's winner at the old demo size); the tuning split is held out so
+    # that a demo run is the protocol's run (bpb on the same untouched validation bytes)
+    "demo": dict(steps=1200, eval_every=150, data=dict(eval_bytes=32768, tune_fraction=0.05),
+                 optim=dict(warmup_steps=120, lr=3e-3)),
+    # AdamW on the GPU presets: at 2400 steps Shampoo's inverse roots (eight replicas' eigendecompositions) would
+    # dominate the time budget; --set optim.name=shampoo switches any preset
+    "gpu-small": dict(steps=2400, eval_every=300, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
+                      optim=dict(name="adamw", warmup_steps=240, lr=3e-3)),
+    "gpu": dict(steps=2400, eval_every=300, data=dict(eval_bytes=262144), device="cuda", precision="bf16",
+                optim=dict(name="adamw", warmup_steps=240, lr=1.5e-3)),
 }
 
 
+# sequences per step, the same in every experiment of a preset: 40 (24 + 16 for two sites, 8 x 5 for cells), x4 on
+# the gpu preset so its 2400 steps reach 20 tokens per active parameter
+_BATCH_SCALE = {"gpu": 4}
+
+
 def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
-    """The same global batch of 40 sequences in every experiment (3:2 = 24 + 16 for two sites, 8 x 5 for cells).
+    """The same global batch in every experiment (3:2 = 24 + 16 for two sites, 8 x 5 for cells, times the preset's
+    ``_BATCH_SCALE``).
 
     Site A: 2 data-parallel ranks of 12 sequences; site B: one rank accumulating 2 micro-batches of 8. CPU presets:
     site A has 3 units of the faster CPU profile, site B 4 units of the slower one; GPU presets: 4 x GB300 (10 PFLOP/s)
@@ -81,10 +88,11 @@ def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
     well-planned two-site run would arrange."""
     gpu = preset in GPU_PRESETS
     hw_a, n_a, hw_b, n_b, hw_cell = ("gb300", 4, "b300", 3, "b300") if gpu else ("cpu-2core", 3, "cpu-1core", 4, "cpu-2core")
+    k = _BATCH_SCALE.get(preset, 1)
     if experiment in ("baseline", "two_site"):
-        return [dict(name="site-a", batch_size=24, micro_batch_size=12, dp_ranks=2, hardware=hw_a, n_accelerators=n_a),
-                dict(name="site-b", batch_size=16, micro_batch_size=8, dp_ranks=1, hardware=hw_b, n_accelerators=n_b)]
-    return [dict(name=f"cell-{i}", batch_size=5, micro_batch_size=5, dp_ranks=1, hardware=hw_cell, n_accelerators=1)
+        return [dict(name="site-a", batch_size=24 * k, micro_batch_size=12 * k, dp_ranks=2, hardware=hw_a, n_accelerators=n_a),
+                dict(name="site-b", batch_size=16 * k, micro_batch_size=8 * k, dp_ranks=1, hardware=hw_b, n_accelerators=n_b)]
+    return [dict(name=f"cell-{i}", batch_size=5 * k, micro_batch_size=5 * k, dp_ranks=1, hardware=hw_cell, n_accelerators=1)
             for i in range(8)]
 
 
@@ -129,6 +137,8 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
         bf["exchanges_per_window"] = min(bf.get("exchanges_per_window", 6), 3)
         d["wandb_mode"] = "disabled"
         d["progress"] = False
+    if preset in GPU_PRESETS:  # the scaling-law paper's H: 80 outer steps per fragment in 2400 steps
+        d["sync"]["H"] = 30
     return d
 
 

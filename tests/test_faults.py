@@ -400,6 +400,7 @@ def test_a_non_finite_global_model_is_refused_at_evaluation():
         exp.evaluate()
 
 
+@pytest.mark.slow
 def test_poisoned_island_notebook(tmp_path):
     from islands_kit.notebooks import run_notebook
 

@@ -94,6 +94,7 @@ def test_forcing_triton_where_it_cannot_run_raises_and_auto_falls_back(monkeypat
             K.set_backend("triton")
 
 
+@pytest.mark.slow
 def test_package_works_with_triton_unimportable():
     """In a fresh interpreter where `import triton` fails: the package imports, runs the torch path, refuses triton."""
     code = (

@@ -67,6 +67,7 @@ def assert_png(p: Path) -> None:
 # The committed notebooks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_committed_notebook_shape(name):
     """No outputs, python3 kernelspec, a first code cell tagged parameters holding literal assignments only, every one
@@ -89,12 +90,14 @@ def test_committed_notebook_shape(name):
     assert sum("parameters" in c.metadata.get("tags", []) for c in nb.cells) == 1
 
 
+@pytest.mark.slow
 def test_notebooks_match_their_generator():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_notebooks.py"), "--check"], capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.slow
 def test_experiment_notebooks_declare_their_knobs():
     import papermill as pm
 
@@ -249,6 +252,7 @@ def test_notebook_config_names_the_bad_field(experiment, steps, overrides, field
         notebook_config(experiment, "smoke", 0, steps, overrides)
 
 
+@pytest.mark.slow
 def test_bad_preset_and_unknown_notebook_parameter(tmp_path):
     with pytest.raises(ConfigError, match="preset"):
         notebook_config("baseline", "huge", 0, 0, {})
@@ -362,6 +366,7 @@ PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tok
                            r"loss [\d.]+( \| val bpb (\d\.\d{3}) @(\d+))?$")
 
 
+@pytest.mark.slow
 def test_compare_notebook_runs_the_three_experiments(tmp_path):
     out = tmp_path / "demo"
     executed = run_notebook("compare", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled",
@@ -437,6 +442,7 @@ def first_error_cell(path: Path) -> int:
     raise AssertionError("no cell failed")
 
 
+@pytest.mark.slow
 def test_bad_parameter_stops_in_the_validation_cell(tmp_path):
     with pytest.raises(ConfigError, match=r"sync\.codec: must be one of .*\(got 'int3'\)"):
         run_notebook("eight_cell", {"preset": "smoke", "codec": "int3"}, tmp_path)
@@ -476,6 +482,7 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
         assert_png(tmp_path / png)
 
 
+@pytest.mark.slow
 def test_other_errors_in_a_notebook_are_one_line(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

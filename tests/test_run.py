@@ -84,6 +84,7 @@ VICTIM = Path(__file__).with_name("paused_victim.py")  # the CLI, pausing itself
     ("step:7", False),  # mid-run: the checkpoint of step 6 is the latest
     ("write:4", True),  # mid-write: the step-8 checkpoint is complete in its temporary file, not yet renamed
 ])
+@pytest.mark.slow
 def test_sigkill_and_resume_is_bit_identical(tmp_path, pause, left_tmp):
     """The victim stops itself at a known point and waits for a signal (no race against a timer on a fast machine);
     SIGKILL there, then --resume must finish with the uninterrupted run's numbers."""

@@ -53,6 +53,7 @@ def test_study_runs_resumes_and_tables(tmp_path):
     assert lines["eight_cell: wider models (this kit)"].get_linestyle() == "--"
 
 
+@pytest.mark.slow
 def test_scaling_notebook_runs_the_smoke_cross_and_reuses_finished_runs(tmp_path):
     from islands_kit.notebooks import run_notebook
 

@@ -238,6 +238,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_block_ownership_two_gloo_ranks_equals_one_process(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

@@ -189,6 +189,8 @@ from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
 from islands_kit.distributed import RankLayout, init_from_env
 from islands_kit.presets import get_preset
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 class MakesMarker:
     def __reduce__(self):
         return (open, (sys.argv[1], "w"))
