@@ -128,6 +128,8 @@ class DiLoCoConfig:
     # H_s = max(sync.H, floor((qsr_alpha / η_s)^2)) steps, η_s the inner lr then (the warm-up read as the peak)
     h_schedule: str = "constant"  # constant: every window sync.H steps | qsr: longer windows as the lr decays
     qsr_alpha: float = 0.0  # α of the quadratic synchronisation rule (same units as optim.lr); > 0 with h_schedule=qsr
+    average: str = "mean"  # how a sync merges the outer gradients: mean (token-weighted, all-reduced) | radial_directional
+    #   (mean norm x mean direction, sync/averaging.py; it needs every outer gradient, so the islands all-gather)
 
     def __post_init__(self) -> None:
         p = "sync.diloco."
@@ -145,6 +147,8 @@ class DiLoCoConfig:
         _check(self.h_schedule in ("constant", "qsr"), p + "h_schedule", "must be one of constant|qsr", self.h_schedule)
         _check(self.h_schedule != "qsr" or self.qsr_alpha > 0, p + "qsr_alpha", "must be > 0 with h_schedule=qsr",
                self.qsr_alpha)
+        _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
+               self.average)
 
 
 @dataclass
@@ -240,6 +244,8 @@ class SyncConfig:
             _check(not self.diloco.eager and self.diloco.warm_start_steps == 0, p + "diloco",
                    "eager updates and the warm start are lock-step schedules: not with sync.mode=decoupled",
                    "eager" if self.diloco.eager else "warm_start_steps")
+            _check(self.diloco.average == "mean", p + "diloco.average",
+                   "is the lock-step merge: with sync.mode=decoupled set sync.decoupled.average", self.diloco.average)
 
 
 @dataclass
@@ -475,6 +481,9 @@ class ExperimentConfig:
             _check(self.sync.strategy == "diloco", "faults.attack" if f.attack != "none" else "faults.defense",
                    "attacks and defences need sync.strategy=diloco (the only strategy with an aggregation step)",
                    f.attack if f.attack != "none" else f.defense)
+        if f.defense != "none":
+            _check(self.sync.diloco.average == "mean", "sync.diloco.average",
+                   "must be mean with faults.defense (the defence's robust rule replaces the mean)", self.sync.diloco.average)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
             _check(self.sync.strategy in ("diloco", "ddp"), "faults.preempt_island",
                    "preemption needs the diloco strategy (butterfly cells have no global state to rejoin from) or ddp "
