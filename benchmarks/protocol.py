@@ -35,7 +35,7 @@ from pathlib import Path
 
 from islands_kit.config import MOVED_KEYS
 from islands_kit.io import replace_marked_block
-from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL
+from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL, TWO_SITE_M1_CONTROL
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
@@ -103,6 +103,11 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "QSR H from 25 (alpha 1.5e-2)": {"sync.H": "25", "sync.diloco.h_schedule": "qsr",
                                          "sync.diloco.qsr_alpha": "1.5e-2"},
         "floor: H=1, P=1, tau=0, fp32": TWO_SITE_FLOOR,
+        # DiLoCo with one replica (site A alone with the whole batch, no bytes on a link): what the outer optimizer is
+        # worth without a second replica to average with — with the tuned outer settings and with the papers' M = 1 ones
+        "control: DiLoCo M = 1 (site A alone, batch 40, tuned sync)": TWO_SITE_M1_CONTROL,
+        "control: DiLoCo M = 1, Nesterov 0.4/0.9": {**TWO_SITE_M1_CONTROL, "sync.diloco.outer_lr": "0.4",
+                                                    "sync.diloco.outer_momentum": "0.9"},
         # the floor given the lr the baseline's grid ends on: is the every-step-averaging gap an lr mismatch?
         "floor at inner lr 4e-3": {**TWO_SITE_FLOOR, "optim.lr": "4e-3"},
         "floor at inner lr 6e-3": {**TWO_SITE_FLOOR, "optim.lr": "6e-3"},

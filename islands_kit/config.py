@@ -9,6 +9,7 @@ work starts, with a message that names the field and the rule it broke (``Config
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import typing
@@ -527,6 +528,11 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         return _build(tp, value, path + ".")
     if origin is list:
         (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str):  # from the command line: --set 'islands=[{"batch_size": 40, ...}]'
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be a list (on the command line a JSON list) (got {value!r})") from None
         _check(isinstance(value, (list, tuple)), path, "must be a list", value)
         return [_coerce(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
     if tp is bool:
