@@ -291,6 +291,9 @@ class DiLoCo(SyncStrategy):
             else:
                 v.assign(a * v.flat() + (1.0 - a) * g.detach() if a > 0 else g.detach())
 
+    def outer_steps_per_fragment(self) -> list[int] | None:
+        return list(self.n_outer)  # the warm start's plain averages are not outer steps
+
     # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
     def eval_state(self) -> dict[str, torch.Tensor]:
         state: dict[str, torch.Tensor] = {}
