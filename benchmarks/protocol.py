@@ -6,9 +6,10 @@ scored on the untouched validation bytes, ratios paired per seed.
     python benchmarks/protocol.py --preset demo --out runs/protocol --write-results     # report into RESULTS.md
 
 The protocol (also written into the report):
-  1. Tuning. Every arm gets the same budget: a grid of ``TRIALS`` settings, each trained at seed 0 with
-     ``data.tune_fraction`` of the bytes just before the validation tail held out of training. The winner is the trial
-     with the lowest ``final_tune_bpb`` (bpb on that tuning split); the validation bytes play no part in the choice.
+  1. Tuning. Every arm gets the same budget as the baseline it is paired against: a grid of as many settings
+     (``check_budgets``), each trained at seed 0 with ``data.tune_fraction`` of the bytes just before the validation
+     tail held out of training. The winner is the trial with the lowest ``final_tune_bpb`` (bpb on that tuning
+     split); the validation bytes play no part in the choice.
   2. Scoring. The winner of each arm is trained at every seed of ``--seeds`` (seed 0 is the tuning run itself: the
      same config, so the same run). Seeds pair arms: the same seed gives the same initial weights and data order.
   3. Ratios. arm / baseline per seed on ``final_val_bpb`` (all validation bytes), then mean and spread (min..max).
@@ -35,17 +36,17 @@ from pathlib import Path
 
 from islands_kit.config import MOVED_KEYS
 from islands_kit.io import replace_marked_block
-from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL
+from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL, TWO_SITE_M1_CONTROL
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
-TRIALS = 4  # the tuning budget of every arm: settings tried per arm
 
 
 @dataclass
 class Arm:
-    """One experiment with fixed settings and a grid of exactly ``TRIALS`` settings to tune over; ``ref`` is the arm
-    its ratios are paired against (the synchronous baseline with the same inner optimizer)."""
+    """One experiment with fixed settings and a grid of settings to tune over (as many as its ``ref``'s:
+    ``check_budgets``); ``ref`` is the arm its ratios are paired against (the synchronous baseline with the same inner
+    optimizer)."""
 
     experiment: str
     grid: dict[str, list[str]]
@@ -54,10 +55,24 @@ class Arm:
 
     def trials(self) -> list[dict[str, str]]:
         keys = sorted(self.grid)
-        out = [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
-        if len(out) != TRIALS:
-            raise ValueError(f"arm {self.experiment}: grid has {len(out)} trials, the protocol gives every arm {TRIALS}")
-        return out
+        return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
+
+
+def check_budgets(arms: dict[str, Arm]) -> dict[str, int]:
+    """Trials per arm; ValueError unless every arm tunes over exactly as many settings as the baseline it is paired
+    against (a bigger grid is a bigger tuning budget: the comparison would favour the arm that had it)."""
+    n = {name: len(arm.trials()) for name, arm in arms.items()}
+    for name, arm in arms.items():
+        if n[name] != n[arm.ref]:
+            raise ValueError(f"arm {name}: grid has {n[name]} trials, its baseline {arm.ref} {n[arm.ref]}: "
+                             "every arm gets its baseline's tuning budget")
+    return n
+
+
+def _lr(v: float) -> str:
+    """An lr as the grids spell it: 3e-3, 5.48e-3."""
+    mantissa, exp = f"{v:.2e}".split("e")
+    return f"{float(mantissa):g}e{int(exp)}"
 
 
 # What the two_site method is (fixed, chosen from the literature before tuning) and what is tuned. The published
@@ -68,16 +83,31 @@ SHAMPOO = {"optim.name": "shampoo"}
 # eight cells: merge the partner against the snapshot as sent (the delay's local steps keep full weight) and end with
 # one complete butterfly, so every cell — and the deployed model — is the exact cell mean
 EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.final_average": "true"}
+# DiLoCo's outer optimizer, tuned: outer SGD lr x momentum (0 = plain averaging at that lr; 0.9 = Nesterov, the
+# sync.diloco.nesterov default). Charles et al. 2025 find Nesterov 0.9 with lr ~0.6 for M = 2, 0.8-1.0 for M = 8.
+OUTER_GRID = {"sync.diloco.outer_lr": ["0.4", "0.6", "0.8", "1.0"], "sync.diloco.outer_momentum": ["0.0", "0.9"]}
+LR = 3e-3  # the inner lr the baseline and two_site both won at M = 2 (the demo preset's optim.lr)
+# the baseline tunes only its inner lr, so its budget (two_site's: 2 inner lrs x the outer grid) buys a fine lr grid:
+# 16 values a quarter octave apart around LR, 1.06e-3 to 1.43e-2
+FINE_LRS = [_lr(LR * 2 ** (k / 4)) for k in range(-6, 10)]
+# the inner lr scaled with the replica count M = 8 from LR: the scaling-law fit's M^0.29 and sqrt(M) (Charles et al.)
+M8_LRS = [_lr(LR * 8 ** 0.29), _lr(LR * 8 ** 0.5)]
+# eight cells synchronised by the DiLoCo all-reduce (presets.EIGHT_CELL_ALLREDUCE_CONTROL) with the outer optimizer
+# tuned instead of fixed to plain averaging
+EIGHT_CELL_ALLREDUCE_METHOD = {k: v for k, v in EIGHT_CELL_ALLREDUCE_CONTROL.items() if k not in OUTER_GRID}
 ARMS: dict[str, Arm] = {
-    "baseline": Arm("baseline", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}),
-    "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.diloco.outer_lr": ["1.0", "1.3"]}, TWO_SITE_METHOD),
-    "eight_cell": Arm("eight_cell", {"optim.lr": ["1.5e-3", "2e-3", "3e-3", "4e-3"]}, EIGHT_CELL_METHOD),
+    "baseline": Arm("baseline", {"optim.lr": FINE_LRS}),
+    "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], **OUTER_GRID}, TWO_SITE_METHOD),
+    # the butterfly has no outer optimizer: its budget goes to the inner lr, the fine grid (its lowest value given up)
+    # with the M = 8 scaled lrs (LR x sqrt(8) = LR x 2^1.5 is a grid point already)
+    "eight_cell": Arm("eight_cell", {"optim.lr": sorted(set(FINE_LRS[1:] + M8_LRS), key=float)}, EIGHT_CELL_METHOD),
+    "eight_cell_allreduce": Arm("eight_cell", {"optim.lr": M8_LRS, **OUTER_GRID}, EIGHT_CELL_ALLREDUCE_METHOD),
     "baseline_shampoo": Arm("baseline", {"optim.lr": ["1e-3", "2e-3", "3e-3", "4e-3"]}, SHAMPOO, ref="baseline_shampoo"),
     "two_site_shampoo": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.diloco.outer_lr": ["1.0", "1.3"]},
                             {**TWO_SITE_METHOD, **SHAMPOO}, ref="baseline_shampoo"),
 }
 # arms run phase by phase (tuning, then seeds); a phase's arms share its tuning stage
-PHASES = [["baseline", "two_site"], ["eight_cell"], ["baseline_shampoo", "two_site_shampoo"]]
+PHASES = [["baseline", "two_site"], ["eight_cell", "eight_cell_allreduce"], ["baseline_shampoo", "two_site_shampoo"]]
 # what averaging the replicas' parameters after every inner step reaches at all (as many bytes as data-parallel):
 # DiLoCo with H = 1, one fragment, no overlap, fp32 and plain averaging (outer SGD lr 1, no momentum)
 TWO_SITE_FLOOR = {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
@@ -103,6 +133,11 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "QSR H from 25 (alpha 1.5e-2)": {"sync.H": "25", "sync.diloco.h_schedule": "qsr",
                                          "sync.diloco.qsr_alpha": "1.5e-2"},
         "floor: H=1, P=1, tau=0, fp32": TWO_SITE_FLOOR,
+        # DiLoCo with one replica (site A alone with the whole batch, no bytes on a link): what the outer optimizer is
+        # worth without a second replica to average with — with the tuned outer settings and with the papers' M = 1 ones
+        "control: DiLoCo M = 1 (site A alone, batch 40, tuned sync)": TWO_SITE_M1_CONTROL,
+        "control: DiLoCo M = 1, Nesterov 0.4/0.9": {**TWO_SITE_M1_CONTROL, "sync.diloco.outer_lr": "0.4",
+                                                    "sync.diloco.outer_momentum": "0.9"},
         # the floor given the lr the baseline's grid ends on: is the every-step-averaging gap an lr mismatch?
         "floor at inner lr 4e-3": {**TWO_SITE_FLOOR, "optim.lr": "4e-3"},
         "floor at inner lr 6e-3": {**TWO_SITE_FLOOR, "optim.lr": "6e-3"},
@@ -246,6 +281,7 @@ def _finished(out: Path, arms: list[str], seeds: list[int], ablation_seeds: list
 
 
 def execute(out: Path, preset: str, seeds: list[int], jobs: int, ablation_seeds: list[int], arms: list[str]) -> None:
+    check_budgets(ARMS)
     n_trials = sum(len(ARMS[a].trials()) for a in arms)
     n_abl = sum(1 for a in arms for n in ABLATIONS.get(a, {}) if n not in SKIPPED)
     total = n_trials + len(arms) * (len(seeds) - 1) + n_abl * len(ablation_seeds)
@@ -284,7 +320,9 @@ def _spread(xs: list[float]) -> str:
 
 
 def report(out: Path, preset: str, seeds: list[int], arms: list[str], ablation_seeds: list[int]) -> str:
-    lines = [f"Protocol: every arm tuned over {TRIALS} settings at seed 0 on the tuning split (data.tune_fraction = "
+    budgets = check_budgets(ARMS)
+    lines = ["Protocol: every arm tuned over as many settings as its baseline ("
+             + ", ".join(f"{a} {budgets[a]}" for a in arms) + f") at seed 0 on the tuning split (data.tune_fraction = "
              f"{TUNE_FRACTION}: the bytes just before the validation tail, held out of training), winner = lowest "
              f"final_tune_bpb; the winner then trained at seeds {seeds}; bpb on all validation bytes; ratios paired "
              f"per seed (same initial weights and data order), mean (min..max). One torch thread per run.", ""]

@@ -128,6 +128,9 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
             "final_val_bpb": r["final_val_bpb"], "bpb_vs_ref": r["final_val_bpb"] / paired["final_val_bpb"],
             "cross_site_bytes": sent, "x_fewer_bytes": ref_bytes / sent if sent else math.inf,
             "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
+            # the regime (None in results written before these were recorded; outer steps: None for data-parallel)
+            "tokens_per_active_param": r.get("tokens_per_active_param"),
+            "outer_steps_per_fragment": r.get("outer_steps_per_fragment"),
             "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
             "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref), "reference_bytes": ref_bytes,
             "paired_with": run_label(paired), "mismatch": note,
@@ -187,12 +190,22 @@ def _x(v: float) -> str:
     return "inf" if math.isinf(v) else f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
 
 
+def _outer_steps(steps: list[int] | None) -> str:
+    """Syncs per fragment: one number when every fragment took as many, else min..max; — without fragment syncs."""
+    if not steps:
+        return "—"
+    return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
+
+
 RUN_COLUMNS = [
     ("run", lambda r: r["run"]), ("experiment", lambda r: r["experiment"]), ("corpus", lambda r: str(r["corpus"])),
     ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"),
     ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / ref", lambda r: f"{r['bpb_vs_ref']:.4f}"),
     ("link bytes", lambda r: _bytes(r["cross_site_bytes"])),
-    ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes"])), ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
+    ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes"])),
+    ("tokens / active param", lambda r: "—" if r["tokens_per_active_param"] is None else f"{r['tokens_per_active_param']:.1f}"),
+    ("outer steps / fragment", lambda r: _outer_steps(r["outer_steps_per_fragment"])),
+    ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
     ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%"), ("note", lambda r: r["mismatch"]),
 ]
 SEED_COLUMNS = [

@@ -9,6 +9,7 @@ work starts, with a message that names the field and the rule it broke (``Config
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import typing
@@ -128,6 +129,8 @@ class DiLoCoConfig:
     # H_s = max(sync.H, floor((qsr_alpha / η_s)^2)) steps, η_s the inner lr then (the warm-up read as the peak)
     h_schedule: str = "constant"  # constant: every window sync.H steps | qsr: longer windows as the lr decays
     qsr_alpha: float = 0.0  # α of the quadratic synchronisation rule (same units as optim.lr); > 0 with h_schedule=qsr
+    average: str = "mean"  # how a sync merges the outer gradients: mean (token-weighted, all-reduced) | radial_directional
+    #   (mean norm x mean direction, sync/averaging.py; it needs every outer gradient, so the islands all-gather)
 
     def __post_init__(self) -> None:
         p = "sync.diloco."
@@ -145,6 +148,8 @@ class DiLoCoConfig:
         _check(self.h_schedule in ("constant", "qsr"), p + "h_schedule", "must be one of constant|qsr", self.h_schedule)
         _check(self.h_schedule != "qsr" or self.qsr_alpha > 0, p + "qsr_alpha", "must be > 0 with h_schedule=qsr",
                self.qsr_alpha)
+        _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
+               self.average)
 
 
 @dataclass
@@ -240,6 +245,8 @@ class SyncConfig:
             _check(not self.diloco.eager and self.diloco.warm_start_steps == 0, p + "diloco",
                    "eager updates and the warm start are lock-step schedules: not with sync.mode=decoupled",
                    "eager" if self.diloco.eager else "warm_start_steps")
+            _check(self.diloco.average == "mean", p + "diloco.average",
+                   "is the lock-step merge: with sync.mode=decoupled set sync.decoupled.average", self.diloco.average)
 
 
 @dataclass
@@ -475,6 +482,9 @@ class ExperimentConfig:
             _check(self.sync.strategy == "diloco", "faults.attack" if f.attack != "none" else "faults.defense",
                    "attacks and defences need sync.strategy=diloco (the only strategy with an aggregation step)",
                    f.attack if f.attack != "none" else f.defense)
+        if f.defense != "none":
+            _check(self.sync.diloco.average == "mean", "sync.diloco.average",
+                   "must be mean with faults.defense (the defence's robust rule replaces the mean)", self.sync.diloco.average)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
             _check(self.sync.strategy in ("diloco", "ddp"), "faults.preempt_island",
                    "preemption needs the diloco strategy (butterfly cells have no global state to rejoin from) or ddp "
@@ -518,6 +528,11 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         return _build(tp, value, path + ".")
     if origin is list:
         (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str):  # from the command line: --set 'islands=[{"batch_size": 40, ...}]'
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be a list (on the command line a JSON list) (got {value!r})") from None
         _check(isinstance(value, (list, tuple)), path, "must be a list", value)
         return [_coerce(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
     if tp is bool:

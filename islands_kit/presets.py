@@ -33,6 +33,7 @@ plus two controls at the demo size, read through :func:`model_config`:
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
@@ -120,6 +121,18 @@ EIGHT_CELL_ALLREDUCE_CONTROL: dict[str, str] = {
     "sync.strategy": "diloco", "sync.H": "8", "sync.tau": "2", "sync.diloco.merge": "keep_local",
     "sync.diloco.alpha": "0.0", "sync.codec": "fp32", "sync.diloco.outer_lr": "1.0", "sync.diloco.outer_momentum": "0.0",
 }
+
+
+def two_site_m1_control(preset: str = "demo") -> dict[str, str]:
+    """DiLoCo with M = 1 (``--set`` keys on top of the two_site preset): site A alone with the whole global batch of
+    40 (its 2 ranks x 20), every sync setting of two_site kept (H, fragments, tau, codec, outer lr and momentum). One
+    replica has no one to average with, so what it measures against the baseline is the outer optimizer alone (the
+    DiLoCo scaling-law paper finds M = 1 with Nesterov ahead of synchronous training); no byte crosses a link."""
+    site_a = dict(_islands("two_site", preset)[0], batch_size=40, micro_batch_size=20)
+    return {"islands": json.dumps([site_a])}
+
+
+TWO_SITE_M1_CONTROL = two_site_m1_control("demo")  # the CPU presets' site A (smoke and demo share its hardware)
 
 
 def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:

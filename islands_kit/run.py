@@ -499,6 +499,9 @@ class Experiment:
             experiment=cfg.experiment, preset=cfg.preset, seed=cfg.seed, corpus=self.corpus.name,
             corpus_sha256=self.corpus.sha256, tokens=self.tokens_total, steps=self.step,
             params_total=self.params_total, params_active=self.params_active,
+            # the regime: training tokens per active parameter, and the syncs each fragment actually took
+            tokens_per_active_param=self.tokens_total / self.params_active,
+            outer_steps_per_fragment=self.strategy.outer_steps_per_fragment(),
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
             final_tune_bpb=self.final_tune_bpb,
             # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split

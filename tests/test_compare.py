@@ -149,3 +149,20 @@ def test_cli_seed_sweep_runs_each_seed_and_reports_mean_and_spread(tmp_path, cap
     assert f"{statistics.fmean(bpbs):.4f} ± {statistics.stdev(bpbs):.4f}" in text
     assert cli.main(["run", "two_site", "--seeds", "0", "-1", "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()  # refused before any run
+
+
+def test_regime_columns_tokens_per_active_param_and_outer_steps():
+    runs = [dict(result(), tokens_per_active_param=20.48, outer_steps_per_fragment=None),  # data-parallel
+            dict(result("two_site", sent=10_000), tokens_per_active_param=20.48, outer_steps_per_fragment=[25, 24]),
+            dict(result("eight_cell", sent=10_000), tokens_per_active_param=20.48, outer_steps_per_fragment=[30, 30]),
+            result("two_site", seed=1, sent=10_000)]  # written before these figures were recorded
+    rows = compare_table(runs)
+    assert [r["outer_steps_per_fragment"] for r in rows] == [None, [25, 24], [30, 30], None]
+    table = render(rows, "markdown").splitlines()
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    tpp, outer = head.index("tokens / active param"), head.index("outer steps / fragment")
+    assert [c[tpp] for c in cells] == ["20.5", "20.5", "20.5", "—"]
+    assert [c[outer] for c in cells] == ["—", "24..25", "30", "—"]
+    back = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
+    assert back[1]["outer_steps_per_fragment"] == "25 24" and float(back[0]["tokens_per_active_param"]) == 20.48

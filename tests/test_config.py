@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from islands_kit.config import MOVED_KEYS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.config import MOVED_KEYS, ConfigError, ExperimentConfig, IslandConfig, apply_overrides, parse_set
 from islands_kit.presets import PRESETS, get_preset
 
 
@@ -124,3 +124,13 @@ def test_unknown_preset_and_experiment():
 def test_parse_set_requires_key_value():
     with pytest.raises(ConfigError, match="key=value"):
         parse_set(["sync.H"])
+
+
+def test_a_list_key_takes_a_json_list_on_the_command_line():
+    """``--set 'islands=[...]'`` replaces the list as a config file's ``islands:`` does (left-out fields: defaults)."""
+    cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(['islands=[{"batch_size": 40, "micro_batch_size": 20}]']))
+    assert [(i.batch_size, i.micro_batch_size, i.hardware) for i in cfg.islands] == [(40, 20, IslandConfig().hardware)]
+    with pytest.raises(ConfigError, match="islands: must be a list"):
+        apply_overrides(get_preset("two_site", "smoke"), {"islands": "site-a"})
+    with pytest.raises(ConfigError, match="islands: must be a list"):
+        apply_overrides(get_preset("two_site", "smoke"), {"islands": '{"batch_size": 40}'})

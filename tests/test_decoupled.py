@@ -10,7 +10,7 @@ from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
-from islands_kit.sync.decoupled import Contribution, combine, merge_weights
+from islands_kit.sync.decoupled import Contribution, merge_weights
 
 
 def _c(island, tokens, steps, delta=(0.0,)):
@@ -25,24 +25,6 @@ def test_token_weights_by_hand():
     # equal batches but a straggler: 2:1 tokens from 2:1 steps, same tokens per step -> efficiency changes nothing
     contribs = [_c(0, 200, 10), _c(1, 100, 5)]
     assert merge_weights(contribs, "efficiency") == merge_weights(contribs, "tokens") == [200.0, 100.0]
-
-
-def test_combine_by_hand():
-    d1, d2 = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 4.0])
-    # weighted mean, weights 3:2
-    assert torch.allclose(combine([d1, d2], [3.0, 2.0], "mean"), torch.tensor([1.8, 1.6]))
-    # radial-directional, equal weights: radius (3 + 4) / 2 = 3.5 along the mean of the unit vectors (1, 1) / 2
-    rd = combine([d1, d2], [1.0, 1.0], "radial_directional")
-    assert torch.allclose(rd, 3.5 * torch.tensor([1.0, 1.0]) / math.sqrt(2.0))
-    # weights 3:2: radius (9 + 8) / 5 = 3.4, direction (3/5, 2/5) normalised
-    rd = combine([d1, d2], [3.0, 2.0], "radial_directional")
-    u = torch.tensor([0.6, 0.4])
-    assert torch.allclose(rd, 3.4 * u / u.norm())
-    # agreeing directions: radial-directional equals the mean
-    assert torch.allclose(combine([d1, 2 * d1], [1.0, 1.0], "radial_directional"),
-                          combine([d1, 2 * d1], [1.0, 1.0], "mean"))
-    with pytest.raises(ValueError, match="positive weight"):
-        combine([d1], [0.0], "mean")
 
 
 def _two_site(**sets):

@@ -32,10 +32,11 @@ def fake(protocol, out, arm, sets, seed, tune, val, sent=1.0):
 
 def test_winner_is_chosen_on_the_tuning_split_and_ratios_are_paired(protocol, tmp_path):
     trials = protocol.ARMS["baseline"].trials()
+    tunes = [2.9, 2.8, 2.7] + [2.75] * (len(trials) - 3)
     for k, t in enumerate(trials):  # the best validation bpb (trial 0) is not the best tuning bpb (trial 2)
-        fake(protocol, tmp_path, "baseline", t, 0, tune=[2.9, 2.8, 2.7, 2.75][k], val=[2.4, 2.6, 2.5, 2.55][k])
+        fake(protocol, tmp_path, "baseline", t, 0, tune=tunes[k], val=[2.4, 2.6, 2.5][k] if k < 3 else 2.55)
     best, rows = protocol.winner(tmp_path, "baseline")
-    assert best == trials[2] and [b for _, b in rows] == [2.9, 2.8, 2.7, 2.75]
+    assert best == trials[2] and [b for _, b in rows] == tunes
     ts = protocol.ARMS["two_site"]
     for k, t in enumerate(ts.trials()):
         fake(protocol, tmp_path, "two_site", {**ts.fixed, **t}, 0, tune=3.0 - 0.01 * k, val=2.6, sent=4.0)
@@ -46,7 +47,8 @@ def test_winner_is_chosen_on_the_tuning_split_and_ratios_are_paired(protocol, tm
     text = protocol.report(tmp_path, "demo", [0, 1, 2], ["baseline", "two_site"], [0])
     ratios = [2.6 / 2.5, 2.52 / 2.4, 2.6 / 2.6]
     assert f"{statistics.mean(ratios):.4f} ({min(ratios):.4f}..{max(ratios):.4f})" in text
-    assert "| baseline | lr=1.5e-3: 2.9000; lr=2e-3: 2.8000; lr=3e-3: 2.7000; lr=4e-3: 2.7500 | lr=3e-3 |" in text
+    assert "| baseline | lr=1.06e-3: 2.9000; lr=1.26e-3: 2.8000; lr=1.5e-3: 2.7000; lr=1.78e-3: 2.7500;" in text
+    assert "2.7500 | lr=1.5e-3 |" in text  # the winner column
     assert "25x less" in text  # DDP-equivalent / bytes sent
     assert "Not run yet" in text  # the ablation rows without runs are listed, not drawn as empty rows
 
@@ -62,13 +64,15 @@ def test_a_finished_run_is_not_run_again(protocol, tmp_path):
     assert protocol.run_one(tmp_path, "baseline", "baseline", sets, 0, "demo", NoRun())["final_val_bpb"] == 2.0
 
 
-def test_every_arm_has_the_same_budget_and_valid_settings(protocol):
+def test_every_arm_has_its_baselines_budget_and_valid_settings(protocol):
     from islands_kit.config import apply_overrides
     from islands_kit.presets import get_preset
 
+    budgets = protocol.check_budgets(protocol.ARMS)
     for name, arm in protocol.ARMS.items():
         trials = arm.trials()
-        assert len(trials) == protocol.TRIALS, name
+        assert len(trials) == len(protocol.ARMS[arm.ref].trials()) == budgets[name], name
+        assert len({json.dumps(t, sort_keys=True) for t in trials}) == len(trials), name  # no trial counted twice
         for t in trials:  # every trial is a valid config of its experiment
             apply_overrides(get_preset(arm.experiment, "demo"), {**arm.fixed, **t})
     for arm, rows in protocol.ABLATIONS.items():
@@ -104,3 +108,51 @@ def test_eight_cell_frontier_points_pair_each_row_with_the_baseline_at_the_seed(
     assert all(name in protocol.ABLATIONS[arm] for arm, rows in protocol.FRONTIER_ROWS.items() for name in rows)
     assert protocol.frontier_file("two_site", "demo").name == "frontier-demo.json"  # the name the notebook reads
     assert protocol.frontier_file("eight_cell", "demo").name == "frontier-eight_cell-demo.json"
+
+
+def test_a_grid_bigger_than_its_baselines_is_refused(protocol):
+    arms = dict(protocol.ARMS)
+    arms["two_site"] = protocol.Arm("two_site", {**protocol.ARMS["two_site"].grid, "optim.lr": ["2e-3", "3e-3", "4e-3"]})
+    with pytest.raises(ValueError, match="arm two_site: grid has 24 trials, its baseline baseline 16"):
+        protocol.check_budgets(arms)
+
+
+def test_outer_optimizer_grids_and_the_replica_scaled_inner_lr(protocol):
+    """two_site and the eight-cell all-reduce arm tune outer lr {0.4, 0.6, 0.8, 1.0} x momentum {0, 0.9 Nesterov}
+    beside the inner lr; both eight-cell arms try the inner lr scaled with M = 8 (x 8^0.29 and x sqrt 8)."""
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL, get_preset
+
+    for name in ("two_site", "eight_cell_allreduce"):
+        arm = protocol.ARMS[name]
+        outer = {(t["sync.diloco.outer_lr"], t["sync.diloco.outer_momentum"]) for t in arm.trials()}
+        assert outer == {(lr, mu) for lr in ("0.4", "0.6", "0.8", "1.0") for mu in ("0.0", "0.9")}, name
+        assert len(arm.grid["optim.lr"]) >= 2, name  # the inner lr is tuned beside them
+        for t in arm.trials():
+            d = apply_overrides(get_preset(arm.experiment, "demo"), {**arm.fixed, **t}).sync.diloco
+            assert (d.outer_lr, d.outer_momentum) == (float(t["sync.diloco.outer_lr"]), float(t["sync.diloco.outer_momentum"]))
+            assert d.nesterov
+    for name in ("eight_cell", "eight_cell_allreduce"):
+        lrs = [float(v) for v in protocol.ARMS[name].grid["optim.lr"]]
+        for scaled in (3e-3 * 8 ** 0.29, 3e-3 * 8 ** 0.5):
+            assert min(abs(v / scaled - 1) for v in lrs) < 5e-3, (name, scaled)
+    # the all-reduce arm is the eight-cell control with its outer optimizer tuned instead of plain averaging
+    ar = protocol.ARMS["eight_cell_allreduce"]
+    for k, v in EIGHT_CELL_ALLREDUCE_CONTROL.items():
+        assert k in protocol.OUTER_GRID or ar.fixed[k] == v
+    assert any("eight_cell_allreduce" in phase for phase in protocol.PHASES)  # the protocol runs it
+
+
+def test_m1_control_rows_run_one_replica_with_the_tuned_sync(protocol):
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+
+    rows = {n: c for n, c in protocol.ABLATIONS["two_site"].items() if "M = 1" in n}
+    assert len(rows) == 2
+    best = {**protocol.ARMS["two_site"].fixed, **protocol.ARMS["two_site"].trials()[-1]}
+    tuned = apply_overrides(get_preset("two_site", "demo"), best)
+    for change in rows.values():
+        cfg = apply_overrides(get_preset("two_site", "demo"), {**best, **change})
+        assert [i.batch_size for i in cfg.islands] == [40]
+        same = ("H", "n_fragments", "tau", "codec")
+        assert [getattr(cfg.sync, k) for k in same] == [getattr(tuned.sync, k) for k in same]

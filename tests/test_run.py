@@ -17,6 +17,7 @@ from islands_kit.cli import main as cli_main
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
+from islands_kit.sync.butterfly import butterfly_schedule
 from islands_kit.tracking import RESULT_KEYS
 
 os.environ["WANDB_MODE"] = "disabled"
@@ -43,6 +44,26 @@ def test_result_contract_and_files(two_site_result):
     assert [h["step"] for h in hist] == [12] and hist[-1]["final"]
     assert res.val_curve == [[h["tokens"], h["val_bpb"]] for h in hist]
     assert set(res.compressor_bpb) == {"gzip", "bz2", "xz"}
+
+
+def test_regime_figures_count_what_happened(two_site_result):
+    """tokens per active parameter, and the syncs each fragment took, counted by the strategy as they happened."""
+    res, out = two_site_result
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["tokens_per_active_param"] == res.tokens / res.params_active
+    # 12 steps, H = 8, two fragments at offsets 4 and 0, tau = 1: fragment 0 syncs after steps 4 and 12 (the second
+    # lands in finalize, leaving nothing to flush), fragment 1 after step 8 and in the final flush of steps 9-12
+    assert saved["outer_steps_per_fragment"] == [2, 2]
+    # 13 steps: fragment 0 after 4 and 12 and its flush of step 13; fragment 1 after 8 and its flush of steps 9-13
+    assert run_experiment(smoke("two_site", steps=13)).outer_steps_per_fragment == [3, 2]
+    # a warm start averages every fragment plainly for its 4 steps (no outer step) and takes fragment 0's sync after
+    # step 4 with it: fragment 0 has only its flush of steps 5-10, fragment 1 its sync after 8 and the flush of 9-10
+    assert run_experiment(smoke("two_site", steps=10, sync__diloco__warm_start_steps=4)).outer_steps_per_fragment == [1, 2]
+    assert run_experiment(smoke("baseline", steps=3)).outer_steps_per_fragment is None
+    # the butterfly counts its exchanges: the schedule's, E = 3 per fragment per window of H = 8
+    cells = run_experiment(smoke("eight_cell", steps=8))
+    sched = butterfly_schedule(8, 8, 3, 2, 8)
+    assert cells.outer_steps_per_fragment == [sum(e.fragment == p for e in sched) for p in range(2)] == [3, 3]
 
 
 def test_two_site_ledger(two_site_result):

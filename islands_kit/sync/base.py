@@ -150,6 +150,11 @@ class SyncStrategy(abc.ABC):
     def finalize(self, step: int) -> None:
         """Complete everything in flight at the end of training."""
 
+    def outer_steps_per_fragment(self) -> list[int] | None:
+        """How many times each fragment was synchronised so far (DiLoCo: outer optimizer steps; butterfly: pairwise
+        exchanges), counted as they happened; None for a strategy without fragment syncs (data-parallel)."""
+        return None
+
     @abc.abstractmethod
     def eval_state(self) -> dict[str, torch.Tensor]:
         """Parameters to evaluate (a state_dict subset applied over a replica): the global model where there is one."""

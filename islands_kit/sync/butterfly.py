@@ -241,6 +241,9 @@ class Butterfly(SyncStrategy):
             else:
                 v.assign(0.5 * (v.flat() + theirs))
 
+    def outer_steps_per_fragment(self) -> list[int] | None:
+        return list(self.counter)  # exchanges posted per fragment (finalize merges any still in flight)
+
     def eval_state(self) -> dict[str, torch.Tensor]:
         if self.cfg.butterfly.eval == "mean":
             models = [self.models[i] for i in self.ids]

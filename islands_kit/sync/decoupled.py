@@ -17,7 +17,8 @@ arrived (time q), then at most g seconds more: those arrived by min(q + g, the l
 the rest are *late*. ``sync.decoupled.late``: ``carry`` keeps a late outer gradient for the fragment's next merge
 (stale by one round), ``drop`` discards it (its tokens count in ``dropped_tokens`` as a 1/P share: one fragment of
 what they trained). With fewer than Q
-contributions the merge is skipped and they are carried. Merging (``merge_weights``, ``combine``):
+contributions the merge is skipped and they are carried. Merging (``merge_weights``; ``combine``, the rule shared
+with lock-step DiLoCo in ``sync/averaging.py``):
 
     weighting=tokens:      w_i = c_i^tok
     weighting=efficiency:  w_i = c_i^tok · e_i,  e_i = (c_i^tok / c_i^steps) / max_j (c_j^tok / c_j^steps)
@@ -80,6 +81,7 @@ from islands_kit.comm.codecs import Payload
 from islands_kit.comm.control import Opt
 from islands_kit.comm.transport import Transport, decode
 from islands_kit.config import SyncConfig
+from islands_kit.sync.averaging import combine
 from islands_kit.sync.diloco import DiLoCo
 
 SYNCER = 0  # the synchroniser sits with island 0
@@ -133,30 +135,6 @@ def merge_weights(contribs: Sequence[Contribution], weighting: str) -> list[floa
         top = max(rate) if rate else 1.0
         return [float(c.tokens) * (r / top if top > 0 else 1.0) for c, r in zip(contribs, rate)]
     raise ValueError(f"sync.decoupled.weighting: must be one of tokens|efficiency (got {weighting!r})")
-
-
-def combine(deltas: Sequence[torch.Tensor], weights: Sequence[float], average: str) -> torch.Tensor:
-    """The merged outer gradient Δ̄ of the module doc, accumulated in float32 in the given order. Weights must be
-    >= 0 with a positive sum; a zero Δ_i counts in the norm average and has no direction."""
-    total = float(sum(weights))
-    if not deltas or total <= 0:
-        raise ValueError("combine: needs at least one outer gradient with a positive weight")
-    if average == "mean":
-        out = torch.zeros_like(deltas[0], dtype=torch.float32)
-        for d, w in zip(deltas, weights):
-            out.add_(d.float(), alpha=w / total)
-        return out
-    if average == "radial_directional":
-        radius = 0.0
-        u = torch.zeros_like(deltas[0], dtype=torch.float32)
-        for d, w in zip(deltas, weights):
-            n = float(d.float().norm())
-            radius += w * n / total
-            if n > 0:
-                u.add_(d.float(), alpha=w / (total * n))
-        un = float(u.norm())
-        return u * (radius / un) if un > 0 else u
-    raise ValueError(f"sync.decoupled.average: must be one of mean|radial_directional (got {average!r})")
 
 
 @runtime_checkable

@@ -34,6 +34,9 @@ Published improvements, each off by default (then the arithmetic above is unchan
     it decays; each window places the fragments at their offsets as the constant schedule does.
   * ``sync.diloco.outer_momentum_warmup`` K: the outer momentum of fragment p's k-th outer step (k = 0, 1, …) is
     μ · min(1, k / K), so the first outer steps are not amplified by a momentum buffer holding one noisy direction.
+  * ``sync.diloco.average="radial_directional"`` (Decoupled DiLoCo's rule, ``sync/averaging.py``): Δ̄ is the weighted
+    mean of the ‖Δ_i‖ along the weighted mean of the unit vectors Δ_i / ‖Δ_i‖. It needs every island's Δ_i, not their
+    sum, so the transport all-gathers: n (n − 1) S bytes per sync, the ring's 2 (n − 1) S for two islands.
 
 Islands absent from a sync (preempted) simply do not contribute; the token-weighted average uses those present.
 """
@@ -48,6 +51,7 @@ from torch import nn
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
 from islands_kit.config import SyncConfig
+from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, Pending, PendingQueue, SyncStrategy
 
 
@@ -188,11 +192,20 @@ class DiLoCo(SyncStrategy):
                 payloads[i] = self.tamper_payload(step, i, p, payloads[i])
             weights[i] = float(self.tokens_since[i][p])
             self.tokens_since[i][p] = 0
-        if self.aggregator is None:
+        if self.aggregator is None and self.cfg.diloco.average == "mean":
             handle = self.transport.all_reduce("fragments", payloads, weights)
-        else:
+        else:  # a robust rule or a non-linear average needs every outer gradient, not their sum
             handle = self.transport.all_gather("fragments", payloads, weights)
         return handle, deltas, weights
+
+    def _merged(self, sent_at: int, p: int, got: Any) -> torch.Tensor:
+        """Δ̄ from the collective's result: the all-reduced token-weighted mean as it is, else (gathered
+        ``(island, weight, Δ_i)``) a fault defence's robust rule or ``sync.diloco.average``."""
+        if self.aggregator is not None:
+            return self.aggregator(sent_at, p, got)
+        if self.cfg.diloco.average == "mean":
+            return got
+        return combine([d for _, _, d in got], [w for _, w, _ in got], self.cfg.diloco.average)
 
     def _send(self, step: int, p: int, apply_at: int | None = None, codec: Any = None) -> None:
         handle, deltas, weights = self._post(step, p, codec or self.codec)
@@ -224,7 +237,7 @@ class DiLoCo(SyncStrategy):
         if got is None:
             return
         g = self.global_params[p]
-        g.sub_(got.view_as(g).to(g.device))
+        g.sub_(self._merged(step, p, got).view_as(g).to(g.device))
         self.synced[p] = True
         for i in deltas:
             self.views[i][p].assign(g.detach())
@@ -262,7 +275,7 @@ class DiLoCo(SyncStrategy):
         got = self._collect(pend.handle)
         if got is None:  # every local island was absent when this sync was posted
             return
-        mean_delta = got if self.aggregator is None else self.aggregator(pend.sent_at, p, got)
+        mean_delta = self._merged(pend.sent_at, p, got)
         self._outer_step(p, mean_delta)
         g = self.global_params[p]
         if self.cfg.diloco.eager:
@@ -277,6 +290,9 @@ class DiLoCo(SyncStrategy):
                 v.assign(g.detach() + (v.flat() - sent.to(v.device)))  # keep the steps taken since sending
             else:
                 v.assign(a * v.flat() + (1.0 - a) * g.detach() if a > 0 else g.detach())
+
+    def outer_steps_per_fragment(self) -> list[int] | None:
+        return list(self.n_outer)  # the warm start's plain averages are not outer steps
 
     # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
     def eval_state(self) -> dict[str, torch.Tensor]:
