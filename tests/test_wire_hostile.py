@@ -4,21 +4,18 @@ from a fake mailbox that applies the transport's policy (a refused island is dro
 rank names the peer is the last test."""
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
 import pytest
 import torch
-from torch import nn
+from fake_mailbox import contribution, synchroniser
 
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
 from islands_kit.comm.peer import ControlError, PayloadError, PayloadSpec
 from islands_kit.comm.torch_dist import _WORLD_SCHEMA
-from islands_kit.comm.transport import LocalTransport
-from islands_kit.presets import get_preset
-from islands_kit.sync.decoupled import CONTRIBUTION, CONTRIBUTION_SCHEMA, DecoupledDiLoCo
+from islands_kit.sync.decoupled import CONTRIBUTION, CONTRIBUTION_SCHEMA
 
 DEEP = b"[" * 3000 + b"]" * 3000  # ~6 KB: past Python's recursion limit in the json parser
 
@@ -146,84 +143,30 @@ def test_a_peers_clock_is_finite_non_negative_and_not_far_ahead(t):
 
 # -- the decoupled synchroniser drops an island whose message is refused --------------------------------------------
 
-class FakeMailbox(LocalTransport):
-    """The synchroniser's side of the decoupled wire in one process: island 1's messages are scripted raw bytes,
-    read through ``comm.peer`` with ``TorchDistTransport.receive``'s policy (refused: the island is dropped)."""
-
-    timeout_s = 1.0
-
-    def __init__(self) -> None:
-        super().__init__(2)
-        self.inbox: list[tuple[bytes, bytes]] = []
-        self.lost: dict[int, str] = {}
-
-    def post(self, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None:
-        pass
-
-    def receive(self, src, kind, schema, expect=None, timeout_s=None, required=False):
-        if src in self.lost:
-            return None
-        raw, data = self.inbox.pop(0)
-        try:
-            return peer.read_message(raw, data, kind, schema, expect, src, f"message {kind!r}")
-        except peer.PeerError as e:
-            assert not required
-            self.drop(src, str(e))
-            return None
-
-    def lost_islands(self) -> set[int]:
-        return set(self.lost)
-
-    def drop(self, island: int, why: str) -> None:
-        self.lost[island] = why
-
-    def finish_messages(self) -> None:
-        pass
-
-
-def _synchroniser() -> tuple[DecoupledDiLoCo, FakeMailbox, int]:
-    cfg = dataclasses.replace(get_preset("two_site", "smoke").sync, mode="decoupled", n_fragments=1, quorum=1)
-    model = nn.Linear(16, 8)
-    box = FakeMailbox()
-    s = DecoupledDiLoCo({0: model}, box, [["weight", "bias"]], cfg, seed=0, tick_s=1.0)
-    tick = next(t for t in range(1, 100) if s.fragments_due(t))
-    for _ in range(tick):  # island 0 trains, so it has something to send
-        with torch.no_grad():
-            model.weight.add_(0.01)
-        s.island_step_done(0, 64)
-    return s, box, tick
-
-
-def _contribution(s: DecoupledDiLoCo, tick: int, **over: Any) -> tuple[bytes, bytes]:
-    body = {"tick": tick, "fragment": 0, "round": 0, "status": "fresh", "sent_s": float(tick), "tokens": 64 * tick,
-            "steps": tick, "inner_steps": tick, **over}
-    return control.encode(CONTRIBUTION, body), encode_bytes(s.codec.encode(torch.full((16 * 8 + 8,), 0.01)))
-
-
 def test_an_honest_contribution_is_merged():
-    s, box, tick = _synchroniser()
-    box.inbox.append(_contribution(s, tick))
+    s, box, tick = synchroniser()
+    box.inbox.append(contribution(s, tick))
     s.after_tick(tick)
     assert not box.lost and s.merge_log[0]["on_time"] == [0, 1]
 
 
 @pytest.mark.parametrize("hostile, match", [
-    (lambda s, t: _contribution(s, t, sent_s=1e30), r"from rank 1: sent_s: simulated time 1e\+30 must be finite"),
-    (lambda s, t: _contribution(s, t, sent_s=t + 0.5), r"sent_s: .* is not a send time of this round"),
-    (lambda s, t: (_contribution(s, t)[0].replace(b'"tokens":', b'"tokens":1' + b"0" * 400 + b',"x":'),
-                   _contribution(s, t)[1]), "from rank 1: .*outside the int64 range"),
+    (lambda s, t: contribution(s, t, sent_s=1e30), r"from rank 1: sent_s: simulated time 1e\+30 must be finite"),
+    (lambda s, t: contribution(s, t, sent_s=t + 0.5), r"sent_s: .* is not a send time of this round"),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"tokens":', b'"tokens":1' + b"0" * 400 + b',"x":'),
+                   contribution(s, t)[1]), "from rank 1: .*outside the int64 range"),
     (lambda s, t: (DEEP, b""), "from rank 1: nested 3000 levels deep"),
-    (lambda s, t: (_contribution(s, t)[0].replace(b'"steps"', b'"tick":0,"steps"'), _contribution(s, t)[1]),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"steps"', b'"tick":0,"steps"'), contribution(s, t)[1]),
      "from rank 1: .*duplicate key 'tick'"),
-    (lambda s, t: (_contribution(s, t)[0].replace(b'"v":1', b'"v":true'), _contribution(s, t)[1]),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"v":1', b'"v":true'), contribution(s, t)[1]),
      "from rank 1: version True"),
-    (lambda s, t: (_contribution(s, t)[0], encode_bytes(get_codec("int8", 128).encode(torch.ones(136)))),
+    (lambda s, t: (contribution(s, t)[0], encode_bytes(get_codec("int8", 128).encode(torch.ones(136)))),
      "from rank 1: codec: int8 numel=136 block_size=128 where this rank expects int4"),
-    (lambda s, t: (_contribution(s, t, status="absent")[0], _contribution(s, t)[1]), "status: absent with a payload"),
-    (lambda s, t: _contribution(s, t, round=5), "round: names tick"),
+    (lambda s, t: (contribution(s, t, status="absent")[0], contribution(s, t)[1]), "status: absent with a payload"),
+    (lambda s, t: contribution(s, t, round=5), "round: names tick"),
 ])
 def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, match):
-    s, box, tick = _synchroniser()
+    s, box, tick = synchroniser()
     box.inbox.append(hostile(s, tick))
     s.after_tick(tick)  # no exception: the synchroniser goes on without island 1 (quorum 1)
     assert set(box.lost) == {1} and re.search(match, box.lost[1]) and "\n" not in box.lost[1], box.lost
@@ -232,11 +175,8 @@ def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, ma
 
 
 def test_a_topk_contribution_with_a_bad_index_drops_the_island():
-    cfg = dataclasses.replace(get_preset("two_site", "smoke").sync, mode="decoupled", n_fragments=1,
-                              codec="top16_int4", codec_block_size=64)
-    s = DecoupledDiLoCo({0: nn.Linear(16, 8)}, (box := FakeMailbox()), [["weight", "bias"]], cfg, 0, 1.0)
-    tick = next(t for t in range(1, 100) if s.fragments_due(t))
+    s, box, tick = synchroniser(codec="top16_int4", codec_block_size=64)
     p = s.codec.encode(torch.randn(136, generator=torch.Generator().manual_seed(0)))
-    box.inbox.append((_contribution(s, tick)[0], _with_index(p, 3, 100)))
+    box.inbox.append((contribution(s, tick)[0], _with_index(p, 3, 100)))
     s.after_tick(tick)
     assert "from rank 1: indices: block 0 holds in-block indices" in box.lost[1]
