@@ -4,7 +4,10 @@ from a fake mailbox that applies the transport's policy (a refused island is dro
 rank names the peer is the last test."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -180,3 +183,69 @@ def test_a_topk_contribution_with_a_bad_index_drops_the_island():
     box.inbox.append((contribution(s, tick)[0], _with_index(p, 3, 100)))
     s.after_tick(tick)
     assert "from rank 1: indices: block 0 holds in-block indices" in box.lost[1]
+
+
+# -- under torchrun: every rank names the peer ----------------------------------------------------------------------
+
+HOSTILE_PAYLOAD_WORKER = r"""
+# 2 ranks, lock-step all_reduce. Rank 1 is compromised: its header claims sent_at = 1e30, then NaN; then it sends a
+# top-k payload with a valid CRC and an in-block index that crosses into the next block; then an honest round.
+import sys
+import torch
+from islands_kit.comm.codecs import Payload, get_codec
+from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
+from islands_kit.distributed import RankLayout, init_from_env
+from islands_kit.presets import get_preset
+
+def say(line):  # one write per line: the ranks share one stdout pipe
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+init_from_env()
+dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None)
+me = dt.island
+codec = get_codec("top16_int4", 64)
+for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
+    p = codec.encode(torch.randn(200, generator=torch.Generator().manual_seed(0)))
+    saved = dt.clock.now[me]
+    if me == 1 and name.startswith("clock"):
+        dt.clock.now[me] = 1e30 if name == "clock_1e30" else float("nan")
+    if me == 1 and name == "topk_index":
+        data = p.data.clone()
+        data[4 * 4 + 3] = 100  # block 0's 4th index: past the block of 64, inside the next one
+        p = Payload(p.codec, p.numel, p.block_size, data)
+    try:
+        h = dt.all_reduce("fragments", {me: p}, {me: 1.0})
+        dt.clock.now[me] = saved
+        h.wait(me)
+        say(f"accepted {name} on rank {dt.rank}")
+    except DistributedError as e:
+        assert "\n" not in str(e)
+        say(f"refused {name} on rank {dt.rank} : {e}")
+    dt.clock.now[me] = saved
+"""
+
+
+def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
+    """Lock-step: a payload header with sent_at 1e30 or NaN, and a top-k payload with a valid CRC and an index
+    crossing into the next block, are refused with one line naming island 1, rank 1 and the field; an honest round
+    after them still works."""
+    script = tmp_path / "hostile_payload.py"
+    script.write_text(HOSTILE_PAYLOAD_WORKER)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", ISLANDS_KIT_DIST_TIMEOUT_S="60", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
+           str(script)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    who = "island 1's all_reduce #{} on 'fragments' from rank 1"
+    for seq, name, field in [(0, "clock_1e30", "sent_at: simulated time 1e+30"),
+                             (1, "clock_nan", "sent_at: simulated time nan"),
+                             (2, "topk_index", "indices: block 0 holds in-block indices")]:
+        hit = [line for line in lines if line.startswith(f"refused {name} on rank 0 :")]
+        assert len(hit) == 1 and f"{who.format(seq)}: {field}" in hit[0], lines
+    # rank 1 refuses its own NaN and bad index too (every rank decodes every payload)
+    assert any(line.startswith("refused clock_nan on rank 1 :") for line in lines), lines
+    assert any(line.startswith("refused topk_index on rank 1 :") for line in lines), lines
+    assert "accepted honest on rank 0" in lines and "accepted honest on rank 1" in lines, lines
