@@ -36,7 +36,10 @@ every island's decoded payload instead of their mean); exchange = ``batch_isend_
 leaders; non-leader ranks receive what their leader received by a ``broadcast`` inside ``island_group``. Every island's
 payload must have the same byte length in one call (same codec, same fragment: true for every strategy here), because
 gloo's all_gather needs equal sizes; a mismatch raises. The header lets the receiver check that both sides are in the
-same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage).
+same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage). Every field a peer
+sent is read through ``comm/peer.py`` (send time, weight, the payload against this rank's own codec, numel and block
+size, its codes and top-k indices) before it is used; a refusal stops every rank with one line naming the island, its
+rank and the field.
 
 Ledger. Each process records the messages it *receives* (its leader's inbound links): ``(channel, src, me, nbytes,
 start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an
@@ -67,7 +70,8 @@ every connection of a group whose wait timed out): a control message (``comm/con
 receiver's schema) and optionally one payload (``codecs.encode_bytes``), sent as a fixed header (int64: sequence
 number, CRC-32 of the kind, both lengths) then the body, on tags numbered per (sender, receiver) pair, so a message
 can only be read by the receive it was meant for. Every ``receive`` is bounded (``timeout_s``); a peer that died
-(closed sockets: at once) or stayed silent past the bound is *lost*: ``lost_islands()`` names it, nothing is sent to
+(closed sockets: at once), stayed silent past the bound or sent a message the wire refuses (``comm/peer.py``: out of
+sequence, malformed, off-schema, a payload that is not what this rank expects) is *lost*: ``lost_islands()`` names it, nothing is sent to
 or awaited from it again, and the caller goes on without it (or, with ``required=True``, the run ends with a
 ``DistributedError``). Posting never blocks; a send is completed before the next ``receive`` from the same peer (the
 protocol answers only what it has read; gloo completes a send once its receive is posted, so the wait is bounded like
