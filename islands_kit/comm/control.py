@@ -133,11 +133,14 @@ def _parse_int(s: str) -> int:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, refused when a key repeats (plain json keeps the last: two readers could disagree)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _Refused(f"duplicate key {_show(dup)}")
+        for k, _ in pairs:
+            if k in seen:
+                raise _Refused(f"duplicate key {_show(k)}")
+            seen.add(k)
     return out
 
 
