@@ -372,11 +372,16 @@ class Experiment:
 
     def _settle_lost(self) -> None:
         """torch.distributed, decoupled: an island whose process the synchroniser lost counts the inner steps (and
-        their tokens) it last reported, not what the config would have had it do since."""
+        their tokens) it last reported, not what the config would have had it do since; its clock counts only those
+        steps as busy, the rest of the run as idle (``finalize`` idles it to the end), so utilisation sees the loss."""
         if not isinstance(self.strategy, DecoupledDiLoCo):
             return
         for j in self.strategy.lost_islands() - self.settled_lost:
             self.inner_steps[j] = self.strategy.inner_steps[j]
+            busy = 0.0
+            for _ in range(self.inner_steps[j]):  # summed step by step, as the island's own clock adds them
+                busy += self.step_s[j]
+            self.transport.clock.idle_beyond(j, busy)
             self.settled_lost.add(j)
 
     @property

@@ -452,6 +452,11 @@ def test_decoupled_run_survives_a_dead_island(tmp_path: Path, quorum: int) -> No
     diff = {k for k in sim if sim[k] != res.get(k)}
     assert diff <= clocks, {k: (sim[k], res.get(k)) for k in diff - clocks}
     assert res["final_val_bpb"] == sim["final_val_bpb"] and res["ledger"] == sim["ledger"]
+    # the lost island's clock counts the steps it reported as busy and idles to the end, as the preempted one does:
+    # utilisation sees the loss (its clock used to stop, and utilisation read 1.0)
+    assert res["island_busy_s"] == sim["island_busy_s"] and res["island_idle_s"]["1"] > 0
+    assert res["compute_utilization"] == pytest.approx(sim["compute_utilization"], rel=1e-9)
+    assert res["compute_utilization"] < 0.9
 
 
 def _launch_per_process(tmp_path: Path, timeout_s: int, n: int = 2) -> tuple[list[subprocess.Popen], Path, Path]:

@@ -182,6 +182,21 @@ def _unpack(data: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     return ((data.view(-1, 1) >> shifts) & ((1 << bits) - 1)).reshape(-1)[:n]  # (n_bytes, per) -> (n,)
 
 
+def _off_grid(spec: CodecSpec, codes: torch.Tensor) -> str | None:
+    """The first code that is not a value of ``spec``'s grid: above ``2 qmax`` on a uniform grid (int8 255, int4 15),
+    the NaN patterns of E4M3FN (S.1111.111); every int2 and fp4 code is a grid value."""
+    if spec.kind == "uniform":
+        bad = codes > int(2 * spec.qmax)
+    elif spec.kind == "minifloat" and spec.bits == 8:
+        bad = (codes & 0x7F) == 0x7F
+    else:
+        return None
+    if not bool(bad.any()):
+        return None
+    i = int(bad.nonzero()[0])
+    return f"codes: value {i} has code {int(codes[i])}, not on the {spec.name} grid"
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Codecs
 # ---------------------------------------------------------------------------------------------------------------------
@@ -237,6 +252,14 @@ class Codec:
             raise ValueError(f"{self.name}.decode: payload has {p.nbytes} bytes, expected {self.nbytes(p.numel)} for numel={p.numel}")
         data = p.data if p.data.storage_offset() % 4 == 0 else p.data.clone()  # reinterpreting as fp32 needs alignment
         return self._decode(data, p.numel)
+
+    def check(self, p: Payload) -> str | None:
+        """The first way ``p``'s bytes, of the right length, break this codec's format (a code off the grid, a top-k
+        index outside its block or out of order); None when every byte decodes to a value of the format. The wire
+        (``comm.peer``) calls it on a peer's payload before anything indexes with it. Values themselves are not
+        judged here: fp32/bf16 values and block scales may be non-finite (the ``nan`` attack), which the defences
+        and the divergence check handle."""
+        return None
 
     def _noise(self, xf: torch.Tensor, stochastic: bool, generator: torch.Generator | None,
                noise: torch.Tensor | None) -> torch.Tensor | None:
@@ -365,6 +388,10 @@ class BlockCodec(Codec):
     def _levels(self, codes: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
+    def check(self, p: Payload) -> str | None:
+        nb = -(-p.numel // self.block_size)
+        return _off_grid(self.spec, _unpack(p.data[4 * nb:], self.bits, p.numel))
+
 
 class UniformCodec(BlockCodec):
     """Symmetric uniform grid with ``2 * qmax + 1`` levels ``q = k - qmax`` (int8: 255, int4: 15, int2: 4 levels)."""
@@ -466,6 +493,25 @@ class TopKCodec(Codec):
         v = torch.cat(vals)  # (K,)
         codes = self.values._quantise(v, None if u is None else u[: v.numel()])
         return torch.cat([torch.cat(scales).view(torch.uint8), torch.cat(idxs), _pack(codes, self.bits)])
+
+    def check(self, p: Payload) -> str | None:
+        nb, _, _, K = self._kept(p.numel)
+        idx = p.data[4 * nb: 4 * nb + K].long()  # (K,)
+        off_k, b0 = 0, 0
+        for _start, length, k in self._blocks(p.numel):
+            L = min(length, self.block_size)
+            nblk = length // L
+            ib = idx[off_k: off_k + nblk * k].view(nblk, k)  # (nblk, k) in-block positions
+            bad = (ib >= L).any(dim=1)
+            if k > 1:
+                bad |= (ib[:, 1:] <= ib[:, :-1]).any(dim=1)
+            if bool(bad.any()):
+                b = int(bad.nonzero()[0])
+                return (f"indices: block {b0 + b} holds in-block indices {ib[b].tolist()[:8]}"
+                        f"{'...' if k > 8 else ''}: each must be < {L} (the block's length) and they must ascend")
+            off_k += nblk * k
+            b0 += nblk
+        return _off_grid(self.values.spec, _unpack(p.data[4 * nb + K:], self.bits, K))
 
     def _decode(self, data: torch.Tensor, n: int) -> torch.Tensor:
         nb, _, _, K = self._kept(n)
@@ -569,12 +615,12 @@ def encode_bytes(p: Payload) -> bytes:
     return _HEADER.pack(_MAGIC, _VERSION, CODEC_SPECS[p.codec].wire_id, 0, p.numel, p.block_size, zlib.crc32(body)) + body
 
 
-def decode_bytes(b: bytes | bytearray | memoryview) -> Payload:
-    """Inverse of :func:`encode_bytes`; raises ValueError on a truncated, garbled or unknown payload."""
-    b = bytes(b)
+def read_header(b: bytes) -> tuple[str, int, int]:
+    """(codec name, numel, block_size) from the header of a serialised payload, before anything is sized from it;
+    raises ValueError on a truncated or garbled header or an unknown codec."""
     if len(b) < HEADER_BYTES:
         raise ValueError(f"decode_bytes: truncated payload: {len(b)} bytes is shorter than the {HEADER_BYTES}-byte header")
-    magic, version, cid, reserved, numel, block_size, crc = _HEADER.unpack_from(b)
+    magic, version, cid, reserved, numel, block_size, _ = _HEADER.unpack_from(b)
     if magic != _MAGIC:
         raise ValueError(f"decode_bytes: bad magic {magic!r} (expected {_MAGIC!r}): not an islands_kit payload")
     if version != _VERSION or reserved != 0:
@@ -583,7 +629,15 @@ def decode_bytes(b: bytes | bytearray | memoryview) -> Payload:
         raise ValueError(f"decode_bytes: unknown codec id {cid} (valid: {sorted(_NAME_OF_ID)})")
     if block_size < 1:
         raise ValueError(f"decode_bytes: garbled header: block_size {block_size} must be >= 1")
-    name = _NAME_OF_ID[cid]
+    return _NAME_OF_ID[cid], numel, block_size
+
+
+def decode_bytes(b: bytes | bytearray | memoryview) -> Payload:
+    """Inverse of :func:`encode_bytes`; raises ValueError on a truncated, garbled or unknown payload. (A payload from
+    a peer goes through ``comm.peer.read_payload``, which also checks it against what the receiver expects.)"""
+    b = bytes(b)
+    name, numel, block_size = read_header(b)
+    crc = _HEADER.unpack_from(b)[-1]
     expected = get_codec(name, block_size).nbytes(numel)
     if len(b) - HEADER_BYTES != expected:
         raise ValueError(f"decode_bytes: {'truncated' if len(b) - HEADER_BYTES < expected else 'oversized'} payload: "

@@ -10,29 +10,54 @@ end of a run) travels instead as
 where ``body`` must match the schema the receiver names for ``kind``. A schema is written with Python values:
 
 * ``int`` / ``float`` / ``str`` / ``bool``: that JSON scalar (``float`` also accepts an integer; ``int`` refuses
-  ``true``/``false``); ``None``: null. NaN and infinities are refused (strict JSON);
+  ``true``/``false`` and ``1.0``); ``None``: null;
+* ``Int(lo, hi)`` / ``Num(lo, hi)``: an integer / a number within ``[lo, hi]`` (either bound may be None);
+* ``OneOf("a", "b", ...)``: one of those strings;
 * ``Opt(s)``: null or ``s``;
 * ``[s]``: a list, every item matching ``s``;
 * ``(s1, s2, ...)``: a list of exactly those items (a record);
 * ``{"key": s, ...}``: an object with exactly those keys;
 * ``MapOf(s)``: an object with any string keys and values matching ``s``.
 
-Decoding refuses, with a one-line ``ControlError`` naming the peer rank, a message that is longer than its limit
-(checked from the announced length *before* anything is allocated or parsed), not UTF-8 JSON (a pickle, for
-instance), of another version or kind, or off-schema. Nothing a peer sends is ever executed.
+Decoding refuses, with a one-line ``ControlError`` naming the peer rank and the field, a message that is longer than
+its limit (checked from the announced length *before* anything is allocated or parsed), nested deeper than
+``MAX_DEPTH`` (counted on the raw bytes before the parser recurses), not UTF-8 JSON (a pickle, for instance), with a
+duplicate key, a number that is not finite (``NaN``, ``Infinity``, or a literal such as ``1e999`` that overflows to
+inf), an integer outside the int64 range (refused from its digits, before it is built), of another version (an
+integer, not ``true`` or ``1.0``) or kind, or off-schema. Nothing a peer sends is ever executed.
+
+``PeerError`` is the base of every refusal of something a peer sent (``ControlError`` here, ``comm.peer.PayloadError``
+for payloads): a ``ValueError`` that carries the peer and the field.
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 VERSION = 1
 MAX_BYTES = 64 << 20  # per message; the largest (the ledger at the end of a long run) stays far below
+MAX_DEPTH = 16  # nesting of arrays/objects, envelope included; the deepest schema here (the ledger) needs 6
+INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # every integer the kit sends fits an int64 (steps, bytes, seeds)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # a JSON string literal (its brackets do not nest)
 
 
-class ControlError(ValueError):
-    """A control message from a peer that is oversized, truncated, not JSON, of another version/kind, or off-schema."""
+class PeerError(ValueError):
+    """Something a peer sent that the kit refuses; ``peer`` names the sender (a rank or an island, as the message
+    says) and ``field`` what was wrong in it. The message is one line."""
+
+    def __init__(self, message: str, peer: int, field: str) -> None:
+        super().__init__(message)
+        self.peer, self.field = peer, field
+
+
+class ControlError(PeerError):
+    """A control message from a peer that is oversized, too deep, not strict JSON, of another version/kind, or
+    off-schema."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +65,29 @@ class Opt:
     """Schema: null or ``inner``."""
 
     inner: Any
+
+
+@dataclass(frozen=True)
+class Int:
+    """Schema: an integer in ``[lo, hi]`` (None: the int64 bound)."""
+
+    lo: int | None = None
+    hi: int | None = None
+
+
+@dataclass(frozen=True)
+class Num:
+    """Schema: a finite number (an integer is accepted) in ``[lo, hi]`` (None: unbounded on that side)."""
+
+    lo: float | None = None
+    hi: float | None = None
+
+
+class OneOf:
+    """Schema: one of the given strings."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = values
 
 
 @dataclass(frozen=True)
@@ -54,49 +102,119 @@ def encode(kind: str, body: Any) -> bytes:
     return json.dumps({"v": VERSION, "kind": kind, "body": body}, allow_nan=False, separators=(",", ":")).encode()
 
 
+def _show(x: Any) -> str:
+    """A peer's value in an error message: its repr (one line: newlines escaped), cut short."""
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+class _Refused(ValueError):
+    """A literal the strict parser refuses (raised inside json.loads, turned into a ControlError)."""
+
+
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON")
+    raise _Refused(f"{name} is not strict JSON")
+
+
+def _parse_float(s: str) -> float:
+    x = float(s)
+    if not math.isfinite(x):
+        raise _Refused(f"number {s[:24]} is not finite")
+    return x
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > 19:  # refused from its digits: a 10**400 is never built (nor a 4300-digit one parsed)
+        raise _Refused(f"integer {s[:24]}{'...' if len(s) > 24 else ''} is outside the int64 range")
+    x = int(s)
+    if not INT_MIN <= x <= INT_MAX:
+        raise _Refused(f"integer {s} is outside the int64 range")
+    return x
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, refused when a key repeats (plain json keeps the last: two readers could disagree)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _Refused(f"duplicate key {_show(k)}")
+            seen.add(k)
+    return out
+
+
+def nesting_depth(raw: bytes) -> int:
+    """The deepest nesting of JSON arrays/objects in ``raw``, counted on the bytes outside string literals (no
+    recursion, so a hostile ``[[[[...`` is measured before the parser would recurse into it)."""
+    a = np.frombuffer(_STRING.sub(b"", raw), dtype=np.uint8)
+    step = np.isin(a, (ord("["), ord("{"))).astype(np.int64) - np.isin(a, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
 
 
 def decode(raw: bytes, kind: str, schema: Any, peer: int, max_bytes: int = MAX_BYTES) -> Any:
     """The body of a control message from rank ``peer``, validated against ``schema``; ``ControlError`` otherwise."""
     where = f"control message {kind!r} from rank {peer}"
+
+    def refuse(field: str, why: str) -> ControlError:
+        return ControlError(f"{where}: {why}", peer, field)
+
     if len(raw) > max_bytes:
-        raise ControlError(f"{where}: {len(raw)} bytes is over the {max_bytes}-byte limit")
+        raise refuse("length", f"{len(raw)} bytes is over the {max_bytes}-byte limit")
+    depth = nesting_depth(raw)
+    if depth > MAX_DEPTH:
+        raise refuse("nesting", f"nested {depth} levels deep, over the limit of {MAX_DEPTH}; refused before parsing")
     try:
-        msg = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        msg = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_parse_float,
+                         parse_int=_parse_int, object_pairs_hook=_unique_keys)
+    except _Refused as e:
+        raise refuse("json", f"not a UTF-8 JSON control message, refused ({e})") from None
     except (UnicodeDecodeError, ValueError) as e:  # a pickle, garbage, or a message cut short
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ControlError(f"{where}: not a UTF-8 JSON control message, refused ({first})") from None
+        raise refuse("json", f"not a UTF-8 JSON control message, refused ({first})") from None
     if not isinstance(msg, dict) or set(msg) != {"v", "kind", "body"}:
-        raise ControlError(f"{where}: not a control message envelope (want keys v, kind, body)")
-    if msg["v"] != VERSION:
-        raise ControlError(f"{where}: version {msg['v']!r}, this kit speaks version {VERSION}")
+        raise refuse("envelope", "not a control message envelope (want keys v, kind, body)")
+    if type(msg["v"]) is not int or msg["v"] != VERSION:  # not True, not 1.0: they compare equal to 1
+        raise refuse("v", f"version {_show(msg['v'])}, this kit speaks version {VERSION} (an integer)")
     if msg["kind"] != kind:
-        raise ControlError(f"{where}: kind {msg['kind']!r} where {kind!r} was expected (ranks out of step)")
+        raise refuse("kind", f"kind {_show(msg['kind'])} where {kind!r} was expected (ranks out of step)")
     err = _check(msg["body"], schema, "body")
     if err:
-        raise ControlError(f"{where}: {err}")
+        raise refuse(err[0], f"{err[0]}: {err[1]}")
     return msg["body"]
 
 
-def _check(x: Any, s: Any, path: str) -> str | None:
-    """The first place where ``x`` departs from schema ``s`` (None when it matches)."""
+def _bounded(x: Any, lo: float | None, hi: float | None, what: str, path: str) -> tuple[str, str] | None:
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        return path, f"must be {what} in [{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}] (got {_show(x)})"
+    return None
+
+
+def _check(x: Any, s: Any, path: str) -> tuple[str, str] | None:
+    """The first place where ``x`` departs from schema ``s``, as (path, rule); None when it matches."""
+    is_int = isinstance(x, int) and not isinstance(x, bool)
     if s is None:
-        return None if x is None else f"{path}: must be null"
+        return None if x is None else (path, "must be null")
     if isinstance(s, Opt):
         return None if x is None else _check(x, s.inner, path)
     if s is bool:
-        return None if isinstance(x, bool) else f"{path}: must be a boolean"
-    if s is int:
-        return None if isinstance(x, int) and not isinstance(x, bool) else f"{path}: must be an integer"
-    if s is float:
-        return None if isinstance(x, (int, float)) and not isinstance(x, bool) else f"{path}: must be a number"
+        return None if isinstance(x, bool) else (path, "must be a boolean")
+    if s is int or isinstance(s, Int):
+        if not is_int:
+            return path, "must be an integer"
+        lo, hi = (s.lo, s.hi) if isinstance(s, Int) else (None, None)
+        return _bounded(x, INT_MIN if lo is None else lo, INT_MAX if hi is None else hi, "an integer", path)
+    if s is float or isinstance(s, Num):
+        if not (is_int or isinstance(x, float)) or not math.isfinite(x):
+            return path, "must be a finite number"
+        return _bounded(x, s.lo, s.hi, "a number", path) if isinstance(s, Num) else None
     if s is str:
-        return None if isinstance(x, str) else f"{path}: must be a string"
+        return None if isinstance(x, str) else (path, "must be a string")
+    if isinstance(s, OneOf):
+        return None if isinstance(x, str) and x in s.values else (path, f"must be one of {'|'.join(s.values)}")
     if isinstance(s, list):
         if not isinstance(x, list):
-            return f"{path}: must be a list"
+            return path, "must be a list"
         for i, item in enumerate(x):
             err = _check(item, s[0], f"{path}[{i}]")
             if err:
@@ -104,7 +222,7 @@ def _check(x: Any, s: Any, path: str) -> str | None:
         return None
     if isinstance(s, tuple):
         if not isinstance(x, list) or len(x) != len(s):
-            return f"{path}: must be a list of {len(s)} items"
+            return path, f"must be a list of {len(s)} items"
         for i, (item, si) in enumerate(zip(x, s)):
             err = _check(item, si, f"{path}[{i}]")
             if err:
@@ -112,15 +230,15 @@ def _check(x: Any, s: Any, path: str) -> str | None:
         return None
     if isinstance(s, MapOf):
         if not isinstance(x, dict):
-            return f"{path}: must be an object"
+            return path, "must be an object"
         for k, v in x.items():
-            err = _check(v, s.value, f"{path}.{k}")
+            err = _check(v, s.value, f"{path}.{k}" if k.isidentifier() else f"{path}[{_show(k)}]")
             if err:
                 return err
         return None
     if isinstance(s, dict):
         if not isinstance(x, dict) or set(x) != set(s):
-            return f"{path}: must be an object with keys {sorted(s)}"
+            return path, f"must be an object with keys {sorted(s)}"
         for k, si in s.items():
             err = _check(x[k], si, f"{path}.{k}")
             if err:

@@ -36,7 +36,10 @@ every island's decoded payload instead of their mean); exchange = ``batch_isend_
 leaders; non-leader ranks receive what their leader received by a ``broadcast`` inside ``island_group``. Every island's
 payload must have the same byte length in one call (same codec, same fragment: true for every strategy here), because
 gloo's all_gather needs equal sizes; a mismatch raises. The header lets the receiver check that both sides are in the
-same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage).
+same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage). Every field a peer
+sent is read through ``comm/peer.py`` (send time, weight, the payload against this rank's own codec, numel and block
+size, its codes and top-k indices) before it is used; a refusal stops every rank with one line naming the island, its
+rank and the field.
 
 Ledger. Each process records the messages it *receives* (its leader's inbound links): ``(channel, src, me, nbytes,
 start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an
@@ -67,7 +70,8 @@ every connection of a group whose wait timed out): a control message (``comm/con
 receiver's schema) and optionally one payload (``codecs.encode_bytes``), sent as a fixed header (int64: sequence
 number, CRC-32 of the kind, both lengths) then the body, on tags numbered per (sender, receiver) pair, so a message
 can only be read by the receive it was meant for. Every ``receive`` is bounded (``timeout_s``); a peer that died
-(closed sockets: at once) or stayed silent past the bound is *lost*: ``lost_islands()`` names it, nothing is sent to
+(closed sockets: at once), stayed silent past the bound or sent a message the wire refuses (``comm/peer.py``: out of
+sequence, malformed, off-schema, a payload that is not what this rank expects) is *lost*: ``lost_islands()`` names it, nothing is sent to
 or awaited from it again, and the caller goes on without it (or, with ``required=True``, the run ends with a
 ``DistributedError``). Posting never blocks; a send is completed before the next ``receive`` from the same peer (the
 protocol answers only what it has read; gloo completes a send once its receive is posted, so the wait is bounded like
@@ -85,7 +89,6 @@ the peer rank (no rank is left waiting).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import struct
 import warnings
@@ -97,9 +100,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 import torch.distributed as dist
 
-from islands_kit.comm import control
-from islands_kit.comm.codecs import Payload, decode_bytes, encode_bytes, get_codec
-from islands_kit.comm.control import MapOf
+from islands_kit.comm import control, peer
+from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
+from islands_kit.comm.control import Int, MapOf, Num
 from islands_kit.comm.transport import Delivery, Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes, weighted_mean
 from islands_kit.config import ConfigError
 
@@ -148,17 +151,17 @@ class _Op:
 
 # what each rank sends to ``gather_world``: its island, its inbound ledger records ((seq, src, dst), (start, end,
 # bytes, src, dst, channel)), the payload bytes it handed over per channel, and its clock
-_RECORD = ((int, int, int), (float, float, int, int, int, str))
-_WORLD_SCHEMA = {"island": int, "leader": bool, "sent": MapOf(int), "records": [_RECORD],
-                 "clock": {"now": MapOf(float), "busy": MapOf(float), "idle": MapOf(float)}}
+_RECORD = ((Int(0), Int(0), Int(0)), (Num(0), Num(0), Int(0), Int(0), Int(0), str))
+_WORLD_SCHEMA = {"island": Int(0), "leader": bool, "sent": MapOf(Int(0)), "records": [_RECORD],
+                 "clock": {"now": MapOf(Num(0)), "busy": MapOf(Num(0)), "idle": MapOf(Num(0))}}
 
 
 def _channel_id(channel: str) -> int:
     return zlib.crc32(channel.encode())
 
 
-def _irecv(t: torch.Tensor, peer: int, group: Any, tag: int) -> Any:
-    work = dist.irecv(t, peer, group=group, tag=tag)
+def _irecv(t: torch.Tensor, src_rank: int, group: Any, tag: int) -> Any:
+    work = dist.irecv(t, src_rank, group=group, tag=tag)
     assert work is not None  # None only for a rank outside ``group``
     return work
 
@@ -245,20 +248,26 @@ class TorchDistTransport(Transport):
         return torch.frombuffer(bytearray(head + encode_bytes(p)), dtype=torch.uint8)
 
     def _unpack(self, op: _Op, msg: torch.Tensor, src: int, dst: int) -> tuple[float, float, Payload]:
+        """(sent_at, weight, payload) of island ``src``'s message, every field read through ``comm.peer``; a message
+        from another operation is a desync, anything else a peer got wrong a ``PayloadError`` turned into a
+        ``DistributedError`` naming the island, its rank and the field (lock-step: every rank stops)."""
         b = msg.cpu().numpy().tobytes()
-        seq, s, d, ch, _, sent_at, weight = _META.unpack_from(b)
+        seq, s, d, ch, reserved, sent_at, weight = _META.unpack_from(b)
         if (seq, s, d, ch) != (op.seq, src, dst, _channel_id(op.channel)):
             raise DistributedError(
                 f"islands_kit.distributed: protocol desync on rank {self.rank} (island {self.island}): expected "
                 f"{op.kind} #{op.seq} on {op.channel!r} from island {src} to {dst}, got #{seq} from {s} to {d} "
                 "(every process must post the same operations in the same order)")
-        if not (math.isfinite(weight) and weight >= 0):  # a token count: a peer may lie about it, not break the mean
-            raise DistributedError(f"islands_kit.distributed: {op.kind} #{op.seq} on {op.channel!r}: island {src} sent "
-                                   f"weight {weight!r}; token weights must be finite and >= 0")
+        rank = self.layout.first_rank(src)
+        who = f"island {src}'s {op.kind} #{op.seq} on {op.channel!r}"
         try:
-            p = decode_bytes(b[META_BYTES:])
-        except ValueError as e:
-            raise DistributedError(f"islands_kit.distributed: corrupt message from island {src} on {op.channel!r}: {e}") from e
+            if reserved != 0:
+                raise peer.PayloadError(f"{who} from rank {rank}: reserved: must be 0 (got {reserved})", rank, "reserved")
+            peer.read_clock(sent_at, self.clock.now[self.island], rank, "sent_at", who)
+            peer.read_weight(weight, rank, "weight", who)
+            p = peer.read_payload(b[META_BYTES:], peer.PayloadSpec.of(op.mine), rank, who)
+        except peer.PeerError as e:
+            raise DistributedError(f"islands_kit.distributed: on rank {self.rank}: {e}") from None
         return sent_at, weight, p
 
     # -- Transport ------------------------------------------------------------------------------------------------
@@ -304,8 +313,8 @@ class TorchDistTransport(Transport):
             self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes
             wire = msg.to(self.device)
             op.recv = [torch.empty_like(wire)]  # the partner's message has our length (same codec and fragment)
-            peer = self.layout.first_rank(j)
-            ops = [dist.P2POp(dist.isend, wire, peer, self.cross_group), dist.P2POp(dist.irecv, op.recv[0], peer, self.cross_group)]
+            rank = self.layout.first_rank(j)
+            ops = [dist.P2POp(dist.isend, wire, rank, self.cross_group), dist.P2POp(dist.irecv, op.recv[0], rank, self.cross_group)]
             op.works = self._guard(f"exchange #{op.seq} on {channel!r} with island {j}", lambda: dist.batch_isend_irecv(ops))
         return self._post(op)
 
@@ -344,9 +353,6 @@ class TorchDistTransport(Transport):
                 if src == me:
                     decoded.append(get_codec(op.mine.codec, op.mine.block_size).decode(op.mine))
                     continue
-                if (p.codec, p.numel, p.block_size) != (op.mine.codec, op.mine.numel, op.mine.block_size):
-                    raise DistributedError(f"islands_kit.distributed: {what}: island {src} sent {p.codec} numel={p.numel}, "
-                                           f"island {me} sent {op.mine.codec} numel={op.mine.numel}")
                 holes: list[list[int]] = []
                 if op.kind == "all_gather":
                     end, holes = self._transfer(op, src, me, p.nbytes, sent_at)
@@ -404,9 +410,14 @@ class TorchDistTransport(Transport):
         err = self._error(what, e)
         if required:
             raise err from e
+        self.drop(island, str(err))
+
+    def drop(self, island: int, why: str) -> None:
+        """Go on without ``island`` (decoupled mode): its process died, stopped answering, or sent something the
+        wire refused (``comm.peer``); ``why`` says which, in one line. Nothing is sent to or read from it again."""
         if island not in self.lost:
-            self.lost[island] = str(err)
-            warnings.warn(f"islands_kit.distributed: island {island} is lost, the run goes on without it ({err})",
+            self.lost[island] = why
+            warnings.warn(f"islands_kit.distributed: island {island} is lost, the run goes on without it ({why})",
                           RuntimeWarning, stacklevel=3)
 
     def post(self, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None:
@@ -421,10 +432,10 @@ class TorchDistTransport(Transport):
         self._out_seq[dst] += 1
         head = torch.tensor([seq, _channel_id(kind), len(raw), len(data)], dtype=torch.int64)
         msg = torch.frombuffer(bytearray(raw + data), dtype=torch.uint8)
-        peer = self.layout.first_rank(dst)
+        rank = self.layout.first_rank(dst)
         try:
-            works = [dist.isend(head, peer, group=group, tag=2 * seq),
-                     dist.isend(msg, peer, group=group, tag=2 * seq + 1)]
+            works = [dist.isend(head, rank, group=group, tag=2 * seq),
+                     dist.isend(msg, rank, group=group, tag=2 * seq + 1)]
         except Exception as e:  # a peer whose sockets closed
             self._lose(dst, f"message {kind!r} #{seq} to island {dst}", e, required=False)
             return
@@ -451,12 +462,13 @@ class TorchDistTransport(Transport):
         for island in list(self._outbox):
             self._finish_sends(island, required=False, wait=timedelta(seconds=self.timeout_s))
 
-    def receive(self, src: int, kind: str, schema: Any, timeout_s: float | None = None,
-                required: bool = False) -> tuple[Any, Payload | None] | None:
-        """The next message from island ``src``: (control body checked against ``schema``, payload or None). Waits at
-        most ``timeout_s`` (default ``ISLANDS_KIT_DIST_TIMEOUT_S``); a peer that died or stayed silent is lost and
-        None comes back, or with ``required`` the run ends with a ``DistributedError``. A message of another kind or
-        out of sequence, or a malformed one, is a ``DistributedError`` (the protocol is out of step)."""
+    def receive(self, src: int, kind: str, schema: Any, expect: "peer.PayloadSpec | None" = None,
+                timeout_s: float | None = None, required: bool = False) -> tuple[Any, Payload | None] | None:
+        """The next message from island ``src``: (control body checked against ``schema``, payload or None; a
+        payload must match ``expect``, and none may come without it). Waits at most ``timeout_s`` (default
+        ``ISLANDS_KIT_DIST_TIMEOUT_S``). A peer that died, stayed silent, or sent a message the wire refuses
+        (another kind, out of sequence, malformed: ``comm.peer``) is lost and None comes back; with ``required`` the
+        run ends instead with a ``DistributedError`` naming the peer and the field."""
         if src in self.lost:
             if required:  # a post to it failed earlier
                 raise DistributedError(self.lost[src])
@@ -469,31 +481,40 @@ class TorchDistTransport(Transport):
         seq = self._in_seq[src]
         self._in_seq[src] += 1
         what = f"message {kind!r} #{seq} from island {src}"
-        peer = self.layout.first_rank(src)
+        rank = self.layout.first_rank(src)
         head = torch.zeros(4, dtype=torch.int64)
         try:
-            _irecv(head, peer, group, 2 * seq).wait(wait)
+            _irecv(head, rank, group, 2 * seq).wait(wait)
         except Exception as e:
             self._lose(src, what, e, required)
             return None
         got_seq, kind_id, n_raw, n_data = (int(x) for x in head)
         if (got_seq, kind_id) != (seq, _channel_id(kind)) or not (0 < n_raw <= control.MAX_BYTES and
                                                                     0 <= n_data <= control.MAX_BYTES):
-            raise DistributedError(f"islands_kit.distributed: protocol desync on rank {self.rank} (island "
-                                   f"{self.island}): expected {what}, got header {[got_seq, kind_id, n_raw, n_data]}")
+            self._refused(src, f"islands_kit.distributed: protocol desync on rank {self.rank} (island "
+                                      f"{self.island}): expected {what} (rank {rank}), got header "
+                                      f"{[got_seq, kind_id, n_raw, n_data]}", required)
+            return None
         msg = torch.empty(n_raw + n_data, dtype=torch.uint8)
         try:
-            _irecv(msg, peer, group, 2 * seq + 1).wait(wait)
+            _irecv(msg, rank, group, 2 * seq + 1).wait(wait)
         except Exception as e:
             self._lose(src, what, e, required)
             return None
         b = msg.numpy().tobytes()
         try:
-            body = control.decode(b[:n_raw], kind, schema, peer)
-            payload = decode_bytes(b[n_raw:]) if n_data else None
-        except ValueError as e:  # ControlError is a ValueError, as are decode_bytes' refusals
-            raise DistributedError(f"islands_kit.distributed: {what}: {e}") from None
+            body, payload = peer.read_message(b[:n_raw], b[n_raw:], kind, schema, expect, rank, what)
+        except peer.PeerError as e:
+            self._refused(src, f"islands_kit.distributed: on rank {self.rank}: {e}", required)
+            return None
         return body, payload
+
+    def _refused(self, src: int, why: str, required: bool) -> None:
+        """A message from ``src`` the wire refused: the run ends (``required``: the synchroniser) or ``src`` is
+        dropped."""
+        if required:
+            raise DistributedError(why)
+        self.drop(src, why)
 
     def barrier(self) -> None:
         self._guard("barrier", lambda: dist.barrier(group=self._meta_group))
@@ -509,8 +530,8 @@ class TorchDistTransport(Transport):
         out = []
         for r, raw in enumerate(raws):
             try:
-                out.append(control.decode(raw, kind, schema, r))
-            except control.ControlError as e:
+                out.append(peer.read_control(raw, kind, schema, r))
+            except peer.ControlError as e:
                 raise DistributedError(f"islands_kit.distributed: {e}") from None
         return out
 
@@ -575,7 +596,12 @@ class TorchDistTransport(Transport):
             if not (0 <= i < self.n_islands and k in c["now"] and k in c["busy"] and k in c["idle"]):
                 raise DistributedError(f"islands_kit.distributed: control message 'ledger': island {i}'s leader sent "
                                        "no clock for its island")
-            clock.now[i], clock.busy[i], clock.idle[i] = float(c["now"][k]), float(c["busy"][k]), float(c["idle"][k])
+            try:  # a peer's clock is held to the same bound as a payload's send time (comm/peer.py)
+                now, busy, idle = (peer.read_clock(float(c[f][k]), self.clock.now[self.island], self.layout.first_rank(i),
+                                                   f"clock.{f}", "control message 'ledger'") for f in ("now", "busy", "idle"))
+            except peer.PeerError as e:
+                raise DistributedError(f"islands_kit.distributed: {e}") from None
+            clock.now[i], clock.busy[i], clock.idle[i] = now, busy, idle
         return ledger, clock
 
     @contextlib.contextmanager

@@ -136,6 +136,14 @@ class SimClock:
             self.idle[island] += t - self.now[island]
             self.now[island] = t
 
+    def idle_beyond(self, island: int, busy_s: float) -> None:
+        """Count ``island``'s busy time beyond ``busy_s`` as idle: its clock ran on past the work it really did (a
+        lost island, mirrored from the config until the loss was noticed). ``now`` does not move."""
+        extra = self.busy[island] - busy_s
+        if extra > 0:
+            self.busy[island] = busy_s
+            self.idle[island] += extra
+
     def utilization(self) -> float:
         busy = sum(self.busy.values())
         total = busy + sum(self.idle.values())

@@ -77,8 +77,9 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 from torch import nn
 
+from islands_kit.comm import peer
 from islands_kit.comm.codecs import Payload
-from islands_kit.comm.control import Opt
+from islands_kit.comm.control import Int, Num, OneOf, Opt
 from islands_kit.comm.transport import Transport, decode
 from islands_kit.config import SyncConfig
 from islands_kit.sync.averaging import combine
@@ -144,10 +145,12 @@ class Mailbox(Protocol):
 
     def post(self, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None: ...
 
-    def receive(self, src: int, kind: str, schema: Any, timeout_s: float | None = None,
-                required: bool = False) -> tuple[Any, Payload | None] | None: ...
+    def receive(self, src: int, kind: str, schema: Any, expect: peer.PayloadSpec | None = None,
+                timeout_s: float | None = None, required: bool = False) -> tuple[Any, Payload | None] | None: ...
 
     def lost_islands(self) -> set[int]: ...
+
+    def drop(self, island: int, why: str) -> None: ...
 
     def finish_messages(self) -> None: ...
 
@@ -156,13 +159,13 @@ class Mailbox(Protocol):
 
 # the messages of the decoupled schedule across processes (checked on receipt, comm/control.py)
 CONTRIBUTION = "decoupled.contribution"  # island -> synchroniser, at every due (tick, fragment) and at the end
-CONTRIBUTION_SCHEMA = {"tick": int, "fragment": int, "round": int, "status": str, "sent_s": float, "tokens": int,
-                       "steps": int, "inner_steps": int}
-DECISION = "decoupled.decision"  # synchroniser -> every island: when the round's merge is decided (None: no merge)
-DECISION_SCHEMA = {"fragment": int, "round": int, "merge_s": Opt(float)}
-APPLY = "decoupled.apply"  # synchroniser -> every island, when the merge is applied: the outer step and the landing
-APPLY_SCHEMA = {"fragment": int, "round": int, "merge_s": float, "outer_step": bool, "landing_s": Opt(float)}
 FRESH, ABSENT, NOT_READY = "fresh", "absent", "not_ready"
+CONTRIBUTION_SCHEMA = {"tick": Int(0), "fragment": Int(0), "round": Int(0), "status": OneOf(FRESH, ABSENT, NOT_READY),
+                       "sent_s": Num(0), "tokens": Int(0), "steps": Int(0), "inner_steps": Int(0)}
+DECISION = "decoupled.decision"  # synchroniser -> every island: when the round's merge is decided (None: no merge)
+DECISION_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Opt(Num(0))}
+APPLY = "decoupled.apply"  # synchroniser -> every island, when the merge is applied: the outer step and the landing
+APPLY_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Num(0), "outer_step": bool, "landing_s": Opt(Num(0))}
 
 
 class DecoupledDiLoCo(DiLoCo):
@@ -300,18 +303,10 @@ class DecoupledDiLoCo(DiLoCo):
                 if status == FRESH:
                     payload, tokens, steps = self._encode(i, p, k, codec)
             else:
-                assert self.mail is not None
-                got = self.mail.receive(i, CONTRIBUTION, CONTRIBUTION_SCHEMA)
-                if got is None:  # lost: its process died or stopped answering
+                body, payload = self._contribution(i, tick, p, k, tick * self.tick_s, codec, final)
+                if body is None:  # lost: its process died, stopped answering, or sent what the wire refused
                     absent.append(i)
                     continue
-                body, payload = got
-                if ((body["tick"], body["fragment"], body["round"]) != (tick, p, k)
-                        or body["status"] not in (FRESH, ABSENT, NOT_READY) or (final and body["status"] == NOT_READY)
-                        or (body["status"] == FRESH) != (payload is not None)
-                        or min(body["tokens"], body["steps"], body["inner_steps"]) < 0):
-                    raise RuntimeError(f"sync.mode=decoupled: island {i} sent {body} for tick {tick}, fragment {p}, "
-                                       f"round {k}: the processes are out of step")
                 status, tokens, steps, sent_s = body["status"], body["tokens"], body["steps"], float(body["sent_s"])
                 self.inner_steps[i] = body["inner_steps"]
                 if status == NOT_READY:
@@ -327,6 +322,38 @@ class DecoupledDiLoCo(DiLoCo):
                 fresh.append(Contribution(i, p, k, tokens, steps, delta, d.arrival_s, sent_s))
         return fresh, absent, not_ready
 
+    def _contribution(self, i: int, tick: int, p: int, k: int, now: float, codec: Any,
+                      final: bool) -> tuple[dict[str, Any] | None, Payload | None]:
+        """Island i's ``CONTRIBUTION`` to round k of fragment p, read through the wire's checks (``comm.peer``: its
+        payload must be this fragment in ``codec``) and then the protocol's: the round it names, a payload exactly
+        when fresh, no ``not_ready`` at the end, a send time that is a time of this round (the schedule's ``now`` in
+        a regular round; at the end, a time the wire's clock bound allows, no earlier than ``now``). An island that
+        breaks one is dropped, like a dead one: (None, None)."""
+        assert self.mail is not None
+        expect = peer.PayloadSpec(codec.name, self.global_params[p].numel(), codec.block_size)
+        got = self.mail.receive(i, CONTRIBUTION, CONTRIBUTION_SCHEMA, expect)
+        if got is None:
+            return None, None
+        body, payload = got
+        where = f"sync.mode=decoupled: island {i}'s {CONTRIBUTION} for tick {tick}, fragment {p}, round {k}"
+        try:  # the wire's bound first: finite, >= 0, not far ahead of the schedule
+            peer.read_clock(float(body["sent_s"]), now, i, "sent_s", where)
+        except peer.PeerError as e:
+            self.mail.drop(i, str(e))
+            return None, None
+        if (body["tick"], body["fragment"], body["round"]) != (tick, p, k):
+            why = f"round: names tick {body['tick']}, fragment {body['fragment']}, round {body['round']}"
+        elif (body["status"] == FRESH) != (payload is not None):
+            why = f"status: {body['status']} with{'' if payload is not None else 'out'} a payload"
+        elif final and body["status"] == NOT_READY:
+            why = "status: not_ready in the final merge"
+        elif not (body["sent_s"] == now or (final and body["sent_s"] > now)):
+            why = f"sent_s: {body['sent_s']!r} is not a send time of this round (due at {now!r})"
+        else:
+            return body, payload
+        self.mail.drop(i, f"{where}: {why}")
+        return None, None
+
     def _report(self, tick: int, p: int, k: int, sent_s: float, codec: Any, final: bool = False) -> float | None:
         """An island off the synchroniser's process: send its part of round k of fragment p, leaving at ``sent_s``
         (``CONTRIBUTION``), and return the merge time the synchroniser decided (``DECISION``; None: no merge)."""
@@ -341,9 +368,20 @@ class DecoupledDiLoCo(DiLoCo):
         assert got is not None
         body, _ = got
         if (body["fragment"], body["round"]) != (p, k):
-            raise RuntimeError(f"sync.mode=decoupled: the synchroniser decided {body} where fragment {p}, round {k} "
-                               "was due: the processes are out of step")
-        return None if body["merge_s"] is None else float(body["merge_s"])
+            raise self._refuse(DECISION, "round", f"decided fragment {body['fragment']}, round {body['round']} "
+                                                  f"where fragment {p}, round {k} was due: the processes are out of step")
+        if body["merge_s"] is None:
+            return None
+        return self._syncer_clock(float(body["merge_s"]), DECISION, "merge_s")
+
+    def _refuse(self, kind: str, field: str, why: str) -> peer.ControlError:
+        """An island's refusal of what the synchroniser (rank 0) sent: the run cannot go on without it."""
+        return peer.ControlError(f"sync.mode=decoupled: control message {kind!r} from rank {SYNCER} (the "
+                                 f"synchroniser): {field}: {why}", SYNCER, field)
+
+    def _syncer_clock(self, t: float, kind: str, field: str) -> float:
+        """A time the synchroniser sent, held to the wire's clock bound against this island's clock."""
+        return peer.read_clock(t, self.transport.clock.now[self.ids[0]], SYNCER, field, f"control message {kind!r}")
 
     def _syncer_timeout(self) -> float:
         """An island waits for the synchroniser longer than the synchroniser waits for all the others together."""
@@ -430,7 +468,7 @@ class DecoupledDiLoCo(DiLoCo):
         self.in_flight = [m for m in self.in_flight if not (until_s is None or m.merge_s <= until_s)]
         for m in due:
             if not self.is_syncer:
-                self._receive_merge(m)
+                self._receive_merge(m, codec or self.codec)
                 continue
             p = m.fragment
             g = self.global_params[p]
@@ -456,21 +494,26 @@ class DecoupledDiLoCo(DiLoCo):
             self.last_merge_s = max(self.last_merge_s, m.merge_s)
             self.merge_log.append(m.record)
 
-    def _receive_merge(self, m: Merge) -> None:
+    def _receive_merge(self, m: Merge, codec: Any) -> None:
         """Off the synchroniser: merge ``m`` as applied there — the same outer step on this process's copy of the
         global fragment and, if this island contributed, the broadcast that lands at its ``landing_s``."""
         assert self.mail is not None
-        got = self.mail.receive(SYNCER, APPLY, APPLY_SCHEMA, timeout_s=self._syncer_timeout(), required=True)
+        expect = peer.PayloadSpec(codec.name, self.global_params[m.fragment].numel(), codec.block_size)
+        got = self.mail.receive(SYNCER, APPLY, APPLY_SCHEMA, expect, timeout_s=self._syncer_timeout(), required=True)
         assert got is not None
         body, payload = got
-        if (body["fragment"], body["round"], float(body["merge_s"])) != (m.fragment, m.round, m.merge_s) or (
-                body["outer_step"] != (payload is not None)):
-            raise RuntimeError(f"sync.mode=decoupled: the synchroniser applied {body} where fragment {m.fragment}, "
-                               f"round {m.round} at {m.merge_s} was next: the processes are out of step")
+        if (body["fragment"], body["round"], float(body["merge_s"])) != (m.fragment, m.round, m.merge_s):
+            raise self._refuse(APPLY, "round", f"applied fragment {body['fragment']}, round {body['round']} at "
+                                               f"{body['merge_s']} where fragment {m.fragment}, round {m.round} at "
+                                               f"{m.merge_s} was next: the processes are out of step")
+        if body["outer_step"] != (payload is not None):
+            raise self._refuse(APPLY, "outer_step", f"{body['outer_step']} with"
+                                                    f"{'' if payload is not None else 'out'} a payload")
         if payload is not None:
             self._outer_step(m.fragment, decode(payload))
         if body["landing_s"] is not None:
-            self.inbox.append(Broadcast(self.ids[0], m.fragment, m.round, float(body["landing_s"]),
+            landing = self._syncer_clock(float(body["landing_s"]), APPLY, "landing_s")
+            self.inbox.append(Broadcast(self.ids[0], m.fragment, m.round, landing,
                                         self.global_params[m.fragment].detach().clone()))
         self.last_merge_s = max(self.last_merge_s, m.merge_s)
 
@@ -497,10 +540,8 @@ class DecoupledDiLoCo(DiLoCo):
             if m is not None:
                 self.in_flight.append(m)
         self._apply_merges(until_s=None, codec=self.final_codec)
-        lost = self.lost_islands()
-        for i in self.all_ids:
-            if i not in lost:
-                self.transport.clock.wait_until(i, max(self.transport.clock.now[i], self.last_merge_s))
+        for i in self.all_ids:  # a lost island too: it idles to the end of the run (utilisation counts the loss)
+            self.transport.clock.wait_until(i, max(self.transport.clock.now[i], self.last_merge_s))
         self.awaiting.clear()
         self.inbox.clear()
         if self.mail is not None:

@@ -1,0 +1,251 @@
+"""A compromised island on the wire: every value it sends is typed, finite, bounded and attributed before it is used
+(``comm/peer.py``, ``comm/control.py``). In process: the decoders directly, and the decoupled synchroniser reading
+from a fake mailbox that applies the transport's policy (a refused island is dropped). The torchrun check that every
+rank names the peer is the last test."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+from fake_mailbox import contribution, synchroniser
+
+from islands_kit.comm import control, peer
+from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
+from islands_kit.comm.peer import ControlError, PayloadError, PayloadSpec
+from islands_kit.comm.torch_dist import _WORLD_SCHEMA
+from islands_kit.sync.decoupled import CONTRIBUTION, CONTRIBUTION_SCHEMA
+
+DEEP = b"[" * 3000 + b"]" * 3000  # ~6 KB: past Python's recursion limit in the json parser
+
+
+def _envelope(body: bytes, kind: bytes = b"ledger", v: bytes = b"1") -> bytes:
+    return b'{"v":' + v + b',"kind":"' + kind + b'","body":' + body + b"}"
+
+
+def _refused(raw: bytes, schema: Any, field: str, match: str, kind: str = "ledger") -> None:
+    with pytest.raises(ControlError, match=match) as e:
+        control.decode(raw, kind, schema, peer=3)
+    assert e.value.peer == 3 and e.value.field == field
+    assert "from rank 3" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("raw, field, match", [
+    (_envelope(b"1e999"), "json", "number 1e999 is not finite"),  # parsed to inf by plain json.loads
+    (_envelope(b"-1e999"), "json", "number -1e999 is not finite"),
+    (_envelope(b"1" + b"0" * 400), "json", "outside the int64 range"),  # 10**400: refused from its digits
+    (_envelope(b"9223372036854775808"), "json", "outside the int64 range"),  # 2**63
+    (_envelope(b"1", v=b"true"), "v", "version True"),  # True == 1 in Python
+    (_envelope(b"1", v=b"1.0"), "v", "version 1.0"),
+    (b'{"v":1,"v":1,"kind":"ledger","body":1}', "json", "duplicate key 'v'"),
+    (_envelope(b'{"a":1,"a":2}'), "json", "duplicate key 'a'"),
+    (_envelope(DEEP), "nesting", "nested 3001 levels deep, over the limit of 16; refused before parsing"),
+    (_envelope(b'{"a":' * 1200 + b"1" + b"}" * 1200), "nesting", "over the limit of 16"),
+])
+def test_hostile_json_is_refused_naming_the_peer(raw, field, match):
+    _refused(raw, int, field, match)
+
+
+def test_deep_nesting_is_refused_by_the_ledger_gather_and_the_decoupled_receive():
+    """The two schemas a hostile rank meets: the ledger gather (torch_dist) and the decoupled contribution."""
+    _refused(DEEP, _WORLD_SCHEMA, "nesting", "refused before parsing")
+    _refused(DEEP, CONTRIBUTION_SCHEMA, "nesting", "refused before parsing", kind=CONTRIBUTION)
+    # brackets inside strings do not nest
+    assert control.decode(control.encode("ledger", "[" * 3000), "ledger", str, peer=0) == "[" * 3000
+
+
+def test_integer_and_number_fields_are_bounded_by_the_schema():
+    good = {"tick": 8, "fragment": 0, "round": 0, "status": "fresh", "sent_s": 8.0, "tokens": 512, "steps": 8,
+            "inner_steps": 8}
+    assert control.decode(control.encode(CONTRIBUTION, good), CONTRIBUTION, CONTRIBUTION_SCHEMA, 1) == good
+    for key, value, rule in [("tokens", -1, "must be an integer in"), ("tokens", 1.0, "must be an integer"),
+                             ("tokens", True, "must be an integer"), ("sent_s", -0.5, "must be a number in"),
+                             ("status", "fresh ", "must be one of fresh|absent|not_ready")]:
+        with pytest.raises(ControlError, match=rf"from rank 1: body.{key}: {rule}") as e:
+            control.decode(control.encode(CONTRIBUTION, {**good, key: value}), CONTRIBUTION, CONTRIBUTION_SCHEMA, 1)
+        assert e.value.field == f"body.{key}"
+    with pytest.raises(ControlError, match=r"body.island: must be an integer in \[0, "):
+        control.decode(control.encode("ledger", {"island": -1}), "ledger", {"island": control.Int(0)}, 2)
+    # a key a peer chose appears quoted in the error (no newline can reach the message)
+    with pytest.raises(ControlError, match=r"body\['a\\nb'\]: must be an integer") as e:
+        control.decode(control.encode("x", {"a\nb": "1"}), "x", control.MapOf(int), 2)
+    assert "\n" not in str(e.value)
+
+
+# -- payloads -------------------------------------------------------------------------------------------------------
+
+def _topk(block_size: int = 64, numel: int = 200) -> tuple[Payload, PayloadSpec]:
+    p = get_codec("top16_int4", block_size).encode(torch.randn(numel, generator=torch.Generator().manual_seed(0)))
+    return p, PayloadSpec.of(p)
+
+
+def _with_index(p: Payload, at: int, value: int) -> bytes:
+    nb = -(-p.numel // p.block_size)
+    data = p.data.clone()
+    data[4 * nb + at] = value
+    return encode_bytes(Payload(p.codec, p.numel, p.block_size, data))  # the CRC is recomputed: it is valid
+
+
+@pytest.mark.parametrize("at, value, why", [
+    (0, 255, "index past every block"),
+    (3, 100, "crosses into the next block (block of 64)"),  # before the check it decoded into block 1, silently
+    (2, 0, "out of order (a repeat of an earlier index)"),
+    (4 * 3, 8, "partial last block (8 values) indexed at its length"),  # numel 200 = 3 blocks of 64 + 8
+])
+def test_topk_indices_are_range_checked_before_any_indexing(at, value, why):
+    p, spec = _topk()
+    with pytest.raises(PayloadError, match=r"payload from rank 4: indices: block \d+ holds in-block indices") as e:
+        peer.read_payload(_with_index(p, at, value), spec, peer=4)
+    assert e.value.peer == 4 and e.value.field == "indices", why
+
+
+def test_codes_off_the_grid_are_refused_but_non_finite_scales_pass_to_the_defences():
+    x = torch.randn(256, generator=torch.Generator().manual_seed(1))
+    for name, code in [("int8", 255), ("int4", 15), ("fp8_e4m3", 0x7F), ("fp8_e4m3", 0xFF)]:
+        p = get_codec(name, 128).encode(x)
+        data = p.data.clone()
+        data[8] = code if name != "int4" else code | (code << 4)  # the first codes after the two scales
+        with pytest.raises(PayloadError, match=rf"from rank 2: codes: value 0 has code {code}, not on the {name} grid"):
+            peer.read_payload(encode_bytes(Payload(name, 256, 128, data)), PayloadSpec.of(p), peer=2)
+    # the `nan` attack (a NaN block scale) is a value: it reaches the defences, as in the simulator
+    p = get_codec("int4", 128).encode(x)
+    data = p.data.clone()
+    data[:4] = torch.tensor([float("nan")], dtype=torch.float32).view(torch.uint8)
+    got = peer.read_payload(encode_bytes(Payload("int4", 256, 128, data)), PayloadSpec.of(p), peer=2)
+    assert torch.isnan(get_codec("int4", 128).decode(got)[:128]).all()
+
+
+def test_payload_header_must_be_what_the_receiver_expects():
+    p = get_codec("int8", 128).encode(torch.ones(300))
+    spec = PayloadSpec.of(p)
+    assert torch.equal(peer.read_payload(encode_bytes(p), spec, 1).data, p.data)
+    huge = Payload("fp32", 1, 2 ** 31, torch.zeros(4, dtype=torch.uint8))  # would size a 8 GiB decode buffer
+    other = get_codec("int4", 128).encode(torch.ones(300))
+    for raw, field in [(encode_bytes(huge), "codec"), (encode_bytes(other), "codec"),
+                       (encode_bytes(Payload("int8", 300, 64, get_codec("int8", 64).encode(torch.ones(300)).data)),
+                        "block_size"),
+                       (encode_bytes(get_codec("int8", 128).encode(torch.ones(299))), "numel"),
+                       (encode_bytes(p)[:-1], "data"), (b"IKCP", "header")]:
+        with pytest.raises(PayloadError, match=rf"payload from rank 1: {field}: ") as e:
+            peer.read_payload(raw, spec, 1)
+        assert e.value.field == field and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("t", [1e30, float("nan"), float("inf"), -1.0])
+def test_a_peers_clock_is_finite_non_negative_and_not_far_ahead(t):
+    with pytest.raises(PayloadError, match=r"island 1's all_reduce from rank 2: sent_at: simulated time") as e:
+        peer.read_clock(t, 10.0, 2, "sent_at", "island 1's all_reduce")
+    assert e.value.field == "sent_at"
+    assert peer.read_clock(500.0, 10.0, 2, "sent_at") == 500.0  # a slower island, far ahead: fine
+    assert peer.read_clock(0.5, 0.0, 2, "sent_at") == 0.5  # the receiver's clock at 0: one second of slack
+
+
+# -- the decoupled synchroniser drops an island whose message is refused --------------------------------------------
+
+def test_an_honest_contribution_is_merged():
+    s, box, tick = synchroniser()
+    box.inbox.append(contribution(s, tick))
+    s.after_tick(tick)
+    assert not box.lost and s.merge_log[0]["on_time"] == [0, 1]
+
+
+@pytest.mark.parametrize("hostile, match", [
+    (lambda s, t: contribution(s, t, sent_s=1e30), r"from rank 1: sent_s: simulated time 1e\+30 must be finite"),
+    (lambda s, t: contribution(s, t, sent_s=t + 0.5), r"sent_s: .* is not a send time of this round"),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"tokens":', b'"tokens":1' + b"0" * 400 + b',"x":'),
+                   contribution(s, t)[1]), "from rank 1: .*outside the int64 range"),
+    (lambda s, t: (DEEP, b""), "from rank 1: nested 3000 levels deep"),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"steps"', b'"tick":0,"steps"'), contribution(s, t)[1]),
+     "from rank 1: .*duplicate key 'tick'"),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"v":1', b'"v":true'), contribution(s, t)[1]),
+     "from rank 1: version True"),
+    (lambda s, t: (contribution(s, t)[0], encode_bytes(get_codec("int8", 128).encode(torch.ones(136)))),
+     "from rank 1: codec: int8 numel=136 block_size=128 where this rank expects int4"),
+    (lambda s, t: (contribution(s, t, status="absent")[0], contribution(s, t)[1]), "status: absent with a payload"),
+    (lambda s, t: contribution(s, t, round=5), "round: names tick"),
+])
+def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, match):
+    s, box, tick = synchroniser()
+    box.inbox.append(hostile(s, tick))
+    s.after_tick(tick)  # no exception: the synchroniser goes on without island 1 (quorum 1)
+    assert set(box.lost) == {1} and re.search(match, box.lost[1]) and "\n" not in box.lost[1], box.lost
+    rec = s.merge_log[0]
+    assert rec["absent"] == [1] and rec["on_time"] == [0] and rec["quorum_met"]
+
+
+def test_a_topk_contribution_with_a_bad_index_drops_the_island():
+    s, box, tick = synchroniser(codec="top16_int4", codec_block_size=64)
+    p = s.codec.encode(torch.randn(136, generator=torch.Generator().manual_seed(0)))
+    box.inbox.append((contribution(s, tick)[0], _with_index(p, 3, 100)))
+    s.after_tick(tick)
+    assert "from rank 1: indices: block 0 holds in-block indices" in box.lost[1]
+
+
+# -- under torchrun: every rank names the peer ----------------------------------------------------------------------
+
+HOSTILE_PAYLOAD_WORKER = r"""
+# 2 ranks, lock-step all_reduce. Rank 1 is compromised: its header claims sent_at = 1e30, then NaN; then it sends a
+# top-k payload with a valid CRC and an in-block index that crosses into the next block; then an honest round.
+import sys
+import torch
+from islands_kit.comm.codecs import Payload, get_codec
+from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
+from islands_kit.distributed import RankLayout, init_from_env
+from islands_kit.presets import get_preset
+
+def say(line):  # one write per line: the ranks share one stdout pipe
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+init_from_env()
+dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None)
+me = dt.island
+codec = get_codec("top16_int4", 64)
+for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
+    p = codec.encode(torch.randn(200, generator=torch.Generator().manual_seed(0)))
+    saved = dt.clock.now[me]
+    if me == 1 and name.startswith("clock"):
+        dt.clock.now[me] = 1e30 if name == "clock_1e30" else float("nan")
+    if me == 1 and name == "topk_index":
+        data = p.data.clone()
+        data[4 * 4 + 3] = 100  # block 0's 4th index: past the block of 64, inside the next one
+        p = Payload(p.codec, p.numel, p.block_size, data)
+    try:
+        h = dt.all_reduce("fragments", {me: p}, {me: 1.0})
+        dt.clock.now[me] = saved
+        h.wait(me)
+        say(f"accepted {name} on rank {dt.rank}")
+    except DistributedError as e:
+        assert "\n" not in str(e)
+        say(f"refused {name} on rank {dt.rank} : {e}")
+    dt.clock.now[me] = saved
+"""
+
+
+def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
+    """Lock-step: a payload header with sent_at 1e30 or NaN, and a top-k payload with a valid CRC and an index
+    crossing into the next block, are refused with one line naming island 1, rank 1 and the field; an honest round
+    after them still works."""
+    script = tmp_path / "hostile_payload.py"
+    script.write_text(HOSTILE_PAYLOAD_WORKER)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", ISLANDS_KIT_DIST_TIMEOUT_S="60", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
+           str(script)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    who = "island 1's all_reduce #{} on 'fragments' from rank 1"
+    for seq, name, field in [(0, "clock_1e30", "sent_at: simulated time 1e+30"),
+                             (1, "clock_nan", "sent_at: simulated time nan"),
+                             (2, "topk_index", "indices: block 0 holds in-block indices")]:
+        hit = [line for line in lines if line.startswith(f"refused {name} on rank 0 :")]
+        assert len(hit) == 1 and f"{who.format(seq)}: {field}" in hit[0], lines
+    # rank 1 refuses its own NaN and bad index too (every rank decodes every payload)
+    assert any(line.startswith("refused clock_nan on rank 1 :") for line in lines), lines
+    assert any(line.startswith("refused topk_index on rank 1 :") for line in lines), lines
+    assert "accepted honest on rank 0" in lines and "accepted honest on rank 1" in lines, lines
