@@ -226,6 +226,7 @@ for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
 """
 
 
+@pytest.mark.slow
 def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
     """Lock-step: a payload header with sent_at 1e30 or NaN, and a top-k payload with a valid CRC and an index
     crossing into the next block, are refused with one line naming island 1, rank 1 and the field; an honest round
