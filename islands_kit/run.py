@@ -40,6 +40,7 @@ from islands_kit.io import atomic_write_bytes
 from islands_kit.islands import Island, lr_lambda, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
 from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
@@ -536,7 +537,8 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
 
     ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
-    check_precision(cfg.precision, resolve_device(cfg.device))  # device=cuda without CUDA fails before any work
+    # output folder, corpus, device and memory: refused now rather than after training (the same checks as --dry-run)
+    preflight(cfg, out_dir, len(transport.local_islands) if transport is not None else None)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     state = None

@@ -13,6 +13,7 @@ The model is byte-level (vocabulary 256), so a corpus is just a byte string. Whe
 from __future__ import annotations
 
 import bz2
+import codecs
 import fnmatch
 import glob as globlib
 import os
@@ -125,7 +126,9 @@ def load_corpus(spec: str = "shakespeare", *, cache_dir: str | Path | None = Non
         source = spec + (f"@{revision}" if revision else "") + f"[{split}]"
         return _finish(spec, data[:max_bytes] if max_bytes else data, source,
                        "see the dataset card on the Hugging Face Hub")
-    data = hf.load_files_bytes(local_corpus_files(spec), text_field, hf_cache)
+    files = local_corpus_files(spec)
+    check_local_files(files)
+    data = hf.load_files_bytes(files, text_field, hf_cache)
     return _finish(spec, data[:max_bytes] if max_bytes else data, f"local:{spec}", "unknown (local files)")
 
 
@@ -248,11 +251,47 @@ def _finish(name: str, data: bytes, source: str, license: str) -> Corpus:
 
 
 def check_corpus_spec(spec: str) -> None:
-    """Refuse a ``data.corpus`` value that cannot name a corpus — empty, or a local path/glob matching no file — with
-    a ConfigError naming the field, without loading anything (hub names are checked when they are loaded)."""
+    """Refuse a ``data.corpus`` value that cannot name a corpus — empty, a local path/glob matching no file, or local
+    files that are not what their suffix says (``check_local_files``) — with a ConfigError naming the field and the
+    file, without loading anything into ``datasets`` (hub names are checked when they are loaded)."""
     _check(isinstance(spec, str) and spec.strip() != "", "data.corpus", "must be a non-empty string", spec)
     if spec not in CORPORA and not spec.startswith("hub:"):
-        local_corpus_files(spec)
+        check_local_files(local_corpus_files(spec))
+
+
+_PARQUET_MAGIC = b"PAR1"  # first and last four bytes of every Parquet file
+
+
+def check_local_files(files: list[str]) -> None:
+    """Every ``.txt`` file decodes as UTF-8 (read in 1 MiB pieces, so a large corpus is never held twice) and every
+    ``.parquet`` file starts and ends with the Parquet magic; ConfigError naming ``data.corpus``, the file and the
+    byte where it fails. A binary file given as text would otherwise fail deep inside ``datasets``."""
+    kinds = {Path(f).suffix for f in files}
+    _check(kinds in ({".txt"}, {".parquet"}), "data.corpus", "files must all be .txt or all be .parquet", sorted(kinds))
+    for name in files:
+        if name.endswith(".parquet"):
+            with open(name, "rb") as f:
+                head = f.read(4)
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 4))
+                tail = f.read(4)
+            if not (size >= 8 and head == tail == _PARQUET_MAGIC):
+                raise ConfigError(f"data.corpus: {name} is not a Parquet file (no PAR1 magic at its start and end)")
+            continue
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset = 0
+        with open(name, "rb") as f:
+            while True:
+                piece = f.read(1 << 20)
+                try:
+                    decoder.decode(piece, final=not piece)
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"data.corpus: {name} is not UTF-8 text (invalid byte near offset "
+                                      f"{max(0, offset + e.start)}); a .txt corpus must be UTF-8") from None
+                if not piece:
+                    break
+                offset += len(piece)
 
 
 def local_corpus_files(spec: str) -> list[str]:
