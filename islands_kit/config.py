@@ -619,6 +619,12 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
     return value
 
 
+def from_dict(cls: type, d: dict[str, Any], prefix: str = "") -> Any:
+    """A config dataclass ``cls`` from a mapping read from a file: unknown keys, wrong types and broken rules raise
+    ConfigError naming ``prefix`` + the field."""
+    return _build(cls, d, prefix)
+
+
 def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in fields(cls) if f.init}

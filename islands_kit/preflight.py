@@ -70,10 +70,16 @@ def parameter_count(model_cfg: ModelConfig) -> int:
     return one + (model_cfg.n_layers - 1) * (two - one)
 
 
+def float32_copies(n_local_islands: int) -> int:
+    """Float32 copies of the parameters a process holding ``n_local_islands`` islands keeps at least (0 islands: the
+    one model that sampling loads)."""
+    return COPIES_PER_ISLAND * n_local_islands + SHARED_COPIES if n_local_islands > 0 else 1
+
+
 def estimate_parameter_bytes(model_cfg: ModelConfig, n_local_islands: int) -> int:
-    """A lower bound on the memory a process holding ``n_local_islands`` islands needs: float32 parameters times
-    (COPIES_PER_ISLAND per island + SHARED_COPIES)."""
-    return 4 * parameter_count(model_cfg) * (COPIES_PER_ISLAND * n_local_islands + SHARED_COPIES)
+    """A lower bound on the memory a process holding ``n_local_islands`` islands needs: 4 bytes per parameter times
+    ``float32_copies``."""
+    return 4 * parameter_count(model_cfg) * float32_copies(n_local_islands)
 
 
 def available_memory(device: torch.device) -> int | None:
@@ -98,9 +104,9 @@ def available_memory(device: torch.device) -> int | None:
     return min(free) if free else None
 
 
-def check_memory(model_cfg: ModelConfig, n_local_islands: int, device: torch.device, what: str = "model") -> int:
+def check_memory(model_cfg: ModelConfig, n_local_islands: int, device: torch.device, where: str = "") -> int:
     """Refuse a model whose parameter memory exceeds what ``device`` has free, naming the dimension that matters most
-    and the estimate. Returns the estimate (bytes)."""
+    and the estimate (``where`` prefixes the message). Returns the estimate (bytes)."""
     need = estimate_parameter_bytes(model_cfg, n_local_islands)
     have = available_memory(device)
     if have is None or need <= have:
@@ -113,9 +119,10 @@ def check_memory(model_cfg: ModelConfig, n_local_islands: int, device: torch.dev
         except (ConfigError, ValueError):  # the default breaks a rule with the other fields (top_k, heads)
             return parameter_count(model_cfg)
     worst = min(_SIZE_FIELDS, key=shrunk)
-    copies = f"{n_local_islands} island(s) x {COPIES_PER_ISLAND} + {SHARED_COPIES}" if what == "model" else "1"
-    raise ConfigError(f"{what}.{worst}: {getattr(model_cfg, worst)} makes a model of {parameter_count(model_cfg):.3g} "
-                      f"parameters: {copies} float32 copies need at least {need / 1e9:.3g} GB, more than the "
+    copies = float32_copies(n_local_islands)
+    raise ConfigError(f"{where}model.{worst}: {getattr(model_cfg, worst)} makes a model of "
+                      f"{parameter_count(model_cfg):.3g} parameters: {copies} float32 copies ({n_local_islands} "
+                      f"island(s) here) need at least {need / 1e9:.3g} GB, more than the "
                       f"{have / 1e9:.3g} GB free on {device} (rule: the parameter memory must fit in free memory)")
 
 
