@@ -141,6 +141,10 @@ def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
     from islands_kit.preflight import preflight
 
     preflight(cfg, out)
+    if resume:
+        from islands_kit.checkpoint import check_resume
+
+        check_resume(cfg, resume)
     print(config_summary(cfg))
     where = f"resume {resume} and write {out}" if resume else f"write {out}"
     print(f"dry run: valid; would {where}/result.json (nothing trained)")

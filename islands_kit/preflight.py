@@ -20,6 +20,7 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -145,3 +146,18 @@ def preflight(cfg: ExperimentConfig, out: str | Path | None, n_local_islands: in
     check_memory(cfg.model, n_local_islands or local_islands(cfg), device)
     check_corpus_spec(cfg.data.corpus)
     return device
+
+
+def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where: str) -> None:
+    """Every tensor ``expected`` names is in ``got`` with the same shape, and ``got`` holds nothing else; ConfigError
+    naming the first key that breaks this."""
+    for k, t in expected.items():
+        if k not in got:
+            raise ConfigError(f"{where}: tensor {k} is missing")
+        v = got[k]
+        if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(t.shape):
+            shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+            raise ConfigError(f"{where}: tensor {k} has shape {shape}, the config makes {tuple(t.shape)}")
+    extra = sorted(set(got) - set(expected))
+    if extra:
+        raise ConfigError(f"{where}: tensor {extra[0]} is not part of the model the config makes")

@@ -24,7 +24,7 @@ import torch
 from islands_kit.config import ConfigError, ModelConfig, _check, from_dict
 from islands_kit.io import RESULT_FILE, atomic_write_bytes
 from islands_kit.model import ByteTransformer
-from islands_kit.preflight import check_memory
+from islands_kit.preflight import check_memory, check_tensors
 
 FORMAT = "islands_kit.model/1"
 DEPLOYED = "model.pt"
@@ -107,20 +107,6 @@ def _model_config(d: Any, p: Path) -> ModelConfig:
     except ConfigError as e:
         raise ConfigError(f"sample: {p}: {e}") from None
 
-
-def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where: str) -> None:
-    """Every tensor ``expected`` names is in ``got`` with the same shape, and ``got`` holds nothing else; ConfigError
-    naming the first key that breaks this."""
-    for k, t in expected.items():
-        if k not in got:
-            raise ConfigError(f"{where}: tensor {k} is missing")
-        v = got[k]
-        if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(t.shape):
-            shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
-            raise ConfigError(f"{where}: tensor {k} has shape {shape}, the config makes {tuple(t.shape)}")
-    extra = sorted(set(got) - set(expected))
-    if extra:
-        raise ConfigError(f"{where}: tensor {extra[0]} is not part of the model the config makes")
 
 
 @torch.no_grad()
