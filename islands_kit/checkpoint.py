@@ -25,18 +25,22 @@ takes the latest such step. A shard that is missing, truncated or foreign stops 
 """
 from __future__ import annotations
 
+import contextlib
 import io
+import math
 import pickle  # only for its exception type: nothing here unpickles
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
 from islands_kit.comm.control import Opt
 from islands_kit.comm.transport import Transport
-from islands_kit.config import ConfigError
+from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import atomic_write_bytes
+from islands_kit.model import ByteTransformer
+from islands_kit.preflight import check_tensors
 
 if TYPE_CHECKING:
     from islands_kit.run import Experiment
@@ -194,13 +198,78 @@ def _read(p: Path) -> dict[str, Any]:
     return state
 
 
-def restore(exp: "Experiment", state: dict[str, Any]) -> None:
-    """Load ``state`` into a freshly built Experiment with the same configuration."""
-    diff = _first_difference(exp.cfg.to_dict(), state["config"])
+REQUIRED = ("config", "step", "islands", "strategy", "routing", "history", "val_curve", "torch_rng", "elapsed_s",
+            "transport")
+ISLAND_PARTS = ("model", "optimizer", "scheduler", "stream")
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_state(cfg: ExperimentConfig, state: dict[str, Any], islands: list[int]) -> None:
+    """Check a checkpoint against the run's config before anything is restored: every entry present, the counters in
+    range, torch's RNG state of the size this torch has, and every model tensor of the islands this process holds
+    (``islands``) of the shape the config makes (counted on the meta device). ConfigError naming the entry."""
+    missing = [k for k in REQUIRED if k not in state]
+    if missing:
+        raise ConfigError(f"--resume: the checkpoint has no {missing[0]!r} entry")
+    diff = _first_difference(cfg.to_dict(), state["config"]) if isinstance(state["config"], dict) else "config"
     if diff is not None:
         raise ConfigError(f"--resume: checkpoint was written with a different configuration (first difference: {diff})")
-    if sorted(state["islands"]) != sorted(exp.islands):
-        raise ConfigError(f"--resume: checkpoint holds islands {sorted(state['islands'])}, this process {sorted(exp.islands)}")
+    step = state["step"]
+    if not (_int(step) and 0 <= step < cfg.steps):
+        raise ConfigError(f"--resume: the checkpoint's step must be an integer in [0, steps={cfg.steps}) (got {step!r})")
+    n = len(cfg.islands)
+    inner = state.get("inner_steps")
+    if inner is not None and not (isinstance(inner, dict) and sorted(inner) == list(range(n))
+                                  and all(_int(v) and 0 <= v <= step for v in inner.values())):
+        raise ConfigError(f"--resume: the checkpoint's inner_steps must give each of the {n} islands an integer in "
+                          f"[0, step={step}] (got {str(inner)[:120]})")
+    rng, want = state["torch_rng"], torch.get_rng_state()
+    if not (isinstance(rng, torch.Tensor) and rng.dtype == want.dtype and rng.shape == want.shape):
+        got = f"{tuple(rng.shape)} {rng.dtype}" if isinstance(rng, torch.Tensor) else type(rng).__name__
+        raise ConfigError(f"--resume: the checkpoint's torch_rng must be a {tuple(want.shape)} {want.dtype} tensor "
+                          f"(torch's generator state; got {got})")
+    elapsed = state["elapsed_s"]
+    if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
+        raise ConfigError(f"--resume: the checkpoint's elapsed_s must be a finite number >= 0 (got {elapsed!r})")
+    if not isinstance(state["history"], list) or not all(isinstance(h, dict) for h in state["history"]):
+        raise ConfigError("--resume: the checkpoint's history must be a list of records")
+    curve = state["val_curve"]
+    if not (isinstance(curve, list) and all(isinstance(v, list) and len(v) == 2 for v in curve)):
+        raise ConfigError("--resume: the checkpoint's val_curve must be a list of [tokens, bpb] pairs")
+    if not isinstance(state["islands"], dict) or sorted(state["islands"]) != sorted(islands):
+        held = sorted(state["islands"]) if isinstance(state["islands"], dict) else state["islands"]
+        raise ConfigError(f"--resume: checkpoint holds islands {held}, this process {sorted(islands)}")
+    with torch.device("meta"):
+        expected = ByteTransformer(cfg.model).state_dict()
+    for i in islands:
+        isl = state["islands"][i]
+        lacks = [k for k in ISLAND_PARTS if not isinstance(isl, dict) or k not in isl]
+        if lacks:
+            raise ConfigError(f"--resume: the checkpoint's islands.{i} has no {lacks[0]!r} entry")
+        if not isinstance(isl["model"], dict):
+            raise ConfigError(f"--resume: the checkpoint's islands.{i}.model is not a mapping of tensors")
+        check_tensors(expected, isl["model"], f"--resume: the checkpoint's islands.{i}.model")
+    if not (isinstance(state["transport"], dict) and _int(state["transport"].get("world_size"))):
+        raise ConfigError("--resume: the checkpoint's transport entry has no integer world_size")
+
+
+@contextlib.contextmanager
+def _part(name: str) -> Iterator[None]:
+    """One line naming the checkpoint entry whose nested state does not fit this run, instead of a raw traceback."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ConfigError(f"--resume: the checkpoint's {name} does not fit this run ({type(e).__name__}: {first})") \
+            from None
+
+
+def restore(exp: "Experiment", state: dict[str, Any]) -> None:
+    """Load ``state`` into a freshly built Experiment with the same configuration, after ``check_state``."""
+    check_state(exp.cfg, state, sorted(exp.islands))
     exp.step = state["step"]
     if "inner_steps" in state:  # the token counts follow from them
         exp.inner_steps = {int(j): int(v) for j, v in state["inner_steps"].items()}
@@ -208,13 +277,18 @@ def restore(exp: "Experiment", state: dict[str, Any]) -> None:
         for j in exp.inner_steps:
             exp.inner_steps[j] = sum(1 for t in range(1, exp.step + 1) if not exp.preempted(j, t))
     for i, isl in exp.islands.items():
-        isl.load_state_dict(state["islands"][i])
-    exp.strategy.load_state_dict(state["strategy"])
-    exp.routing.load_state_dict(state["routing"])
+        with _part(f"islands.{i}"):
+            isl.load_state_dict(state["islands"][i])
+    with _part("strategy"):
+        exp.strategy.load_state_dict(state["strategy"])
+    with _part("routing"):
+        exp.routing.load_state_dict(state["routing"])
     if exp.adversary is not None and state.get("adversary") is not None:
-        exp.adversary.load_state_dict(state["adversary"])
+        with _part("adversary"):
+            exp.adversary.load_state_dict(state["adversary"])
     if exp.defense is not None and state.get("defense") is not None:
-        exp.defense.load_state_dict(state["defense"])
+        with _part("defense"):
+            exp.defense.load_state_dict(state["defense"])
     tr = exp.transport
     if state["transport"]["world_size"] != tr.world_size:
         raise ConfigError("--resume: a torch.distributed checkpoint needs a torchrun resume with the same number of "
@@ -234,10 +308,25 @@ def read_config(path: str | Path) -> tuple[dict[str, Any], int]:
     """``(config dict, step)`` of the checkpoint ``--resume path`` would continue: ``checkpoint.pt`` in a folder (or
     the file itself), else the latest per-rank shard (torch.distributed; every rank's shard holds the same config).
     Lets ``--resume`` restore the configuration instead of asking for it again."""
+    state = _resume_state(path)
+    if not isinstance(state.get("config"), dict) or not _int(state.get("step")):
+        raise ConfigError(f"--resume: the checkpoint in {path} has no config mapping and integer step")
+    return state["config"], int(state["step"])
+
+
+def _resume_state(path: str | Path) -> dict[str, Any]:
+    """The checkpoint ``--resume path`` reads first: ``checkpoint.pt`` in a folder (or the file), else rank 0's
+    latest shard."""
     p = Path(path)
     if p.is_dir() and not (p / FILENAME).exists():
         shards = rank_shards(p, 0)
         if shards:
             p = shards[max(shards)]
-    state = load_checkpoint(p) if p.is_file() else load_checkpoint(path)
-    return state["config"], int(state["step"])
+    return load_checkpoint(p) if p.is_file() else load_checkpoint(path)
+
+
+def check_resume(cfg: ExperimentConfig, path: str | Path) -> None:
+    """``--dry-run --resume``: the checkpoint the run would restore, checked against ``cfg`` (``check_state``) without
+    building the run."""
+    state = _resume_state(path)
+    check_state(cfg, state, sorted(state["islands"]) if isinstance(state.get("islands"), dict) else [])

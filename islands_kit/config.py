@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import re
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -25,7 +26,52 @@ class ConfigError(ValueError):
 
 def _check(cond: bool, field_name: str, rule: str, value: Any) -> None:
     if not cond:
-        raise ConfigError(f"{field_name}: {rule} (got {value!r})")
+        raise ConfigError(f"{field_name}: {rule} (got {_show(value)})")
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to one readable line (an integer of thousands of digits cannot even be repr'd)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+INT_MAX = 2**63 - 1  # torch counters and numpy/torch seeds are signed 64-bit: a larger integer overflows them
+SEED_MAX = 2**32 - 1  # derived seeds (seed x 1,000,003 + ...) must stay inside torch's 64-bit seed range
+STEPS_MAX = 10**9  # inner steps: the schedules and counters are exact far beyond any run this kit can do
+MAX_LR = 10.0  # a learning rate above this only diverges (weights are O(init_std); Adam steps are O(lr))
+MAX_THREADS = 1024  # torch allocates a pool per thread: a million threads ends in MemoryError before step 1
+# The link resends a chunk until it arrives and gives up after MAX_SENDS_PER_CHUNK sends (comm/link.py). At a failure
+# probability p = loss_prob + corrupt_prob <= MAX_CHUNK_FAILURE, giving up has probability p^10000 < 1e-43.
+MAX_SENDS_PER_CHUNK = 10_000
+MAX_CHUNK_FAILURE = 0.99
+
+
+def _check_fields(obj: Any, prefix: str) -> None:
+    """Every scalar field holds its annotated type: an ``int`` field an integer within a signed 64-bit integer, a
+    ``float`` field a finite number (no inf, no NaN: every float of the config is a rate, a time or a probability),
+    a ``bool`` field a boolean, a ``str`` field a string. Run first in every ``__post_init__``, so the range rules
+    after it compare numbers."""
+    for f in fields(obj):
+        v, name = getattr(obj, f.name), prefix + f.name
+        if f.type == "int":
+            _check(isinstance(v, numbers.Integral) and not isinstance(v, bool), name, "must be an integer", v)
+            _check(-INT_MAX - 1 <= v <= INT_MAX, name, "must fit a signed 64-bit integer", v)
+        elif f.type == "float":
+            _check(isinstance(v, numbers.Real) and not isinstance(v, bool), name, "must be a number", v)
+            _check(_finite(v), name, "must be a finite number", v)
+        elif f.type == "bool":
+            _check(isinstance(v, bool), name, "must be a boolean (true/false)", v)
+        elif f.type == "str":
+            _check(isinstance(v, str), name, "must be a string", v)
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 @dataclass
@@ -54,6 +100,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         p = "model."
+        _check_fields(self, p)
         _check(self.vocab_size == 256, p + "vocab_size", "must be 256 for a byte-level model", self.vocab_size)
         for name in ("seq_len", "d_model", "n_layers", "n_heads", "n_experts", "top_k", "d_expert"):
             v = getattr(self, name)
@@ -64,6 +111,8 @@ class ModelConfig:
         _check(self.n_shared_experts >= 0, p + "n_shared_experts", "must be >= 0", self.n_shared_experts)
         for name in ("aux_loss_coef", "z_loss_coef", "bias_update_rate"):
             _check(getattr(self, name) >= 0, p + name, "must be >= 0", getattr(self, name))
+        _check(self.rope_theta > 0, p + "rope_theta", "must be > 0 (the base of the rotary frequencies)", self.rope_theta)
+        _check(self.init_std > 0, p + "init_std", "must be > 0 (the std of the normal initialisation)", self.init_std)
         _check(self.dispatch in ("grouped", "loop"), p + "dispatch", "must be one of grouped|loop", self.dispatch)
         _check(self.kernels in ("auto", "torch", "triton"), p + "kernels", "must be one of auto|torch|triton", self.kernels)
 
@@ -91,18 +140,22 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         p = "optim."
+        _check_fields(self, p)
         _check(self.name in ("adamw", "shampoo", "sgd"), p + "name", "must be one of adamw|shampoo|sgd", self.name)
-        _check(self.lr > 0, p + "lr", "must be > 0", self.lr)
+        _check(0 < self.lr <= MAX_LR, p + "lr", f"must be > 0 and <= {MAX_LR:g}", self.lr)
         _check(0 <= self.min_lr_ratio <= 1, p + "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
         _check(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0", self.warmup_steps)
         _check(self.weight_decay >= 0, p + "weight_decay", "must be >= 0", self.weight_decay)
+        _check(self.lr * self.weight_decay < 1, p + "weight_decay", f"optim.lr x weight_decay must be < 1 (decoupled "
+               f"decay scales the weights by 1 - lr x weight_decay each step; optim.lr={self.lr})", self.weight_decay)
         _check(0 <= self.beta1 < 1, p + "beta1", "must be in [0, 1)", self.beta1)
         _check(0 <= self.beta2 < 1, p + "beta2", "must be in [0, 1)", self.beta2)
         _check(self.eps > 0, p + "eps", "must be > 0", self.eps)
         _check(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 disables)", self.grad_clip)
         _check(self.precondition_frequency >= 1, p + "precondition_frequency", "must be >= 1", self.precondition_frequency)
         _check(self.start_preconditioning_step >= 0, p + "start_preconditioning_step", "must be >= 0", self.start_preconditioning_step)
-        _check(self.max_preconditioner_dim >= 1, p + "max_preconditioner_dim", "must be >= 1", self.max_preconditioner_dim)
+        _check(1 <= self.max_preconditioner_dim <= 8192, p + "max_preconditioner_dim", "must be >= 1 and <= 8192 (a block "
+               "of dimension d holds d x d factors and their inverse roots)", self.max_preconditioner_dim)
         _check(self.shampoo_epsilon > 0, p + "shampoo_epsilon", "must be > 0", self.shampoo_epsilon)
         _check(0 < self.shampoo_beta2 <= 1, p + "shampoo_beta2", "must be in (0, 1]", self.shampoo_beta2)
         _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
@@ -134,8 +187,9 @@ class DiLoCoConfig:
 
     def __post_init__(self) -> None:
         p = "sync.diloco."
+        _check_fields(self, p)
         _check(0.0 <= self.alpha <= 1.0, p + "alpha", "must be in [0, 1]", self.alpha)
-        _check(self.outer_lr > 0, p + "outer_lr", "must be > 0", self.outer_lr)
+        _check(0 < self.outer_lr <= MAX_LR, p + "outer_lr", f"must be > 0 and <= {MAX_LR:g}", self.outer_lr)
         _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
         _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
         _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
@@ -166,6 +220,7 @@ class ButterflyConfig:
 
     def __post_init__(self) -> None:
         p = "sync.butterfly."
+        _check_fields(self, p)
         _check(self.exchanges_per_window >= 1, p + "exchanges_per_window", "must be >= 1", self.exchanges_per_window)
         _check(self.merge in ("mean", "delay_aware"), p + "merge", "must be one of mean|delay_aware", self.merge)
         _check(self.exact_average_every >= 0, p + "exact_average_every", "must be >= 0 (0 = never)",
@@ -188,6 +243,7 @@ class DecoupledConfig:
 
     def __post_init__(self) -> None:
         p = "sync.decoupled."
+        _check_fields(self, p)
         _check(self.weighting in ("tokens", "efficiency"), p + "weighting", "must be one of tokens|efficiency",
                self.weighting)
         _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
@@ -223,6 +279,7 @@ class SyncConfig:
 
     def __post_init__(self) -> None:
         p = "sync."
+        _check_fields(self, p)
         _check(self.strategy in ("ddp", "diloco", "butterfly"), p + "strategy", "must be one of ddp|diloco|butterfly", self.strategy)
         _check(self.H >= 1, p + "H", "must be >= 1", self.H)
         _check(self.n_fragments >= 1, p + "n_fragments", "must be >= 1", self.n_fragments)
@@ -277,16 +334,23 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         p = "link."
-        _check(self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps), p + "bandwidth_bps", "must be a finite number > 0", self.bandwidth_bps)
+        _check_fields(self, p)
+        _check(self.bandwidth_bps > 0, p + "bandwidth_bps", "must be > 0", self.bandwidth_bps)
         _check(self.rtt_s >= 0, p + "rtt_s", "must be >= 0", self.rtt_s)
-        _check(self.jitter_sigma >= 0, p + "jitter_sigma", "must be >= 0", self.jitter_sigma)
+        _check(0 <= self.jitter_sigma <= 4, p + "jitter_sigma", "must be >= 0 and <= 4 (the late-chunk threshold "
+               "rtt/2 x e^(3 sigma) is already 1.6e5 round trips at 4)", self.jitter_sigma)
         _check(0 <= self.tail_prob <= 1, p + "tail_prob", "must be in [0, 1]", self.tail_prob)
-        _check(self.tail_alpha > 0, p + "tail_alpha", "must be > 0", self.tail_alpha)
+        _check(self.tail_alpha >= 1, p + "tail_alpha", "must be >= 1 (a Pareto tail with alpha < 1 has an infinite "
+               "mean delay)", self.tail_alpha)
         _check(self.tail_scale_s >= 0, p + "tail_scale_s", "must be >= 0", self.tail_scale_s)
         _check(0 <= self.loss_prob < 1, p + "loss_prob", "must be in [0, 1)", self.loss_prob)
         _check(0 <= self.corrupt_prob < 1, p + "corrupt_prob", "must be in [0, 1)", self.corrupt_prob)
-        _check(self.loss_prob + self.corrupt_prob < 1, p + "loss_prob", "loss_prob + corrupt_prob must be < 1", self.loss_prob + self.corrupt_prob)
-        _check(self.n_connections >= 1, p + "n_connections", "must be >= 1", self.n_connections)
+        _check(self.loss_prob + self.corrupt_prob <= MAX_CHUNK_FAILURE, p + "loss_prob",
+               f"loss_prob + corrupt_prob must be <= {MAX_CHUNK_FAILURE} (a chunk is resent at most "
+               f"{MAX_SENDS_PER_CHUNK} times; beyond that bound a transfer can run out of resends)",
+               self.loss_prob + self.corrupt_prob)
+        _check(1 <= self.n_connections <= 1024, p + "n_connections", "must be >= 1 and <= 1024 (parallel connections of "
+               "one direction)", self.n_connections)
         _check(self.idle_timeout_s >= 0, p + "idle_timeout_s", "must be >= 0", self.idle_timeout_s)
         _check(self.init_cwnd_bytes >= 1, p + "init_cwnd_bytes", "must be >= 1", self.init_cwnd_bytes)
         _check(self.pacing_bps >= 0, p + "pacing_bps", "must be >= 0 (0 = no cap)", self.pacing_bps)
@@ -346,6 +410,7 @@ class IslandConfig:
     n_accelerators: int = 1  # accelerators per island used by the simulated clock
 
     def validate(self, where: str) -> None:
+        _check_fields(self, where + ".")
         _check(isinstance(self.batch_size, int) and self.batch_size >= 1, where + ".batch_size", "must be an integer >= 1", self.batch_size)
         _check(self.micro_batch_size >= 1, where + ".micro_batch_size", "must be >= 1", self.micro_batch_size)
         _check(self.dp_ranks >= 1, where + ".dp_ranks", "must be >= 1", self.dp_ranks)
@@ -382,6 +447,7 @@ class FaultConfig:
 
     def __post_init__(self) -> None:
         p = "faults."
+        _check_fields(self, p)
         _check(self.preempt_start >= 0, p + "preempt_start", "must be >= 0", self.preempt_start)
         _check(self.preempt_steps >= 0, p + "preempt_steps", "must be >= 0", self.preempt_steps)
         _check(self.straggler_factor >= 1.0, p + "straggler_factor", "must be >= 1", self.straggler_factor)
@@ -410,6 +476,7 @@ class DataConfig:
     tune_fraction: float = 0.0  # fraction of the bytes just before the validation tail held out for tuning (0 = none)
 
     def __post_init__(self) -> None:
+        _check_fields(self, "data.")
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
         _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
         _check(0.0 <= self.tune_fraction < 0.5, "data.tune_fraction", "must be in [0, 0.5)", self.tune_fraction)
@@ -455,11 +522,14 @@ class ExperimentConfig:
         self.validate()
 
     def validate(self) -> None:
+        _check_fields(self, "")
         _check(self.experiment in EXPERIMENTS, "experiment", "must be one of " + "|".join(EXPERIMENTS), self.experiment)
-        _check(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
+        _check(isinstance(self.seed, int) and 0 <= self.seed <= SEED_MAX, "seed", "must be an integer >= 0 and <= 2^32 - 1",
+               self.seed)
         check_device_spelling(self.device)
         _check(self.precision in PRECISIONS, "precision", "must be one of " + "|".join(PRECISIONS), self.precision)
-        _check(isinstance(self.steps, int) and self.steps >= 1, "steps", "must be an integer >= 1", self.steps)
+        _check(isinstance(self.steps, int) and 1 <= self.steps <= STEPS_MAX, "steps", f"must be an integer >= 1 and <= "
+               f"{STEPS_MAX:.0e}", self.steps)
         _check(isinstance(self.eval_every, int) and self.eval_every >= 1, "eval_every", "must be an integer >= 1", self.eval_every)
         _check(len(self.islands) >= 1, "islands", "must list at least one island", self.islands)
         for i, isl in enumerate(self.islands):
@@ -468,7 +538,8 @@ class ExperimentConfig:
         n = len(self.islands)
         if self.sync.strategy == "butterfly" or self.sync.routing_sync_mode == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
-        _check(self.threads >= 0, "threads", "must be >= 0 (0 = torch default)", self.threads)
+        _check(0 <= self.threads <= MAX_THREADS, "threads", f"must be >= 0 and <= {MAX_THREADS} (0 = torch default)",
+               self.threads)
         _check(isinstance(self.log_every, int) and self.log_every >= 1, "log_every", "must be an integer >= 1",
                self.log_every)
         _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)
@@ -545,7 +616,7 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
             try:
                 value = int(value)
             except ValueError:
-                raise ConfigError(f"{path}: must be an integer (got {value!r})") from None
+                raise ConfigError(f"{path}: must be an integer (got {_show(value)})") from None
         _check(isinstance(value, int) and not isinstance(value, bool), path, "must be an integer", value)
         return value
     if tp is float:
@@ -553,15 +624,20 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
             try:
                 value = float(value)
             except ValueError:
-                raise ConfigError(f"{path}: must be a number (got {value!r})") from None
+                raise ConfigError(f"{path}: must be a number (got {_show(value)})") from None
         _check(isinstance(value, (int, float)) and not isinstance(value, bool), path, "must be a number", value)
-        value = float(value)
-        _check(not math.isnan(value), path, "must not be NaN", value)
-        return value
+        _check(_finite(value), path, "must be a finite number", value)
+        return float(value)
     if tp is str:
         _check(isinstance(value, str), path, "must be a string", value)
         return value
     return value
+
+
+def from_dict(cls: type, d: dict[str, Any], prefix: str = "") -> Any:
+    """A config dataclass ``cls`` from a mapping read from a file: unknown keys, wrong types and broken rules raise
+    ConfigError naming ``prefix`` + the field."""
+    return _build(cls, d, prefix)
 
 
 def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:

@@ -2,14 +2,26 @@
 
 Checkpoints, result.json, history.jsonl, the assembled corpora and the cached compressor floors all go through
 :func:`atomic_write_bytes`, so a reader (or a resumed run) never sees a partial file.
+
+A write killed before its rename leaves its temporary file behind. The temporary's name says whose it is —
+``TARGET.<pid>@<host>.<random>.kit.tmp`` — so :func:`sweep_stale_temporaries` removes exactly those whose writer (a
+process on this host) is gone, and never a file another live process is still writing or one the kit did not write.
+Each write sweeps its own target's stale temporaries; a run sweeps its whole output folder when it starts.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import re
+import socket
 import tempfile
 from pathlib import Path
+
+RESULT_FILE = "result.json"  # a run writes it last: a folder holding it is a finished run, one without it is not
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:48] or "host"
+_TMP_SUFFIX = ".kit.tmp"
+_TMP_NAME = re.compile(r"(?P<target>.+)\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.[A-Za-z0-9_]+" + re.escape(_TMP_SUFFIX))
 
 
 def cache_root() -> Path:
@@ -23,7 +35,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     partial file, and two processes racing write the same bytes). The file gets the mode a plain ``open`` would give
     it (0644 under the usual umask 022), not mkstemp's private 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    sweep_stale_temporaries(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.{os.getpid()}@{_HOST}.", suffix=_TMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
@@ -35,6 +48,37 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def sweep_stale_temporaries(folder: str | Path, target: str | None = None) -> list[Path]:
+    """Remove the temporaries of killed atomic writes in ``folder`` (those of ``target`` only, when given): files
+    named by :func:`atomic_write_bytes` whose writing process, on this host, no longer exists. Returns what went."""
+    gone: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no folder (yet), or not readable: nothing to sweep
+        return gone
+    for e in entries:
+        m = _TMP_NAME.fullmatch(e.name)
+        if m is None or (target is not None and m["target"] != target) or m["host"] != _HOST:
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or _alive(pid) or not e.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(e.path)
+            gone.append(Path(e.path))
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but belongs to someone else, or we cannot tell: leave its files alone
+        return True
+    return True
 
 
 def _umask() -> int:

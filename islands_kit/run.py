@@ -36,10 +36,11 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.device import autocast, check_precision, resolve_device
 from islands_kit.device import describe as describe_device
-from islands_kit.io import atomic_write_bytes
+from islands_kit.io import RESULT_FILE, atomic_write_bytes, sweep_stale_temporaries
 from islands_kit.islands import Island, lr_lambda, step_seconds
 from islands_kit.metrics import compressor_bpb, evaluate_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
 from islands_kit.sync.base import SyncStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
@@ -544,7 +545,10 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
 
     ``resume``: a folder (or file) holding a checkpoint of this same configuration; training continues from it and
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
-    check_precision(cfg.precision, resolve_device(cfg.device))  # device=cuda without CUDA fails before any work
+    # output folder, corpus, device and memory: refused now rather than after training (the same checks as --dry-run)
+    preflight(cfg, out_dir, len(transport.local_islands) if transport is not None else None)
+    if out_dir is not None:  # a run killed mid-write in this folder left temporaries: they go now
+        sweep_stale_temporaries(out_dir)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     state = None
@@ -574,13 +578,9 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     failed = True
     try:
         res = exp.run(tracker)
-        if out_dir and is_writer:
-            write_outputs(Path(out_dir), res, exp.history, exp.link_timeline)
-        if out_dir:  # the final weights: every island's replica and the deployed model (islands_kit.sampling)
-            from islands_kit.sampling import save_final_models
-
-            save_final_models(exp, out_dir)
-        if tracker is not None:
+        if out_dir:
+            write_outputs(exp, Path(out_dir), res, tracker)
+        if tracker is not None:  # wandb's summary and artifact (which holds result.json)
             tracker.finish(res, exp.history)
         failed = False
     finally:
@@ -596,10 +596,20 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
 LINK_TIMELINE = "link_timeline.jsonl"  # one transfer per line: [start_s, end_s, bytes, src, dst, channel]
 
 
-def write_outputs(out: Path, res: Result, history: list[dict[str, Any]],
-                  link_timeline: list[list[Any]] | None = None) -> None:
+def write_outputs(exp: Experiment, out: Path, res: Result, tracker: Tracker | None = None) -> None:
+    """A finished run's files, ``result.json`` last: the final weights (every rank its islands' replicas, the writer
+    the deployed model), history.jsonl, the link timeline and the figures, then (after every rank has written its
+    files) result.json. A kill at any moment before that leaves a folder without result.json, which is visibly not a
+    finished run (a re-run into it needs no ``--force``); every file is written atomically."""
+    from islands_kit.sampling import save_final_models
+
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "result.json", dict(res))
-    atomic_write_bytes(out / "history.jsonl", "".join(dumps_strict(rec) + "\n" for rec in history).encode())
-    if link_timeline is not None:
-        atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in link_timeline).encode())
+    save_final_models(exp, out)
+    if exp.is_writer:
+        atomic_write_bytes(out / "history.jsonl", "".join(dumps_strict(rec) + "\n" for rec in exp.history).encode())
+        atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in exp.link_timeline).encode())
+        if tracker is not None:
+            tracker.draw_figures(res, exp.history)
+    exp.transport.barrier()  # torch.distributed: every rank's replicas are on disk before the run is marked finished
+    if exp.is_writer:
+        write_json_atomic(out / RESULT_FILE, dict(res))

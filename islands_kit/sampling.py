@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
-from islands_kit.config import ConfigError, ModelConfig, _check
-from islands_kit.io import atomic_write_bytes
+from islands_kit.config import ConfigError, ModelConfig, _check, from_dict
+from islands_kit.io import RESULT_FILE, atomic_write_bytes
 from islands_kit.model import ByteTransformer
+from islands_kit.preflight import check_memory, check_tensors
 
 FORMAT = "islands_kit.model/1"
 DEPLOYED = "model.pt"
@@ -64,24 +65,48 @@ def save_final_models(exp: Any, out_dir: str | Path) -> list[Path]:
 
 def load_model(run_dir: str | Path, island: int | None = None) -> tuple[ByteTransformer, dict[str, Any]]:
     """The model saved in ``run_dir`` (the deployed one, or island ``island``'s replica), in eval mode, with the
-    file's metadata. ConfigError naming the file when it is missing or not a model file."""
+    file's metadata. Everything the file claims is checked before the model is built: its config (every
+    ``ModelConfig`` rule, and its weights must fit in free memory) and every tensor's name and shape against the
+    model that config makes (counted on the meta device, nothing allocated). ConfigError naming the file and the
+    field or tensor; a folder without result.json (a run that did not finish) is refused too."""
     d = Path(run_dir)
     p = d / (DEPLOYED if island is None else island_file(island))
     if not p.is_file():
         have = sorted(q.name for q in d.glob("model*.pt")) if d.is_dir() else []
         raise ConfigError(f"sample: no {p.name} in {d} (a finished run writes model.pt and model.island<i>.pt; "
                           f"found: {', '.join(have) or 'none'})")
-    try:
-        payload = torch.load(p, map_location="cpu", weights_only=True)
+    if not (d / RESULT_FILE).is_file():
+        raise ConfigError(f"sample: {d} is not a finished run (no {RESULT_FILE}: the run stopped before its end)")
+    try:  # mmap: the tensors stay on disk until the checks below have passed
+        payload = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # noqa: BLE001 - truncated file, not a torch file, an object weights_only refuses
         raise ConfigError(f"sample: {p} is not a model file ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"sample: {p} is not an {FORMAT} file")
-    model = ByteTransformer(ModelConfig(**payload["model_config"]))
-    model.load_state_dict(payload["state_dict"])
+    model_cfg = _model_config(payload.get("model_config"), p)
+    check_memory(model_cfg, 0, torch.device("cpu"), where=f"sample: {p}: ")
+    state = payload.get("state_dict")
+    if not isinstance(state, dict):
+        raise ConfigError(f"sample: {p} has no state_dict mapping")
+    with torch.device("meta"):
+        expected = ByteTransformer(model_cfg).state_dict()
+    check_tensors(expected, state, f"sample: {p}")
+    model = ByteTransformer(model_cfg)
+    model.load_state_dict(state)
     model.eval()
     meta = {k: v for k, v in payload.items() if k != "state_dict"}
     return model, meta
+
+
+def _model_config(d: Any, p: Path) -> ModelConfig:
+    """The file's ``model_config`` through the config's own typed builder (unknown keys, types and ranges)."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"sample: {p} has no model_config mapping")
+    try:
+        return from_dict(ModelConfig, d, "model.")
+    except ConfigError as e:
+        raise ConfigError(f"sample: {p}: {e}") from None
+
 
 
 @torch.no_grad()

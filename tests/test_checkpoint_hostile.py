@@ -1,0 +1,123 @@
+"""An inconsistent checkpoint is refused before anything is restored, with one line naming the entry: a missing key,
+a wrong RNG state, a changed tensor shape, counters out of range (``step=-5``), nested state that does not fit."""
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from islands_kit.checkpoint import FILENAME
+from islands_kit.cli import main
+from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.presets import get_preset
+from islands_kit.run import run_experiment
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+def _cfg():
+    return apply_overrides(get_preset("two_site", "smoke"), {"steps": "4", "checkpoint_every": "2", "progress": "false"})
+
+
+@pytest.fixture(scope="module")
+def good_state(tmp_path_factory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("ck")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WANDB_MODE", "disabled")
+    try:
+        run_experiment(_cfg(), out)
+    finally:
+        mp.undo()
+    return torch.load(out / FILENAME, map_location="cpu", weights_only=True)
+
+
+def _set(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(s: dict[str, Any]) -> None:
+        node = s
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return change
+
+
+def _drop(path: list[Any]) -> Callable[[dict[str, Any]], None]:
+    def change(s: dict[str, Any]) -> None:
+        node = s
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+    return change
+
+
+CASES = [
+    ("missing_strategy", _drop(["strategy"]), r"the checkpoint has no 'strategy' entry"),
+    ("missing_rng", _drop(["torch_rng"]), r"the checkpoint has no 'torch_rng' entry"),
+    ("short_rng", _set(["torch_rng"], torch.zeros(100, dtype=torch.uint8)),
+     r"torch_rng must be a \(\d+,\) torch\.uint8 tensor \(torch's generator state; got \(100,\) torch\.uint8\)"),
+    ("shape", _set(["islands", 0, "model", "tok_emb.weight"], torch.zeros(256, 7)),
+     r"islands\.0\.model: tensor tok_emb\.weight has shape \(256, 7\), the config makes \(256, \d+\)"),
+    ("missing_tensor", _drop(["islands", 1, "model", "lm_head.weight"]),
+     r"islands\.1\.model: tensor lm_head\.weight is missing"),
+    ("extra_tensor", _set(["islands", 0, "model", "evil"], torch.zeros(1)), r"tensor evil is not part of the model"),
+    ("negative_step", _set(["step"], -5), r"step must be an integer in \[0, steps=4\) \(got -5\)"),
+    ("step_past_end", _set(["step"], 10**6), r"step must be an integer in \[0, steps=4\)"),
+    ("bool_step", _set(["step"], True), r"step must be an integer"),
+    ("inner_steps", _set(["inner_steps"], {0: -1, 1: 2}), r"inner_steps must give each of the 2 islands"),
+    ("elapsed", _set(["elapsed_s"], float("inf")), r"elapsed_s must be a finite number >= 0"),
+    ("island_part", _drop(["islands", 0, "optimizer"]), r"islands\.0 has no 'optimizer' entry"),
+    ("nested_strategy", _set(["strategy"], {}), r"the checkpoint's strategy does not fit this run \(KeyError"),
+    ("nested_optimizer", _set(["islands", 0, "optimizer"], {"state": {}, "param_groups": []}),
+     r"the checkpoint's islands\.0 does not fit this run \(ValueError"),
+]
+
+
+def _write(folder: Path, state: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / FILENAME)
+    return folder
+
+
+def _mutated(good: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    s = torch.load(_roundtrip(good), weights_only=True)  # a deep copy of plain data and tensors
+    change(s)
+    return s
+
+
+def _roundtrip(state: dict[str, Any]) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return buf
+
+
+@pytest.mark.parametrize("name, change, pattern", CASES, ids=[c[0] for c in CASES])
+def test_inconsistent_checkpoint_is_one_line_naming_the_entry(tmp_path, good_state, name, change, pattern):
+    ck = _write(tmp_path / "ck", _mutated(good_state, change))
+    with pytest.raises(ConfigError) as e:
+        run_experiment(_cfg(), tmp_path / "out", resume=ck)
+    msg = str(e.value)
+    assert msg.startswith("--resume: ") and "\n" not in msg, msg
+    assert re.search(pattern, msg), msg
+    assert not (tmp_path / "out").exists()  # refused before any output
+
+
+def test_the_untouched_checkpoint_resumes(tmp_path, good_state):
+    ck = _write(tmp_path / "ck", _mutated(good_state, lambda s: None))
+    res = run_experiment(_cfg(), tmp_path / "out", resume=ck)
+    assert res.steps == 4
+
+
+def test_dry_run_checks_the_checkpoint_too(tmp_path, good_state, capsys):
+    ck = _write(tmp_path / "ck", _mutated(good_state, _set(["step"], -5)))
+    assert main(["run", "--resume", str(ck), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "--resume: the checkpoint's step must be an integer in [0, steps=4) (got -5)" in capsys.readouterr().err
+    ck2 = _write(tmp_path / "ck2", _mutated(good_state, _set(["islands", 0, "model", "tok_emb.weight"], torch.zeros(3))))
+    assert main(["run", "--resume", str(ck2), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "tensor tok_emb.weight has shape (3,)" in capsys.readouterr().err

@@ -1,0 +1,173 @@
+"""A run folder is either a finished run or visibly not one: result.json is written last, temporaries of killed writes
+are swept (only those whose writer is gone), and ``sample`` checks a model file's claims before building anything."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from islands_kit import io as kit_io
+from islands_kit import preflight as pf
+from islands_kit import sampling
+from islands_kit.cli import main
+from islands_kit.config import ConfigError, ModelConfig, apply_overrides
+from islands_kit.io import atomic_write_bytes, sweep_stale_temporaries
+from islands_kit.model import ByteTransformer
+from islands_kit.presets import get_preset
+from islands_kit.run import LINK_TIMELINE, run_experiment
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+def _cfg(steps: int = 3):
+    return apply_overrides(get_preset("two_site", "smoke"), {"steps": str(steps)})
+
+
+def test_result_json_is_the_last_output_written(tmp_path, monkeypatch):
+    order: list[str] = []
+    plain = os.replace
+
+    def replace(src, dst, *a, **kw):  # type: ignore[no-untyped-def]
+        order.append(os.path.basename(str(dst)))
+        return plain(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    run_experiment(_cfg(), tmp_path)
+    assert order[-1] == "result.json" and order.count("result.json") == 1
+    assert {"model.pt", "model.island0.pt", "model.island1.pt", "history.jsonl", LINK_TIMELINE} <= set(order[:-1])
+
+
+def test_a_run_stopped_before_its_end_leaves_no_result_json(tmp_path, monkeypatch):
+    def killed(*a, **kw):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt("stopped while writing the final weights")
+
+    monkeypatch.setattr(sampling, "save_final_models", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(_cfg(), tmp_path)
+    assert not (tmp_path / "result.json").exists()
+    monkeypatch.undo()
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    # not a finished run: a re-run into the same folder needs no --force
+    assert main(["run", "two_site", "--set", "steps=3", "--out", str(tmp_path), "--quiet"]) == 0
+    assert (tmp_path / "result.json").exists() and (tmp_path / "model.pt").exists()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _tmp_name(target: str, pid: int, host: str | None = None) -> str:
+    return f"{target}.{pid}@{host or kit_io._HOST}.ab12cd34{kit_io._TMP_SUFFIX}"
+
+
+def test_stale_temporaries_are_swept_and_live_or_foreign_ones_kept(tmp_path):
+    dead, live = _dead_pid(), os.getppid()
+    stale = tmp_path / _tmp_name("checkpoint.pt", dead)
+    kept = [tmp_path / _tmp_name("checkpoint.pt", live),  # its writer still runs
+            tmp_path / _tmp_name("checkpoint.pt", dead, "another-host"),  # cannot tell: another machine's process
+            tmp_path / "checkpoint.pt.ab12cd34.tmp",  # not named by the kit's writer
+            tmp_path / "notes.tmp"]
+    for f in [stale, *kept]:
+        f.write_bytes(b"\0" * 1024)
+    assert sweep_stale_temporaries(tmp_path) == [stale]
+    assert all(f.exists() for f in kept) and not stale.exists()
+
+
+def test_a_write_sweeps_its_own_targets_temporaries(tmp_path):
+    dead = _dead_pid()
+    mine, other = tmp_path / _tmp_name("result.json", dead), tmp_path / _tmp_name("history.jsonl", dead)
+    mine.write_bytes(b"x")
+    other.write_bytes(b"x")
+    atomic_write_bytes(tmp_path / "result.json", b"{}")
+    assert not mine.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["result.json", other.name])
+
+
+def test_a_run_sweeps_its_folder_when_it_starts(tmp_path):
+    stale = tmp_path / _tmp_name("checkpoint.pt", _dead_pid())
+    stale.write_bytes(b"\0" * 2048)
+    run_experiment(_cfg(2), tmp_path)
+    assert not stale.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+# ---- sample: the file's claims are checked before the model is built ---------------------------------------------
+
+
+def _model_file(folder, model_cfg: ModelConfig, state=None, finished: bool = True):
+    folder.mkdir(parents=True, exist_ok=True)
+    state = ByteTransformer(model_cfg).state_dict() if state is None else state
+    payload = {"format": sampling.FORMAT, "which": "deployed", "experiment": "two_site", "step": 1,
+               "model_config": dataclasses.asdict(model_cfg), "state_dict": state}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    (folder / sampling.DEPLOYED).write_bytes(buf.getvalue())
+    if finished:
+        (folder / "result.json").write_text("{}")
+    return folder
+
+
+SMALL = get_preset("two_site", "smoke").model
+
+
+def test_sample_loads_a_consistent_file(tmp_path):
+    model, meta = sampling.load_model(_model_file(tmp_path / "ok", SMALL))
+    assert meta["step"] == 1 and model.cfg == SMALL
+
+
+def test_sample_refuses_a_huge_claimed_model_before_building_it(tmp_path, monkeypatch):
+    built: list[ModelConfig] = []
+    plain_init = ByteTransformer.__init__
+
+    def spy(self, cfg):  # type: ignore[no-untyped-def]
+        if torch.empty(0).device.type != "meta":  # a real build (not the meta-device count): tens of GB
+            built.append(cfg)
+            raise AssertionError("the claimed model was built before its config was checked")
+        plain_init(self, cfg)
+
+    small_state = ByteTransformer(SMALL).state_dict()
+    huge = dataclasses.replace(SMALL, d_model=8192, n_heads=64, n_layers=64)
+    d = _model_file(tmp_path / "huge", huge, state=small_state)
+    monkeypatch.setattr(ByteTransformer, "__init__", spy)
+    monkeypatch.setattr(pf, "available_memory", lambda device: 8 << 30)
+    with pytest.raises(ConfigError, match=r"^sample: .*model\.pt: model\.(d_model|n_layers): .* GB free on cpu"):
+        sampling.load_model(d)
+    monkeypatch.setattr(pf, "available_memory", lambda device: 1 << 50)  # memory enough: the tensors still disagree
+    with pytest.raises(ConfigError, match=r"^sample: .*model\.pt: tensor tok_emb\.weight has shape \(256, \d+\), "
+                                          r"the config makes \(256, 8192\)"):
+        sampling.load_model(d)
+    assert built == []
+
+
+def test_sample_refuses_bad_configs_and_tensors(tmp_path):
+    d = _model_file(tmp_path / "a", SMALL)
+    payload = torch.load(d / "model.pt", weights_only=True)
+    for name, change, pattern in [
+        ("unknown", lambda p: p["model_config"].update(colour=1), r"model\.colour: unknown key"),
+        ("range", lambda p: p["model_config"].update(d_model=-8), r"model\.d_model: must be an integer >= 1"),
+        ("missing", lambda p: p["state_dict"].pop("lm_head.weight"), r"tensor lm_head\.weight is missing"),
+        ("extra", lambda p: p["state_dict"].update(evil=torch.zeros(1)), r"tensor evil is not part of the model"),
+    ]:
+        p = {**payload, "model_config": dict(payload["model_config"]), "state_dict": dict(payload["state_dict"])}
+        change(p)
+        folder = tmp_path / name
+        folder.mkdir()
+        torch.save(p, folder / "model.pt")
+        (folder / "result.json").write_text("{}")
+        with pytest.raises(ConfigError, match=r"^sample: .*" + pattern):
+            sampling.load_model(folder)
+
+
+def test_sample_refuses_an_unfinished_run(tmp_path):
+    d = _model_file(tmp_path / "u", SMALL, finished=False)
+    with pytest.raises(ConfigError, match=r"is not a finished run \(no result\.json"):
+        sampling.load_model(d)

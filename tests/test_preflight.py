@@ -1,0 +1,126 @@
+"""``--dry-run`` makes every check a real run makes before training, and the real run makes them before it trains:
+an unwritable or file ``--out``, a corpus that is not text, a missing GPU, a model too large for memory."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from islands_kit import preflight as pf
+from islands_kit.cli import main
+from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.data import load_corpus
+from islands_kit.presets import get_preset
+from islands_kit.run import run_experiment
+
+SMOKE = ["run", "baseline", "--preset", "smoke"]
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+def _dry(args: list[str], capsys) -> tuple[int, str]:
+    rc = main([*SMOKE, "--dry-run", *args])
+    return rc, capsys.readouterr().err
+
+
+def test_dry_run_refuses_a_file_as_out(tmp_path, capsys):
+    f = tmp_path / "results.txt"
+    f.write_text("keep me")
+    rc, err = _dry(["--out", str(f)], capsys)
+    assert rc == 2 and f"--out: {f} is a file, not a folder" in err
+    rc, err = _dry(["--out", str(f / "sub")], capsys)  # a folder that would have to be created under a file
+    assert rc == 2 and f"--out: {f} is a file" in err
+    assert f.read_text() == "keep me"
+
+
+def test_dry_run_refuses_a_read_only_folder(tmp_path, capsys):
+    # /proc refuses new files even to root (permission bits alone would not stop root)
+    rc, err = _dry(["--out", "/proc/islands_kit_out"], capsys)
+    assert rc == 2 and "--out: cannot write in /proc" in err
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        try:
+            rc, err = _dry(["--out", str(ro / "run")], capsys)
+            assert rc == 2 and f"--out: cannot write in {ro}" in err
+        finally:
+            ro.chmod(0o755)
+
+
+def test_a_writable_out_is_not_created_by_the_check(tmp_path, capsys):
+    out = tmp_path / "a" / "b"
+    rc, _ = _dry(["--out", str(out)], capsys)
+    assert rc == 0 and not (tmp_path / "a").exists()
+    assert not list(tmp_path.iterdir())  # the probe file is gone too
+
+
+def test_the_real_run_refuses_a_bad_out_before_training(tmp_path):
+    f = tmp_path / "file"
+    f.write_bytes(b"x")
+    cfg = apply_overrides(get_preset("baseline", "smoke"), {"steps": "2"})
+    with pytest.raises(ConfigError, match=r"^--out: .* is a file"):
+        run_experiment(cfg, f)
+    with pytest.raises(ConfigError, match=r"^--out: cannot write in /proc"):
+        run_experiment(cfg, "/proc/islands_kit_out")
+
+
+def _binary(tmp_path: Path) -> Path:
+    p = tmp_path / "corpus.txt"
+    p.write_bytes(b"plain text first\n" + bytes(range(128, 256)) * 4)
+    return p
+
+
+def test_a_binary_txt_corpus_is_refused_naming_the_file(tmp_path, capsys):
+    p = _binary(tmp_path)
+    rc, err = _dry(["--set", f"data.corpus={p}", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and f"data.corpus: {p} is not UTF-8 text (invalid byte near offset 17)" in err
+    with pytest.raises(ConfigError, match=r"^data\.corpus: .*corpus\.txt is not UTF-8 text"):
+        load_corpus(str(p), cache_dir=tmp_path / "cache")  # the loader checks too (no datasets traceback)
+
+
+def test_a_fake_parquet_corpus_is_refused(tmp_path, capsys):
+    p = tmp_path / "corpus.parquet"
+    p.write_bytes(b"this is not parquet at all")
+    rc, err = _dry(["--set", f"data.corpus={p}", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and f"data.corpus: {p} is not a Parquet file" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_dry_run_refuses_cuda_without_cuda(tmp_path, capsys):
+    rc, err = _dry(["--set", "device=cuda", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and "device: cuda was asked for but CUDA is not available" in err
+
+
+def test_a_model_larger_than_memory_is_refused_without_allocating(tmp_path, capsys):
+    rc, err = _dry(["--set", "model.d_model=100000000", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and "model.d_model: 100000000 makes a model of" in err and "GB free on cpu" in err
+    assert "rule: the parameter memory must fit in free memory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_memory_rule_names_the_dimension_that_matters(monkeypatch):
+    cfg = apply_overrides(get_preset("baseline", "smoke"), {"model.n_layers": "64"})
+    need = pf.estimate_parameter_bytes(cfg.model, 1)
+    monkeypatch.setattr(pf, "available_memory", lambda device: need - 1)
+    with pytest.raises(ConfigError, match=r"^model\.n_layers: 64 makes a model of"):
+        pf.preflight(cfg, None, 1)
+    monkeypatch.setattr(pf, "available_memory", lambda device: need)
+    pf.preflight(cfg, None, 1)  # exactly enough: accepted
+
+
+def test_parameter_count_matches_the_built_model():
+    from islands_kit.model import ByteTransformer
+
+    for preset in ("smoke", "demo"):
+        m = get_preset("two_site", preset).model
+        assert pf.parameter_count(m) == ByteTransformer(m).num_params()
+
+
+def test_unknown_hardware_is_refused_before_the_corpus_loads(tmp_path, capsys):
+    rc, err = _dry(["--set", "islands.0.hardware=abacus", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and "islands[0].hardware: must be one of" in err
