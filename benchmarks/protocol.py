@@ -36,7 +36,7 @@ from pathlib import Path
 
 from islands_kit.config import MOVED_KEYS
 from islands_kit.io import replace_marked_block
-from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL
+from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL, SPARSELOCO
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
@@ -83,6 +83,9 @@ PHASES = [["baseline", "two_site"], ["eight_cell"], ["baseline_shampoo", "two_si
 # DiLoCo with H = 1, one fragment, no overlap, fp32 and plain averaging (outer SGD lr 1, no momentum)
 TWO_SITE_FLOOR = {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
                   "sync.diloco.final_codec": ""}
+# SparseLoCo as published (presets.SPARSELOCO: chunks of 4096, 1/64 kept, 2-bit, beta 0.95, no outer momentum, outer lr
+# 1, H = 15) and, as in the paper, the whole model in one piece synced without overlap
+SPARSELOCO_PAPER = {**SPARSELOCO, "sync.n_fragments": "1", "sync.tau": "0"}
 EIGHT_CELL_FLOOR = {"sync.strategy": "diloco", "sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0",
                     "sync.codec": "fp32", "sync.routing_sync_mode": "all_reduce", "sync.diloco.outer_lr": "1.0",
                     "sync.diloco.outer_momentum": "0.0"}
@@ -126,6 +129,20 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
         "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
         "frontier: top32_int4, H=10, final fp32": {"sync.codec": "top32_int4", "sync.H": "10", "sync.diloco.final_codec": "fp32"},
+        # Streaming DiLoCo's own 4-bit float (E3M0) beside the OCP one
+        "frontier: fp4_e3m0": {"sync.codec": "fp4_e3m0"},
+        "frontier: fp4_e2m1": {"sync.codec": "fp4_e2m1"},
+        # SparseLoCo with the paper's settings, then one change each: density (1/32, 1/128 of each chunk), H (the
+        # paper's 30 and 50 beside 15), value bits (4), the decay (beta 1: plain error feedback), and streamed as
+        # two_site streams (P = 2 fragments, tau = 1, the kept steps merge)
+        "frontier: SparseLoCo as published (H=15, 1/64, 2-bit, beta 0.95)": SPARSELOCO_PAPER,
+        "frontier: SparseLoCo, 1/32 (3.1 %)": {**SPARSELOCO_PAPER, "sync.codec": "ctop32_int2"},
+        "frontier: SparseLoCo, 1/128 (0.8 %)": {**SPARSELOCO_PAPER, "sync.codec": "ctop128_int2"},
+        "frontier: SparseLoCo, H=30": {**SPARSELOCO_PAPER, "sync.H": "30"},
+        "frontier: SparseLoCo, H=50": {**SPARSELOCO_PAPER, "sync.H": "50"},
+        "frontier: SparseLoCo, 4-bit values": {**SPARSELOCO_PAPER, "sync.codec": "ctop64_int4"},
+        "frontier: SparseLoCo, beta 1 (no decay)": {**SPARSELOCO_PAPER, "sync.diloco.error_feedback_decay": "1.0"},
+        "frontier: SparseLoCo streamed (P=2, tau=1)": SPARSELOCO,
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
