@@ -4,6 +4,7 @@ scored on the untouched validation bytes, ratios paired per seed.
     python benchmarks/protocol.py --preset demo --out runs/protocol --jobs 2            # run (resumable) + report
     python benchmarks/protocol.py --preset demo --out runs/protocol --report            # report only
     python benchmarks/protocol.py --preset demo --out runs/protocol --write-results     # report into RESULTS.md
+    python benchmarks/protocol.py --preset demo --remake-point "int2" --out runs/remake  # one frontier point again
 
 The protocol (also written into the report):
   1. Tuning. Every arm gets the same budget as the baseline it is paired against: a grid of as many settings
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from islands_kit.config import MOVED_KEYS
 from islands_kit.io import replace_marked_block
-from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL, TWO_SITE_M1_CONTROL
+from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL, SPARSELOCO, TWO_SITE_M1_CONTROL
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_FRACTION = 0.05
@@ -112,6 +113,9 @@ PHASES = [["baseline", "two_site"], ["eight_cell", "eight_cell_allreduce"], ["ba
 # DiLoCo with H = 1, one fragment, no overlap, fp32 and plain averaging (outer SGD lr 1, no momentum)
 TWO_SITE_FLOOR = {"sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0", "sync.codec": "fp32",
                   "sync.diloco.final_codec": ""}
+# SparseLoCo as published (presets.SPARSELOCO: chunks of 4096, 1/64 kept, 2-bit, beta 0.95, no outer momentum, outer lr
+# 1, H = 15) and, as in the paper, the whole model in one piece synced without overlap
+SPARSELOCO_PAPER = {**SPARSELOCO, "sync.n_fragments": "1", "sync.tau": "0"}
 EIGHT_CELL_FLOOR = {"sync.strategy": "diloco", "sync.H": "1", "sync.n_fragments": "1", "sync.tau": "0",
                     "sync.codec": "fp32", "sync.routing_sync_mode": "all_reduce", "sync.diloco.outer_lr": "1.0",
                     "sync.diloco.outer_momentum": "0.0"}
@@ -160,6 +164,20 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: top32_int4, H=10": {"sync.codec": "top32_int4", "sync.H": "10"},
         "frontier: top16_int2, H=10": {"sync.codec": "top16_int2", "sync.H": "10"},
         "frontier: top32_int4, H=10, final fp32": {"sync.codec": "top32_int4", "sync.H": "10", "sync.diloco.final_codec": "fp32"},
+        # Streaming DiLoCo's own 4-bit float (E3M0) beside the OCP one
+        "frontier: fp4_e3m0": {"sync.codec": "fp4_e3m0"},
+        "frontier: fp4_e2m1": {"sync.codec": "fp4_e2m1"},
+        # SparseLoCo with the paper's settings, then one change each: density (1/32, 1/128 of each chunk), H (the
+        # paper's 30 and 50 beside 15), value bits (4), the decay (beta 1: plain error feedback), and streamed as
+        # two_site streams (P = 2 fragments, tau = 1, the kept steps merge)
+        "frontier: SparseLoCo as published (H=15, 1/64, 2-bit, beta 0.95)": SPARSELOCO_PAPER,
+        "frontier: SparseLoCo, 1/32 (3.1 %)": {**SPARSELOCO_PAPER, "sync.codec": "ctop32_int2"},
+        "frontier: SparseLoCo, 1/128 (0.8 %)": {**SPARSELOCO_PAPER, "sync.codec": "ctop128_int2"},
+        "frontier: SparseLoCo, H=30": {**SPARSELOCO_PAPER, "sync.H": "30"},
+        "frontier: SparseLoCo, H=50": {**SPARSELOCO_PAPER, "sync.H": "50"},
+        "frontier: SparseLoCo, 4-bit values": {**SPARSELOCO_PAPER, "sync.codec": "ctop64_int4"},
+        "frontier: SparseLoCo, beta 1 (no decay)": {**SPARSELOCO_PAPER, "sync.diloco.error_feedback_decay": "1.0"},
+        "frontier: SparseLoCo streamed (P=2, tau=1)": SPARSELOCO,
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
@@ -204,6 +222,30 @@ def run_dir(out: Path, arm: str, sets: dict[str, str], seed: int) -> Path:
     return out / arm / hashlib.sha256(key.encode()).hexdigest()[:10] / f"seed{seed}"
 
 
+# what every protocol run sets besides its arm's settings and its seed (one thread: bit-reproducible per seed)
+RUN_SETS = {"threads": "1", "data.tune_fraction": str(TUNE_FRACTION), "wandb_mode": "disabled", "progress": "false"}
+
+
+def overrides(sets: dict[str, str]) -> dict[str, str]:
+    """Every ``--set`` a protocol run of ``sets`` passes, but its seed (a frontier point records these)."""
+    return {**sets, **RUN_SETS}
+
+
+def islands_kit_run(experiment: str, preset: str, sets: dict[str, str], seed: int, d: Path) -> dict:
+    """``islands-kit run EXPERIMENT --preset PRESET --set ... --set seed=SEED --out D`` in its own process with one
+    thread; the result.json it wrote (a failure raises with the log's tail)."""
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "islands_kit", "run", experiment, "--preset", preset, "--out", str(d)]
+    for k, v in {**sets, "seed": str(seed)}.items():
+        cmd += ["--set", f"{k}={v}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    (d / "log.txt").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not (d / "result.json").exists():
+        raise RuntimeError(f"{experiment} {sets} seed {seed} failed (see {d / 'log.txt'}):\n{proc.stderr[-2000:]}")
+    return json.loads((d / "result.json").read_text())
+
+
 def run_one(out: Path, arm: str, experiment: str, sets: dict[str, str], seed: int, preset: str,
             log: "Progress") -> dict:
     d = run_dir(out, arm, sets, seed)
@@ -211,19 +253,9 @@ def run_one(out: Path, arm: str, experiment: str, sets: dict[str, str], seed: in
         return json.loads((d / "result.json").read_text())
     d.mkdir(parents=True, exist_ok=True)
     (d / "settings.json").write_text(json.dumps({"arm": arm, "experiment": experiment, "sets": sets, "seed": seed}))
-    all_sets = {**sets, "seed": str(seed), "threads": "1", "data.tune_fraction": str(TUNE_FRACTION),
-                "wandb_mode": "disabled", "progress": "false"}
-    cmd = [sys.executable, "-m", "islands_kit", "run", experiment, "--preset", preset, "--out", str(d)]
-    for k, v in all_sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     log.start(arm, sets, seed)
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    (d / "log.txt").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or not (d / "result.json").exists():
-        raise RuntimeError(f"{arm} {sets} seed {seed} failed (see {d / 'log.txt'}):\n{proc.stderr[-2000:]}")
-    res = json.loads((d / "result.json").read_text())
+    res = islands_kit_run(experiment, preset, overrides(sets), seed, d)
     log.done(arm, sets, seed, res, time.time() - t0)
     return res
 
@@ -421,13 +453,16 @@ FRONTIER_ROWS: dict[str, dict[str, str]] = {
 DEFAULT_LABEL = {"two_site": "tuned two_site (int4, H=50)", "eight_cell": "tuned eight_cell (fp32, E=6)"}
 
 
-def frontier_points(out: Path, arm: str = "two_site", seed: int = 0) -> list[dict]:
+def frontier_points(out: Path, arm: str = "two_site", seed: int = 0, preset: str = "demo") -> list[dict]:
     """``arm``'s frontier as plot points at ``seed`` (the tuned arm and its ``FRONTIER_ROWS``): ``label``, ``fewer``
     (x fewer bytes than data-parallel), ``ratio`` (bpb / the tuned baseline at that seed); the tuned arm is
-    ``default``. Rows without a finished run at ``seed`` are left out."""
-    ref_best, _ = winner(out, ARMS[arm].ref)
+    ``default``. Rows without a finished run at ``seed`` are left out. Each point also says how to make it again
+    (``remake_point``): ``experiment``, ``preset``, ``seeds``, ``overrides`` (every ``--set`` of its run but the
+    seed), its ``bpb`` per seed, and the same for the ``baseline`` its ratio divides by."""
+    ref = ARMS[arm].ref
+    ref_best, _ = winner(out, ref)
     best, _ = winner(out, arm)
-    base = _load(out, ARMS[arm].ref, ref_best, seed)
+    base = _load(out, ref, ref_best, seed)
     rows = [(DEFAULT_LABEL[arm], arm, best, True)]
     rows += [(label, f"{arm}_ablation", {**best, **ABLATIONS[arm][name]}, False)
              for name, label in FRONTIER_ROWS[arm].items()]
@@ -436,8 +471,34 @@ def frontier_points(out: Path, arm: str = "two_site", seed: int = 0) -> list[dic
         r = _load(out, run_arm, sets, seed)
         if r and base and r.get("final_val_bpb") and r["cross_site_bytes"]:
             pts.append({"label": label, "fewer": r["ddp_equivalent_bytes"] / r["cross_site_bytes"],
-                        "ratio": r["final_val_bpb"] / base["final_val_bpb"], "default": default})
+                        "ratio": r["final_val_bpb"] / base["final_val_bpb"], "default": default,
+                        "experiment": ARMS[arm].experiment, "preset": preset, "seeds": [seed],
+                        "overrides": overrides(sets), "bpb": [r["final_val_bpb"]],
+                        "baseline": {"experiment": ARMS[ref].experiment, "overrides": overrides(ref_best),
+                                     "bpb": [base["final_val_bpb"]]}})
     return pts
+
+
+def remake_point(point: dict, out: Path, preset: str | None = None, seed: int | None = None,
+                 baseline: bool = False) -> dict:
+    """Run a frontier point again from what the file holds (its experiment, ``overrides`` and first seed, at its own
+    preset unless ``preset`` is given) into ``out``; with ``baseline`` its baseline too. Returns ``{"bpb": ...,
+    "stored_bpb": ..., "seed": ..., "preset": ..., "baseline_bpb"/"ratio" with ``baseline``}``; the stored bpb is
+    None for a point recorded before points carried their bpb."""
+    if "overrides" not in point:
+        raise ValueError(f"frontier point {point.get('label')!r} holds no overrides: it cannot be re-made")
+    seed = point["seeds"][0] if seed is None else seed
+    preset = preset or point["preset"]
+    res = islands_kit_run(point["experiment"], preset, point["overrides"], seed, out / "point")
+    stored = point.get("bpb")
+    same_run = seed in point["seeds"] and preset == point["preset"] and stored is not None
+    got = {"bpb": res["final_val_bpb"], "stored_bpb": stored[point["seeds"].index(seed)] if same_run else None,
+           "seed": seed, "preset": preset, "fewer": res["ddp_equivalent_bytes"] / res["cross_site_bytes"]}
+    if baseline:
+        b = point["baseline"]
+        base = islands_kit_run(b["experiment"], preset, b["overrides"], seed, out / "baseline")
+        got.update(baseline_bpb=base["final_val_bpb"], ratio=res["final_val_bpb"] / base["final_val_bpb"])
+    return got
 
 
 def frontier_file(arm: str, preset: str) -> Path:
@@ -458,7 +519,23 @@ def main(argv: list[str] | None = None) -> None:
                     help="run only the ablation rows whose name contains one of these (the report shows all rows)")
     ap.add_argument("--report", action="store_true", help="only print the table from finished runs")
     ap.add_argument("--write-results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
+    ap.add_argument("--remake-point", metavar="LABEL", default=None,
+                    help="run the frontier point LABEL again from its stored overrides (into --out) and compare bpb")
+    ap.add_argument("--frontier", type=Path, default=None,
+                    help="with --remake-point: the frontier file (default: the two_site then eight_cell file of --preset)")
+    ap.add_argument("--with-baseline", action="store_true", help="with --remake-point: re-make its baseline too")
     a = ap.parse_args(argv)
+    if a.remake_point is not None:
+        files = [a.frontier] if a.frontier else [frontier_file(arm, a.preset) for arm in FRONTIER_ROWS]
+        points = [p for f in files if f.exists() for p in json.loads(f.read_text()) if p["label"] == a.remake_point]
+        if not points:
+            raise SystemExit(f"--remake-point: no point labelled {a.remake_point!r} in {', '.join(map(str, files))}")
+        got = remake_point(points[0], a.out, a.preset, baseline=a.with_baseline)
+        same = "identical" if got["bpb"] == got["stored_bpb"] else (
+            "no stored bpb at this seed and preset to compare" if got["stored_bpb"] is None
+            else f"differs by {got['bpb'] - got['stored_bpb']:+.3g}")
+        print(json.dumps(got), f"\n{a.remake_point}: bpb {got['bpb']} ({same})")
+        return
     if a.only_ablations is not None:
         for arm_rows in ABLATIONS.values():
             for name in [n for n in arm_rows if not any(sub in n for sub in a.only_ablations)]:
@@ -471,7 +548,8 @@ def main(argv: list[str] | None = None) -> None:
         write_results(text, a.preset)
         for arm in FRONTIER_ROWS:  # the points the two_site and eight_cell notebooks draw
             if arm in a.arms and ARMS[arm].ref in a.arms:
-                frontier_file(arm, a.preset).write_text(json.dumps(frontier_points(a.out, arm), indent=1) + "\n")
+                frontier_file(arm, a.preset).write_text(
+                    json.dumps(frontier_points(a.out, arm, preset=a.preset), indent=1) + "\n")
 
 
 if __name__ == "__main__":

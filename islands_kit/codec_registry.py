@@ -18,9 +18,11 @@ class CodecSpec:
     ``kind``: ``fp32`` (raw float32), ``bf16`` (bfloat16), ``uniform`` (per-block scaled grid ``{j + offset}``,
     ``|level| <= qmax``, offset 0.5 when qmax is a half-integer: int2's mid-rise grid), ``minifloat`` (per-block
     scaled OCP float grid with ``mbits`` mantissa bits, minimum normal exponent ``emin``, subnormals below, saturating
-    at ``qmax``; the code is the OCP bit pattern, sign in the top bit) or ``topk`` (sparsified: 1 value in every
-    ``every`` of a block kept, as a one-byte index and a code on the ``values`` codec's grid). ``bits``: bits per
-    value code on the wire.
+    at ``qmax``; the code is the OCP bit pattern, sign in the top bit), ``topk`` (sparsified: 1 value in every
+    ``every`` of a block kept, as a one-byte index and a code on the ``values`` codec's grid) or ``chunk_topk``
+    (SparseLoCo's format: the same selection per chunk of ``block_size`` values, any chunk size, each index in
+    ``ceil(log2(block_size))`` bits; ``values`` int2/int4 on their grids with a float32 scale per chunk, or fp32 raw
+    values and no scales). ``bits``: bits per value code on the wire.
     """
 
     name: str
@@ -37,6 +39,11 @@ class CodecSpec:
     def block_scaled(self) -> bool:
         """True for the dense per-block absmax-scaled codecs (all but fp32, bf16 and the sparse top-k ones)."""
         return self.kind in ("uniform", "minifloat")
+
+    @property
+    def sparse(self) -> bool:
+        """True for the codecs that send only the top-k entries of each block (with their indices)."""
+        return self.kind in ("topk", "chunk_topk")
 
     @property
     def offset(self) -> float:
@@ -57,7 +64,17 @@ CODEC_SPECS: dict[str, CodecSpec] = {s.name: s for s in (
     CodecSpec("top16_int4", 8, "topk", 4, qmax=7.0, every=16, values="int4"),
     CodecSpec("top32_int4", 9, "topk", 4, qmax=7.0, every=32, values="int4"),
     CodecSpec("top16_int2", 10, "topk", 2, qmax=1.5, every=16, values="int2"),
+    # SparseLoCo (Sarfi et al. 2025): top-k per chunk (sync.codec_block_size, the paper's 4096), compact indices;
+    # ctop{every}: k = chunk / every, so ctop64 at 4096 keeps 64 per chunk (1.56 %), ctop32 128 (3.1 %)
+    CodecSpec("ctop32_int2", 11, "chunk_topk", 2, qmax=1.5, every=32, values="int2"),
+    CodecSpec("ctop64_int2", 12, "chunk_topk", 2, qmax=1.5, every=64, values="int2"),
+    CodecSpec("ctop128_int2", 13, "chunk_topk", 2, qmax=1.5, every=128, values="int2"),
+    CodecSpec("ctop32_int4", 14, "chunk_topk", 4, qmax=7.0, every=32, values="int4"),
+    CodecSpec("ctop64_int4", 15, "chunk_topk", 4, qmax=7.0, every=64, values="int4"),
+    CodecSpec("ctop64_fp32", 16, "chunk_topk", 32, every=64, values="fp32"),  # sparsification alone (no quantiser)
+    # Streaming DiLoCo's 4-bit float (Douillard et al. 2025): 3 exponent bits, no mantissa: +-{0, 2^-2 .. 2^4}
+    CodecSpec("fp4_e3m0", 17, "minifloat", 4, qmax=16.0, emin=-2, mbits=0),
 )}
 CODECS: tuple[str, ...] = tuple(CODEC_SPECS)  # the valid values of sync.codec
-DENSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if s.kind != "topk")  # every value sent
-SPARSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if s.kind == "topk")
+DENSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if not s.sparse)  # every value sent
+SPARSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if s.sparse)

@@ -184,6 +184,9 @@ class DiLoCoConfig:
     qsr_alpha: float = 0.0  # α of the quadratic synchronisation rule (same units as optim.lr); > 0 with h_schedule=qsr
     average: str = "mean"  # how a sync merges the outer gradients: mean (token-weighted, all-reduced) | radial_directional
     #   (mean norm x mean direction, sync/averaging.py; it needs every outer gradient, so the islands all-gather)
+    # SparseLoCo (Sarfi et al. 2025): e ← β e + Δ before compressing, so the error-feedback buffer is a decayed sum of
+    # outer gradients; with outer_momentum 0 it replaces the outer momentum (presets.SPARSELOCO: the paper's settings)
+    error_feedback_decay: float = 1.0  # β: the residual carried into the next sync is β e (1 = plain error feedback)
 
     def __post_init__(self) -> None:
         p = "sync.diloco."
@@ -204,6 +207,8 @@ class DiLoCoConfig:
                self.qsr_alpha)
         _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
                self.average)
+        _check(0.0 <= self.error_feedback_decay <= 1.0, p + "error_feedback_decay", "must be in [0, 1]",
+               self.error_feedback_decay)
 
 
 @dataclass
@@ -291,6 +296,8 @@ class SyncConfig:
                f"must be <= 256 with the top-k codec {self.codec} (one-byte in-block indices)", self.codec_block_size)
         _check(self.routing_sync_mode in ("all_reduce", "butterfly"), p + "routing_sync_mode",
                "must be one of all_reduce|butterfly", self.routing_sync_mode)
+        _check(self.error_feedback or self.diloco.error_feedback_decay == 1.0, p + "diloco.error_feedback_decay",
+               "needs sync.error_feedback=true (it decays the error-feedback buffer)", self.diloco.error_feedback_decay)
         _check(not self.diloco.eager or self.tau >= 1, p + "diloco.eager",
                "needs sync.tau >= 1 (with tau = 0 nothing overlaps)", self.diloco.eager)
         _check(self.mode in ("lockstep", "decoupled"), p + "mode", "must be one of lockstep|decoupled", self.mode)

@@ -13,14 +13,15 @@ from islands_kit import config
 from islands_kit.codec_registry import CODEC_SPECS, SPARSE_CODECS
 from islands_kit.codec_registry import CODECS as ALL_CODECS
 from islands_kit.codec_registry import DENSE_CODECS as CODECS  # the sparse ones: tests/test_topk_codec.py
-from islands_kit.comm.codecs import FP4_E2M1_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes, get_codec
+from islands_kit.comm.codecs import FP4_E2M1_GRID, FP4_E3M0_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes, get_codec
 
 QUANTISED = [c for c in CODECS if c not in ("fp32", "bf16")]
 LOSSY = [c for c in CODECS if c != "fp32"]
 # The stated formula, written independently of the implementation: (bits per value, scale bytes per block).
 LAYOUT = {"fp32": (32, 0), "bf16": (16, 0), "int8": (8, 4), "fp8_e4m3": (8, 4), "int4": (4, 4), "fp4_e2m1": (4, 4),
+          "fp4_e3m0": (4, 4),
           "int2": (2, 4)}
-QMAX = {"int8": 127.0, "fp8_e4m3": 448.0, "int4": 7.0, "fp4_e2m1": 6.0, "int2": 1.5}
+QMAX = {"int8": 127.0, "fp8_e4m3": 448.0, "int4": 7.0, "fp4_e2m1": 6.0, "fp4_e3m0": 16.0, "int2": 1.5}
 
 
 def gen(seed: int) -> torch.Generator:
@@ -32,8 +33,8 @@ def grid(name: str) -> torch.Tensor:
     if name == "fp8_e4m3":
         g = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
         g = g[torch.isfinite(g)]
-    elif name == "fp4_e2m1":
-        g = torch.tensor(FP4_E2M1_GRID, dtype=torch.float64)
+    elif name in ("fp4_e2m1", "fp4_e3m0"):
+        g = torch.tensor(FP4_E2M1_GRID if name == "fp4_e2m1" else FP4_E3M0_GRID, dtype=torch.float64)
         g = torch.cat([g, -g])
     else:
         q = QMAX[name]
@@ -81,7 +82,8 @@ def test_wire_ids_are_frozen() -> None:
     """The codec id is written in every serialised payload (checkpoints, the torch.distributed wire): pinned here."""
     assert {n: s.wire_id for n, s in CODEC_SPECS.items()} == {
         "fp32": 0, "bf16": 1, "int8": 2, "fp8_e4m3": 3, "int4": 4, "fp4_e2m1": 5, "int2": 6,
-        "top8_int4": 7, "top16_int4": 8, "top32_int4": 9, "top16_int2": 10}
+        "top8_int4": 7, "top16_int4": 8, "top32_int4": 9, "top16_int2": 10, "ctop32_int2": 11, "ctop64_int2": 12,
+        "ctop128_int2": 13, "ctop32_int4": 14, "ctop64_int4": 15, "ctop64_fp32": 16, "fp4_e3m0": 17}
     for name in ALL_CODECS:
         assert encode_bytes(get_codec(name).encode(torch.zeros(3)))[5] == CODEC_SPECS[name].wire_id
 
@@ -124,6 +126,31 @@ def test_fp4_codes_follow_ocp_e2m1() -> None:
         e, m = (code >> 1) & 3, code & 1
         mag = m * 0.5 if e == 0 else (1 + m / 2) * 2.0 ** (e - 1)
         assert (-mag if code & 8 else mag) == v
+
+
+def test_fp4_e3m0_codes_are_sign_and_exponent() -> None:
+    """Streaming DiLoCo's E3M0: code = sign << 3 | exponent field e; e = 0 is zero, else 2^(e - 3) (bias 3, no
+    mantissa), so the grid is 0 and the powers of two 2^-2 .. 2^4, written independently of the codec here."""
+    x = torch.tensor([0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, -0.25, -16.0])  # absmax 16 -> scale 1
+    p = get_codec("fp4_e3m0", 16).encode(x)
+    assert p.data[:4].view(torch.float32).item() == 1.0
+    codes = [(b >> s) & 0xF for b in p.data[4:].tolist() for s in (0, 4)][: x.numel()]
+    assert codes == [0, 1, 2, 3, 4, 5, 6, 7, 9, 15]
+    for code, v in zip(codes, x.tolist()):
+        e = code & 7
+        mag = 0.0 if e == 0 else 2.0 ** (e - 3)
+        assert (-mag if code & 8 else mag) == v
+
+
+def test_fp4_e3m0_rounds_between_binades() -> None:
+    """Without mantissa bits the neighbours of v are the powers of two around it: round-to-nearest takes the closer
+    (a tie, 1.5 · 2^e, goes up), stochastic rounding the upper one with probability (v - lo) / (hi - lo)."""
+    x = torch.tensor([16.0, 3.0, 2.9, 3.1, 0.1, 0.125, 0.2, -5.0, 12.0])  # absmax 16 -> scale 1
+    c = get_codec("fp4_e3m0", 16)
+    assert c.decode(c.encode(x)).tolist() == [16.0, 4.0, 2.0, 4.0, 0.0, 0.0, 0.25, -4.0, 16.0]
+    draws = c.decode(c.encode(torch.tensor([16.0, 3.0]).repeat(4000), stochastic=True, generator=gen(9)))
+    ups = (draws.view(4000, 2)[:, 1] == 4.0).double().mean().item()
+    assert abs(ups - 0.5) < 0.03 and set(draws.view(4000, 2)[:, 1].tolist()) == {2.0, 4.0}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -288,7 +315,8 @@ def test_error_feedback_reconstructs_input(name: str, stochastic: bool) -> None:
         assert torch.all((recon - x_eff).abs() <= 2**-23 * (x_eff.abs() + d.abs()))
 
 
-@pytest.mark.parametrize("name,top_step", [("int8", 1.0), ("fp8_e4m3", 32.0), ("int4", 1.0), ("fp4_e2m1", 2.0), ("int2", 1.0)])
+@pytest.mark.parametrize("name,top_step", [("int8", 1.0), ("fp8_e4m3", 32.0), ("int4", 1.0), ("fp4_e2m1", 2.0), ("fp4_e3m0", 8.0),
+                                           ("int2", 1.0)])
 def test_error_feedback_makes_long_run_sum_unbiased(name: str, top_step: float) -> None:
     """Sending the same x n times with RTN: with EF the sum of decoded values tracks n·x (error = the bounded residual);
     without EF the per-sync rounding error repeats n times."""

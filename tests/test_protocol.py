@@ -101,7 +101,7 @@ def test_eight_cell_frontier_points_pair_each_row_with_the_baseline_at_the_seed(
     floor = "floor: 8 replicas averaged every step (H=1, fp32)"
     fake(protocol, tmp_path, "eight_cell_ablation", {**best, **protocol.ABLATIONS["eight_cell"][floor]}, 0, tune=0,
          val=2.6, sent=100.0)
-    pts = protocol.frontier_points(tmp_path, "eight_cell")
+    pts = [{k: p[k] for k in ("label", "fewer", "ratio", "default")} for p in protocol.frontier_points(tmp_path, "eight_cell")]
     assert pts == [  # rows without a run are left out
         {"label": protocol.DEFAULT_LABEL["eight_cell"], "fewer": 12.5, "ratio": 3.0 / 2.5, "default": True},
         {"label": "floor: every-step average", "fewer": 1.0, "ratio": 2.6 / 2.5, "default": False}]
@@ -156,3 +156,47 @@ def test_m1_control_rows_run_one_replica_with_the_tuned_sync(protocol):
         assert [i.batch_size for i in cfg.islands] == [40]
         same = ("H", "n_fragments", "tau", "codec")
         assert [getattr(cfg.sync, k) for k in same] == [getattr(tuned.sync, k) for k in same]
+
+
+def test_a_frontier_point_remade_from_its_overrides_reproduces_its_bpb(protocol, tmp_path):
+    """A real smoke-preset run behind one frontier point: the point holds the overrides and seed of that run, and
+    running it again from them alone (``--remake-point``) gives the same bpb bit for bit."""
+    base = protocol.ARMS["baseline"].trials()[0]
+    for t in protocol.ARMS["baseline"].trials():
+        fake(protocol, tmp_path, "baseline", t, 0, tune=2.0 if t == base else 3.0, val=6.0)
+    ts = protocol.ARMS["two_site"]
+    best = {**ts.fixed, **ts.trials()[0]}
+    for t in ts.trials():
+        fake(protocol, tmp_path, "two_site", {**ts.fixed, **t}, 0, tune=2.0 if {**ts.fixed, **t} == best else 3.0,
+             val=6.5, sent=8.0)
+    row = {**best, **protocol.ABLATIONS["two_site"]["frontier: int2"]}
+
+    class Quiet:
+        def start(self, *a):
+            pass
+
+        def done(self, *a):
+            pass
+
+    ran = protocol.run_one(tmp_path, "two_site_ablation", "two_site", row, 0, "smoke", Quiet())
+    pts = {p["label"]: p for p in protocol.frontier_points(tmp_path, "two_site", preset="smoke")}
+    point = json.loads(json.dumps(pts["int2"]))  # as the frontier file holds it
+    assert point["overrides"] == {**row, **protocol.RUN_SETS} and point["seeds"] == [0]
+    assert point["bpb"] == [ran["final_val_bpb"]] and point["ratio"] == ran["final_val_bpb"] / 6.0
+    assert point["baseline"] == {"experiment": "baseline", "overrides": {**base, **protocol.RUN_SETS}, "bpb": [6.0]}
+    got = protocol.remake_point(point, tmp_path / "remake")
+    assert got["bpb"] == got["stored_bpb"] == ran["final_val_bpb"]
+    assert got["fewer"] == point["fewer"]
+
+
+@pytest.mark.parametrize("arm", ["two_site", "eight_cell"])
+def test_every_checked_in_frontier_point_says_how_to_remake_it(protocol, arm):
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+
+    points = json.loads(protocol.frontier_file(arm, "demo").read_text())
+    assert points
+    for p in points:
+        assert p["experiment"] == protocol.ARMS[arm].experiment and p["preset"] == "demo" and p["seeds"] == [0], p
+        for run in (p, p["baseline"]):  # each a valid config of its experiment
+            apply_overrides(get_preset(run["experiment"], p["preset"]), run["overrides"])

@@ -20,13 +20,14 @@ codec          bytes on the wire (``Codec.nbytes``)        values
 ``fp8_e4m3``   ``4 nb + n``                                OCP FP8 E4M3FN (max 448, no inf), 1 byte each
 ``int4``       ``4 nb + ceil(n / 2)``                      int4 levels -7..7 (code k = q + 7), 2 per byte
 ``fp4_e2m1``   ``4 nb + ceil(n / 2)``                      OCP MX FP4 E2M1: +-{0, .5, 1, 1.5, 2, 3, 4, 6}
+``fp4_e3m0``   ``4 nb + ceil(n / 2)``                      E3M0 (Streaming DiLoCo): +-{0, 2^-2, 2^-1, .. 2^4}
 ``int2``       ``4 nb + ceil(n / 4)``                      levels {-1.5, -0.5, 0.5, 1.5} (code k = q + 1.5)
 =============  ==========================================  ==============================================
 
 Block codecs (all but fp32/bf16) lay out ``[nb float32 scales][packed codes]``: scales first so they sit 4-byte aligned.
 
 * **Scale** of a block: ``scale = absmax / qmax`` in IEEE float32 (no rounding to a power of two), stored as float32;
-  qmax = 127 (int8), 448 (fp8_e4m3), 7 (int4), 6 (fp4_e2m1), 1.5 (int2). An all-zero block has scale 0 and decodes
+  qmax = 127 (int8), 448 (fp8_e4m3), 7 (int4), 6 (fp4_e2m1), 16 (fp4_e3m0), 1.5 (int2). An all-zero block has scale 0 and decodes
   to zeros. fp32 scales cost 32 bits per block (0.25 bit/value at B=128) but keep the block's absmax exactly on the
   top grid point; a power-of-two (E8M0) scale would cost 8 bits but waste up to 1 bit of resolution on uniform grids.
 * **Quantise**: ``v = clamp(x / scale, -qmax, qmax)`` (IEEE division; scale 0 -> divide by 1), then round ``v`` onto
@@ -40,7 +41,8 @@ Block codecs (all but fp32/bf16) lay out ``[nb float32 scales][packed codes]``: 
   Exact recipe (what a fused kernel must reproduce bit for bit):
   uniform (int8/int4/int2): ``w = v - off`` (off = 0.5 for int2, none otherwise), ``j = rint(w)`` or
   ``floor(w) + (u < w - floor(w))``, code ``k = clamp(j + qmax + off, 0, 2 qmax)``;
-  float grids: ``a = |v|``, ``step = 2^(max(floor(log2 a), emin) - mbits)`` (E4M3: emin -6, mbits 3; E2M1: 0, 1),
+  float grids: ``a = |v|``, ``step = 2^(max(floor(log2 a), emin) - mbits)`` (E4M3: emin -6, mbits 3; E2M1: 0, 1;
+  E3M0: -2, 0 — with no mantissa bit a tie between two binades goes to the upper one, rint's even integer),
   ``r = a / step``, ``rint(r)`` or ``floor(r) + (u < r - floor(r))``, times step, sign of v;
   bf16: RTN = torch's cast; SR adds 1 to the bf16 magnitude iff ``floor(u * 2^16) < (fp32 bits & 0xFFFF)``.
 * **Packing**: sub-byte codes are packed across the whole flattened tensor (not per block): element ``i`` goes into
@@ -59,7 +61,8 @@ Level choices: int8/int4 drop the most negative two's-complement code (-128 / -8
 block absmax maps to +-qmax; int2 uses the four *mid-rise* levels {-1.5, -0.5, 0.5, 1.5}·scale rather than the ternary
 {-1, 0, 1}: two bits buy four codes and a uniform 4-level grid has a step of 2/3·absmax instead of absmax (lower SR
 variance, same unbiasedness). It cannot represent 0 exactly, which error feedback (or SR in expectation) makes up for.
-fp4_e2m1 codes: bit 3 = sign, bits 0..2 = index into (0, .5, 1, 1.5, 2, 3, 4, 6) (exponent bits 2..1, mantissa bit 0).
+fp4_e2m1 codes: bit 3 = sign, bits 0..2 = index into (0, .5, 1, 1.5, 2, 3, 4, 6) (exponent bits 2..1, mantissa bit 0);
+fp4_e3m0 codes: bit 3 = sign, bits 0..2 = the exponent field, index into (0, .25, .5, 1, 2, 4, 8, 16).
 
 Non-finite input: ``fp32`` passes it through unchanged; every other codec raises ``ValueError("... payload contains
 non-finite values")`` — a :class:`NonFiniteError`, a ``ValueError`` the training loop reads as divergence (a NaN
@@ -96,8 +99,7 @@ if sys.byteorder != "little":  # the wire is little-endian and tensors are reint
 # Largest finite bf16 (0x7F7F) and the E4M3FN / E2M1 grids.
 BF16_MAX = float(torch.finfo(torch.bfloat16).max)
 FP4_E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude of code 0..7 (OCP MX v1.0, table 5)
-_FP4_INDEX_OF_TWICE = torch.zeros(13, dtype=torch.uint8)  # code index of each grid magnitude, keyed by 2 * magnitude
-_FP4_INDEX_OF_TWICE[[int(2 * g) for g in FP4_E2M1_GRID]] = torch.arange(8, dtype=torch.uint8)
+FP4_E3M0_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # magnitude of code 0..7: 3 exponent bits, bias 3
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing tensors field-wise has no single truth value
@@ -195,6 +197,21 @@ def _off_grid(spec: CodecSpec, codes: torch.Tensor) -> str | None:
         return None
     i = int(bad.nonzero()[0])
     return f"codes: value {i} has code {int(codes[i])}, not on the {spec.name} grid"
+
+
+def _pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """Pack integers in [0, 2^bits) of any width into a little-endian bit stream: element i at stream bits
+    [i·bits, (i+1)·bits), stream bit j in byte j // 8 at bit j % 8 (for widths 1/2/4/8 the layout of :func:`_pack`)."""
+    n = values.numel()
+    stream = ((values.to(torch.int64).view(-1, 1) >> torch.arange(bits, device=values.device)) & 1).reshape(-1)
+    padded = torch.zeros(-(-n * bits // 8) * 8, dtype=torch.int64, device=values.device)  # pad bits 0
+    padded[: n * bits] = stream
+    return (padded.view(-1, 8) << torch.arange(8, device=values.device)).sum(dim=1).to(torch.uint8)  # (bytes,)
+
+
+def _stream_bits(data: torch.Tensor) -> torch.Tensor:
+    """The bit stream of :func:`_pack_bits` as int64 0/1, 8 per byte, low bit first."""
+    return ((data.to(torch.int64).view(-1, 1) >> torch.arange(8, device=data.device)) & 1).reshape(-1)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -417,39 +434,70 @@ class Fp8E4M3Codec(BlockCodec):
         return codes.contiguous().view(torch.float8_e4m3fn).to(torch.float32)
 
 
-class Fp4E2M1Codec(BlockCodec):
-    """OCP MX FP4 E2M1 values: code = sign << 3 | index into FP4_E2M1_GRID."""
+def minifloat_magnitudes(emin: int, mbits: int, bits: int) -> tuple[float, ...]:
+    """Magnitude of each code ``0 .. 2^(bits-1) - 1`` of an OCP-style minifloat without inf/NaN: exponent field
+    ``e = code >> mbits``, mantissa ``m``; ``e = 0`` is subnormal (``m · 2^(emin - mbits)``), else
+    ``(2^mbits + m) · 2^(emin + e - 1 - mbits)``. E2M1 gives FP4_E2M1_GRID; E3M0 (emin -2) 0, 2^-2 .. 2^4."""
+    out = []
+    for code in range(1 << (bits - 1)):
+        e, m = code >> mbits, code & ((1 << mbits) - 1)
+        k = m if e == 0 else m + (1 << mbits)
+        out.append(math.ldexp(k, max(e - 1, 0) + emin - mbits))
+    return tuple(out)
+
+
+class Fp4Codec(BlockCodec):
+    """4-bit minifloats: code = sign << 3 | index of the magnitude in ``minifloat_magnitudes`` (the OCP bit pattern).
+    ``fp4_e2m1`` is OCP MX FP4; ``fp4_e3m0`` is the E3M0 float of Streaming DiLoCo (powers of two only: every rounding
+    is between neighbouring binades, and stochastic rounding stays unbiased because the grid contains both)."""
+
+    def __init__(self, spec: CodecSpec, block_size: int = 128) -> None:
+        super().__init__(spec, block_size)
+        self._mags = torch.tensor(minifloat_magnitudes(spec.emin, spec.mbits, spec.bits), dtype=torch.float32)
 
     def _quantise(self, v: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
-        q = _round_minifloat(v, emin=0, mbits=1, u=u)
-        idx = _FP4_INDEX_OF_TWICE.to(v.device)[(2 * q.abs()).long()]  # 2|q| is an integer in {0,1,2,3,4,6,8,12}
+        q = _round_minifloat(v, emin=self.spec.emin, mbits=self.spec.mbits, u=u)  # on the grid, |q| <= qmax
+        idx = torch.searchsorted(self._mags.to(v.device), q.abs()).to(torch.uint8)  # exact match: |q| is a grid value
         return idx + torch.signbit(q).to(torch.uint8) * 8
 
     def _levels(self, codes: torch.Tensor) -> torch.Tensor:
-        grid = torch.tensor(FP4_E2M1_GRID, dtype=torch.float32, device=codes.device)
+        grid = self._mags.to(codes.device)
         lut = torch.cat([grid, -grid])  # (16,) code -> value; code 8 is -0.0
         return lut[codes.long()]
 
 
 class TopKCodec(Codec):
-    """Sparsified values (top-k per block, as in SparseLoCo, Templar 2025): in every block of B values only the
-    ``k = ceil(len / every)`` largest magnitudes are sent, as (in-block index, quantised value) pairs; the rest decode
-    to zero and — with error feedback — wait in the residual until they grow large enough to be picked.
+    """Sparsified values: in every block of B values only the ``k = ceil(len / every)`` largest magnitudes are sent,
+    as (in-block index, value) pairs; the rest decode to zero and — with error feedback — wait in the residual until
+    they grow large enough to be picked. Ties in magnitude go to the lower index (stable sort): the same input always
+    selects the same entries. Two index formats (``spec.kind``):
 
-    Layout: ``[nb float32 scales][K uint8 in-block indices, ascending per block][K packed codes]`` with
-    ``K = Σ_blocks ceil(len_b / every)``; the kept values use the uniform grid of ``int4`` (qmax 7) or ``int2``
-    (levels ±0.5, ±1.5) with the block's absmax scale and the same rounding recipe (stochastic or nearest-even).
-    ``nbytes = 4 nb + K + ceil(K · bits / 8)``; block_size must be <= 256 (indices are one byte). Ties in magnitude
-    are broken by the lower index (stable sort), so the same input always selects the same entries."""
+    * ``topk`` (``top{every}_{values}``): one byte per index, so B <= 256.
+    * ``chunk_topk`` (``ctop{every}_{values}``), SparseLoCo's chunked Top-k (Sarfi et al. 2025, "Communication
+      Efficient LLM Pre-training with SparseLoCo"): a block is one of the paper's chunks (4096 values there, the
+      64 x 64 tiles of its reference code), any size, and each index takes ``ib = ceil(log2 B)`` bits (12 at 4096),
+      the partial last chunk's too.
+
+    Layout: ``[nb float32 scales][K indices, ib bits each, packed][K value codes, packed]``, ``K = Σ_blocks
+    ceil(len_b / every)``, indices ascending within each block; the bit streams are little-endian (element i at stream
+    bits ``[i·w, (i+1)·w)``, stream bit j in byte ``j // 8`` at bit ``j % 8``), pad bits 0. The kept values use the
+    grid of ``int4`` (qmax 7) or ``int2`` (levels ±0.5, ±1.5) with the block's absmax scale (the largest kept
+    magnitude) and the same rounding recipe (stochastic or nearest-even); ``values="fp32"`` sends them raw and no
+    scales. ``nbytes = 4 nb [quantised values only] + ceil(K · ib / 8) + ceil(K · bits / 8)``.
+
+    ``decode`` checks what it reads: scales finite and >= 0, every index inside its block and strictly ascending
+    within it, index pad bits zero; a payload that fails raises ``ValueError`` (``NonFiniteError`` for NaN/inf)."""
 
     def __init__(self, spec: CodecSpec, block_size: int = 128) -> None:
         super().__init__(spec, block_size)
-        if block_size > 256:
+        if spec.kind == "topk" and block_size > 256:
             raise ConfigError(f"sync.codec_block_size: must be <= 256 for the top-k codec {spec.name} "
                               f"(one-byte indices) (got {block_size})")
         self.every, self.bits, self.qmax = spec.every, spec.bits, spec.qmax
+        self.index_bits = 8 if spec.kind == "topk" else (block_size - 1).bit_length()  # ceil(log2 B)
+        self.scaled = spec.values != "fp32"
         # the kept values' grid and rounding: the dense uniform codec with the same bits
-        self.values = UniformCodec(CODEC_SPECS[spec.values], block_size)
+        self.values = UniformCodec(CODEC_SPECS[spec.values], block_size) if self.scaled else None
 
     def _kept(self, numel: int) -> tuple[int, int, int, int]:
         """(blocks, full blocks, k of a full block, K in all)."""
@@ -459,9 +507,13 @@ class TopKCodec(Codec):
         last = numel - full * B
         return nb, full, k, full * k + (-(-last // self.every) if last else 0)
 
-    def nbytes(self, numel: int) -> int:
+    def _sections(self, numel: int) -> tuple[int, int, int]:
+        """Byte lengths of the (scales, indices, values) sections."""
         nb, _, _, K = self._kept(numel)
-        return 4 * nb + K + (-(-K * self.bits // 8))
+        return 4 * nb * self.scaled, -(-K * self.index_bits // 8), -(-K * self.bits // 8)
+
+    def nbytes(self, numel: int) -> int:
+        return sum(self._sections(numel))
 
     def _blocks(self, n: int) -> list[tuple[int, int, int]]:
         """(start, length, k) of each group of blocks with the same k: the full blocks, then a partial last one."""
@@ -483,20 +535,38 @@ class TopKCodec(Codec):
             order = torch.sort(xb.abs(), dim=1, descending=True, stable=True).indices[:, :k]  # (blocks, k)
             idx = torch.sort(order, dim=1).values  # ascending in-block positions
             kept = torch.gather(xb, 1, idx)  # (blocks, k)
+            idxs.append(idx.reshape(-1))
+            if self.values is None:
+                vals.append(kept.reshape(-1))
+                continue
             scale = xb.abs().amax(dim=1, keepdim=True) / self.qmax  # (blocks, 1)
             scales.append(scale.reshape(-1))
-            idxs.append(idx.reshape(-1).to(torch.uint8))
             vals.append((kept / torch.where(scale > 0, scale, torch.ones_like(scale))).clamp(-self.qmax, self.qmax)
                         .reshape(-1))
-        if not scales:
+        if not idxs:
             return torch.zeros(0, dtype=torch.uint8, device=xf.device)
         v = torch.cat(vals)  # (K,)
-        codes = self.values._quantise(v, None if u is None else u[: v.numel()])
-        return torch.cat([torch.cat(scales).view(torch.uint8), torch.cat(idxs), _pack(codes, self.bits)])
+        if self.values is None:
+            body = v.contiguous().view(torch.uint8)
+        else:
+            body = _pack(self.values._quantise(v, None if u is None else u[: v.numel()]), self.bits)
+        head = torch.cat(scales).view(torch.uint8) if scales else torch.zeros(0, dtype=torch.uint8, device=xf.device)
+        return torch.cat([head, _pack_bits(torch.cat(idxs), self.index_bits), body])
 
     def check(self, p: Payload) -> str | None:
-        nb, _, _, K = self._kept(p.numel)
-        idx = p.data[4 * nb: 4 * nb + K].long()  # (K,)
+        # encode refuses non-finite input, so a non-finite or negative scale or fp32 value is never an honest payload
+        _, _, _, K = self._kept(p.numel)
+        s_len, i_len, _ = self._sections(p.numel)
+        data = p.data if p.data.storage_offset() % 4 == 0 else p.data.clone()  # float32 views need alignment
+        scale = data[:s_len].view(torch.float32)
+        if not bool(torch.isfinite(scale).all()) or bool((scale < 0).any()):
+            return "scales: a block scale is negative or not finite"
+        if self.values is None and not bool(torch.isfinite(data[s_len + i_len:].clone().view(torch.float32)).all()):
+            return "values: a kept value is not finite"
+        bits = _stream_bits(p.data[s_len: s_len + i_len])  # (8 * i_len,)
+        if bool(bits[K * self.index_bits:].any()):
+            return "indices: the index stream's pad bits are not zero"
+        idx = self._read_indices(p.data[s_len: s_len + i_len], K)  # (K,)
         off_k, b0 = 0, 0
         for _start, length, k in self._blocks(p.numel):
             L = min(length, self.block_size)
@@ -511,31 +581,59 @@ class TopKCodec(Codec):
                         f"{'...' if k > 8 else ''}: each must be < {L} (the block's length) and they must ascend")
             off_k += nblk * k
             b0 += nblk
-        return _off_grid(self.values.spec, _unpack(p.data[4 * nb + K:], self.bits, K))
+        if self.values is None:
+            return None
+        return _off_grid(self.values.spec, _unpack(p.data[s_len + i_len:], self.bits, K))
 
     def _decode(self, data: torch.Tensor, n: int) -> torch.Tensor:
         nb, _, _, K = self._kept(n)
-        scale = data[: 4 * nb].view(torch.float32)  # (nb,)
-        idx = data[4 * nb: 4 * nb + K].long()  # (K,)
-        q = self.values._levels(_unpack(data[4 * nb + K:], self.bits, K))  # (K,)
+        s_len, i_len, _ = self._sections(n)
+        idx = self._read_indices(data[s_len: s_len + i_len], K)  # (K,) int64
+        if self.values is None:
+            q = data[s_len + i_len:].clone().view(torch.float32)  # (K,) raw values (clone: 4-byte aligned)
+            scale = torch.ones(nb, dtype=torch.float32, device=data.device)
+        else:
+            q = self.values._levels(_unpack(data[s_len + i_len:], self.bits, K))  # (K,)
+            scale = data[:s_len].view(torch.float32)  # (nb,)
+        if not bool(torch.isfinite(scale).all() and torch.isfinite(q).all()):
+            raise NonFiniteError(f"{self.name}.decode: payload contains non-finite values")
+        if bool((scale < 0).any()):
+            raise ValueError(f"{self.name}.decode: corrupted payload: a block scale is negative")
         out = torch.zeros(n, dtype=torch.float32, device=data.device)
         off_k, b0 = 0, 0
         for start, length, k in self._blocks(n):
             L = min(length, self.block_size)
             nblk = length // L
+            ib = idx[off_k: off_k + nblk * k].view(nblk, k)  # (nblk, k) in-block positions
+            if bool((ib >= L).any()):
+                raise ValueError(f"{self.name}.decode: corrupted payload: an in-block index is >= the block's "
+                                 f"{L} values")
+            if k > 1 and bool((ib[:, 1:] <= ib[:, :-1]).any()):
+                raise ValueError(f"{self.name}.decode: corrupted payload: in-block indices must be strictly ascending")
             blk = torch.arange(nblk, device=data.device).repeat_interleave(k)  # (nblk * k,)
-            pos = start + blk * L + idx[off_k: off_k + nblk * k]
-            out[pos] = q[off_k: off_k + nblk * k] * scale[b0 + blk]
+            out[start + blk * L + ib.reshape(-1)] = q[off_k: off_k + nblk * k] * scale[b0 + blk]
             off_k += nblk * k
             b0 += nblk
         return out
+
+    def _read_indices(self, data: torch.Tensor, K: int) -> torch.Tensor:
+        """The K packed indices as int64; the stream's pad bits must be zero."""
+        bits = _stream_bits(data)  # (8 * len,)
+        used = K * self.index_bits
+        if bool(bits[used:].any()):
+            raise ValueError(f"{self.name}.decode: corrupted payload: index pad bits are not zero")
+        if self.index_bits == 0:
+            return torch.zeros(K, dtype=torch.int64, device=data.device)
+        w = torch.arange(self.index_bits, device=data.device)
+        return (bits[:used].view(K, self.index_bits) << w).sum(dim=1)
 
 
 def _codec_class(spec: CodecSpec) -> type[Codec]:
     """The class implementing a registry row: by its value format (the two minifloats differ only in their codes)."""
     if spec.kind == "minifloat":
-        return Fp8E4M3Codec if spec.bits == 8 else Fp4E2M1Codec
-    return {"fp32": Fp32Codec, "bf16": Bf16Codec, "uniform": UniformCodec, "topk": TopKCodec}[spec.kind]
+        return Fp8E4M3Codec if spec.bits == 8 else Fp4Codec
+    return {"fp32": Fp32Codec, "bf16": Bf16Codec, "uniform": UniformCodec, "topk": TopKCodec,
+            "chunk_topk": TopKCodec}[spec.kind]
 
 
 def get_codec(name: str, block_size: int = 128) -> Codec:
@@ -560,14 +658,21 @@ class ErrorFeedback:
     long-run sum of what was sent equals the sum of the inputs minus the (bounded) current residual: compression error
     does not accumulate, even with round-to-nearest. Residuals are float32 on the input's device.
 
+    ``decay`` β < 1 is SparseLoCo's decayed buffer (Sarfi et al. 2025, Algorithm 1: ``e ← β e + Δ``, send
+    ``Δ̂ = Q(TopK(e))``, ``e ← e − Δ̂``): ``x_eff = x + β · residual``. With a sparse codec most of each outer gradient
+    waits in ``e``, so the decayed sum of past outer gradients it holds is what the paper uses as the outer momentum.
+    β = 1 (the default) is the plain rule above, bit for bit.
+
     Exactness: ``decoded + residual == x_eff`` bit for bit whenever ``x_eff - decoded`` is a float32 number — always
     when decoded is 0 or within a factor 2 of x_eff (Sterbenz), which covers round-to-nearest on every codec with 0 on
     its grid and every stochastic rounding except a value smaller than one grid step rounded away from zero. There the
     residual is rounded to float32, losing at most 2^-24 of it (a 2^-24 fraction of a grid step).
     """
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self, enabled: bool = True, decay: float = 1.0) -> None:
+        if not 0.0 <= decay <= 1.0:
+            raise ConfigError(f"sync.diloco.error_feedback_decay: must be in [0, 1] (got {decay})")
+        self.enabled, self.decay = enabled, decay
         self._residual: dict[Hashable, torch.Tensor] = {}
 
     def residual(self, key: Hashable) -> torch.Tensor | None:
@@ -580,6 +685,8 @@ class ErrorFeedback:
         r = self._residual.get(key) if self.enabled else None
         if r is not None and r.numel() != x.numel():
             raise ValueError(f"ErrorFeedback.compress: key {key!r} had numel {r.numel()}, now {x.numel()}")
+        if r is not None and self.decay != 1.0:
+            r = self.decay * r  # e ← β e (+ x in encode_ef)
         payload, decoded, residual = codec.encode_ef(x, r, stochastic=stochastic, generator=generator, noise=noise)
         if self.enabled:
             self._residual[key] = residual

@@ -38,6 +38,18 @@ Published improvements, each off by default (then the arithmetic above is unchan
     mean of the ‖Δ_i‖ along the weighted mean of the unit vectors Δ_i / ‖Δ_i‖. It needs every island's Δ_i, not their
     sum, so the transport all-gathers: n (n − 1) S bytes per sync, the ring's 2 (n − 1) S for two islands.
 
+SparseLoCo (Sarfi et al. 2025, "Communication Efficient LLM Pre-training with SparseLoCo", Algorithm 1) is this loop with
+three settings, symbols as in the paper (``presets.SPARSELOCO`` holds its values):
+  * the error-feedback buffer e_r of each island (per fragment here) decays: e_r ← β e_r + Δ_r
+    (β = ``sync.diloco.error_feedback_decay``; ``comm.codecs.ErrorFeedback``);
+  * Δ̂_r = Q(TopK(e_r)) is sent and e_r ← e_r − Δ̂_r: TopK per chunk of the flattened fragment, Q the 2-bit grid with
+    one scale per chunk (``sync.codec=ctop64_int2`` etc., chunk = ``sync.codec_block_size``, ``comm.codecs.TopKCodec``);
+  * θ ← θ − α Δ with Δ the (token-weighted) mean of the Δ̂_r and no outer momentum (``outer_momentum=0``, α =
+    ``outer_lr``): the decayed buffer e_r plays the momentum's part.
+With Streaming DiLoCo's fragments each fragment has its own buffer and its own staggered sync. The wire is priced as
+for any codec (a ring all-reduce); for two islands that is each payload sent once each way, exactly what an
+all-gather of the sparse payloads costs; with more islands sparse payloads cannot be ring-reduced at their size.
+
 Islands absent from a sync (preempted) simply do not contribute; the token-weighted average uses those present.
 """
 from __future__ import annotations
@@ -119,7 +131,7 @@ class DiLoCo(SyncStrategy):
         self.global_params = [nn.Parameter(v.flat().clone()) for v in first]
         self.outer_opts = [self._outer_opt(g) for g in self.global_params]
         self.codec = get_codec(cfg.codec, cfg.codec_block_size)
-        self.ef = ErrorFeedback(enabled=cfg.error_feedback)
+        self.ef = ErrorFeedback(enabled=cfg.error_feedback, decay=cfg.diloco.error_feedback_decay)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
         self.tokens_since = {i: [0] * self.P for i in self.ids}
         self.pending = PendingQueue()
