@@ -31,7 +31,7 @@ import math
 import pickle  # only for its exception type: nothing here unpickles
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -41,9 +41,6 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import atomic_write_bytes
 from islands_kit.model import ByteTransformer
 from islands_kit.preflight import check_tensors
-
-if TYPE_CHECKING:
-    from islands_kit.run import Experiment
 
 FORMAT = "islands_kit.checkpoint/2"  # 2: plain data only (1 held pickled ledger, link and transfers)
 FILENAME = "checkpoint.pt"
@@ -106,34 +103,19 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
     return None if a == b else path.rstrip(".")
 
 
-def save_checkpoint(exp: "Experiment", out_dir: str | Path) -> Path:
+def save_checkpoint(state: dict[str, Any], out_dir: str | Path, transport: Transport) -> Path:
+    """Write ``state`` (``Experiment.state_dict()``: its owners' ``state_dict``s) atomically; under torch.distributed
+    this rank's shard, then, once every rank holds this step, drop this rank's older shards."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tr = exp.transport
-    transport_state = tr.state_dict()  # under torch.distributed a collective: completes what is in flight first
-    state = {
-        "format": FORMAT,
-        "config": exp.cfg.to_dict(),
-        "step": exp.step,
-        "tokens_total": exp.tokens_total,
-        "inner_steps": dict(exp.inner_steps),
-        "islands": {i: isl.state_dict() for i, isl in exp.islands.items()},
-        "strategy": exp.strategy.state_dict(),
-        "routing": exp.routing.state_dict(),
-        "adversary": exp.adversary.state_dict() if exp.adversary is not None else None,
-        "defense": exp.defense.state_dict() if exp.defense is not None else None,
-        "history": exp.history,
-        "val_curve": exp.val_curve,
-        "torch_rng": torch.get_rng_state(),
-        "elapsed_s": exp.elapsed_s(),
-        "transport": transport_state,
-    }
-    if not _sharded(tr):
+    state = {"format": FORMAT, **state}
+    if not _sharded(transport):
         return _write_atomic(out / FILENAME, state)
-    path = _write_atomic(out / shard_name(tr.rank, exp.step), state)
-    tr.barrier()  # every rank now holds this step: the older shards can go
-    for step, f in rank_shards(out, tr.rank).items():
-        if step < exp.step:
+    step = int(state["step"])
+    path = _write_atomic(out / shard_name(transport.rank, step), state)
+    transport.barrier()  # every rank now holds this step: the older shards can go
+    for old, f in rank_shards(out, transport.rank).items():
+        if old < step:
             f.unlink(missing_ok=True)
     return path
 
@@ -257,7 +239,7 @@ def check_state(cfg: ExperimentConfig, state: dict[str, Any], islands: list[int]
 
 
 @contextlib.contextmanager
-def _part(name: str) -> Iterator[None]:
+def part(name: str) -> Iterator[None]:
     """One line naming the checkpoint entry whose nested state does not fit this run, instead of a raw traceback."""
     try:
         yield
@@ -267,41 +249,16 @@ def _part(name: str) -> Iterator[None]:
             from None
 
 
-def restore(exp: "Experiment", state: dict[str, Any]) -> None:
-    """Load ``state`` into a freshly built Experiment with the same configuration, after ``check_state``."""
-    check_state(exp.cfg, state, sorted(exp.islands))
-    exp.step = state["step"]
-    if "inner_steps" in state:  # the token counts follow from them
-        exp.inner_steps = {int(j): int(v) for j, v in state["inner_steps"].items()}
-    else:  # a checkpoint from before the per-island counts (lock-step): recount them from the schedule
-        for j in exp.inner_steps:
-            exp.inner_steps[j] = sum(1 for t in range(1, exp.step + 1) if not exp.preempted(j, t))
-    for i, isl in exp.islands.items():
-        with _part(f"islands.{i}"):
-            isl.load_state_dict(state["islands"][i])
-    with _part("strategy"):
-        exp.strategy.load_state_dict(state["strategy"])
-    with _part("routing"):
-        exp.routing.load_state_dict(state["routing"])
-    if exp.adversary is not None and state.get("adversary") is not None:
-        with _part("adversary"):
-            exp.adversary.load_state_dict(state["adversary"])
-    if exp.defense is not None and state.get("defense") is not None:
-        with _part("defense"):
-            exp.defense.load_state_dict(state["defense"])
-    tr = exp.transport
-    if state["transport"]["world_size"] != tr.world_size:
+def check_world_size(state: dict[str, Any], transport: Transport) -> None:
+    """A checkpoint resumes only on a transport of the process count it was written on (then its state loads)."""
+    if state["transport"]["world_size"] != transport.world_size:
         raise ConfigError("--resume: a torch.distributed checkpoint needs a torchrun resume with the same number of "
                           f"processes and an in-process one an in-process resume (checkpoint: "
-                          f"{state['transport']['world_size']} processes, this run: {tr.world_size})")
+                          f"{state['transport']['world_size']} processes, this run: {transport.world_size})")
     try:
-        tr.load_state_dict(state["transport"])
+        transport.load_state_dict(state["transport"])
     except ValueError as e:
         raise ConfigError(f"--resume: {e}") from None
-    exp.history = list(state["history"])
-    exp.val_curve = [list(v) for v in state["val_curve"]]
-    torch.set_rng_state(state["torch_rng"])
-    exp.elapsed_before = float(state["elapsed_s"])
 
 
 def read_config(path: str | Path) -> tuple[dict[str, Any], int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -45,8 +46,8 @@ class HardwareProfile:
 #     288 GB, 8 TB/s HBM3e (NVIDIA HGX B300 platform table; the B200 has the same bf16 rate);
 #   GB300 (GB300 NVL72 rack): 360 PFLOP/s bf16 with sparsity per 72 GPUs = 2.5 PFLOP/s dense per GPU, 288 GB,
 #     8 TB/s HBM3e (NVIDIA GB300 NVL72 spec; higher clocks and power than the HGX part).
-# The seed run's two sites were GB300 and B300 clusters. MFU 0.40 is the assumption the simulated clock has always
-# used for Hopper-class training; measured figures for this kit's models belong in benchmarks/RESULTS.md.
+# The seed run's two sites were GB300 and B300 clusters. MFU 0.40 is an assumed utilisation for large-model training
+# on these parts (not a measurement of this kit's small models; those go in benchmarks/RESULTS.md).
 HARDWARE: dict[str, HardwareProfile] = {
     "h100": HardwareProfile("NVIDIA H100 SXM (bf16 dense)", 989e12, 0.40, 3.35e12, 80e9, ("H100",)),
     "h200": HardwareProfile("NVIDIA H200 (bf16 dense)", 989e12, 0.42, 4.8e12, 141e9, ("H200",)),
@@ -54,7 +55,7 @@ HARDWARE: dict[str, HardwareProfile] = {
     "l40s": HardwareProfile("NVIDIA L40S (bf16 dense)", 362e12, 0.35, 0.864e12, 48e9, ("L40S",)),
     "b300": HardwareProfile("NVIDIA B300 HGX (bf16 dense)", 2.25e15, 0.40, 8.0e12, 288e9, ("B300",)),
     "gb300": HardwareProfile("NVIDIA GB300 NVL72 (bf16 dense)", 2.5e15, 0.40, 8.0e12, 288e9, ("GB300",)),
-    # laptop-scale islands: what the demo actually runs on (2 CPU cores); about 30 GFLOP/s achieved by this kit
+    # laptop-scale islands: what the demo actually runs on (2 CPU cores)
     "cpu-2core": HardwareProfile("2 x86 CPU cores (fp32)", 1.0e11, 0.30),
     "cpu-1core": HardwareProfile("1 x86 CPU core (fp32)", 0.5e11, 0.30),
 }
@@ -117,7 +118,9 @@ class Island:
 
     def __init__(self, island_id: int, cfg: IslandConfig, model: ByteTransformer, optim_cfg: OptimConfig,
                  stream: BatchStream, total_steps: int, compute_s: float, process_group=None,
-                 precision: str = "fp32") -> None:
+                 precision: str = "fp32", lr_position: Callable[[int], int] | None = None) -> None:
+        """``lr_position``: the step of the global schedule the learning rate is read at, from the optimizer step
+        count (None: the step count itself; decoupled islands read it at their clock)."""
         self.id = island_id
         self.cfg = cfg
         self.model = model
@@ -125,7 +128,9 @@ class Island:
         self.precision = precision
         self.optim_cfg = optim_cfg
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_lambda(s, optim_cfg, total_steps))
+        position = lr_position or (lambda s: s)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_lambda(position(s), optim_cfg, total_steps))
         self.stream = stream
         self.process_group = process_group  # this island's ranks under torch.distributed (None in one process)
         self.compute_s = compute_s

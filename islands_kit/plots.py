@@ -508,7 +508,7 @@ def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) 
     """bpb ratio to the synchronous baseline vs training FLOPs: our two_site and eight_cell points (mean over seeds,
     seeds as small dots) beside the published DiLoCo points (Charles et al. 2025, Table 4: M = 2 and M = 8) and
     Streaming DiLoCo (Douillard et al. 2025, M = 2), whose FLOPs assume ~20 tokens per parameter (Chinchilla)."""
-    from islands_kit import scaling
+    from islands_kit import references
 
     if not rows:
         raise ValueError("scaling_ratios: no finished points to draw (run the study first)")
@@ -530,11 +530,11 @@ def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) 
                     ax.scatter([x] * len(pts[x]), pts[x], s=8, color=color(e, 0), alpha=0.4)
             ax.plot(xs, [float(np.mean(pts[x])) for x in xs], marker=marker, linestyle=style, color=color(e, 0),
                     markerfacecolor=color(e, 0) if style == "-" else "white", label=f"{e}: {what} (this kit)")
-    refs = (("DiLoCo M=2 (Charles et al. 2025)", scaling.REFERENCE_DILOCO_M2, "two_site", "^"),
-            ("DiLoCo M=8 (Charles et al. 2025)", scaling.REFERENCE_DILOCO_M8, "eight_cell", "^"),
-            ("Streaming DiLoCo M=2 (Douillard et al. 2025)", scaling.REFERENCE_STREAMING_M2, "two_site", "x"))
+    refs = (("DiLoCo M=2 (Charles et al. 2025)", references.REFERENCE_DILOCO_M2, "two_site", "^"),
+            ("DiLoCo M=8 (Charles et al. 2025)", references.REFERENCE_DILOCO_M8, "eight_cell", "^"),
+            ("Streaming DiLoCo M=2 (Douillard et al. 2025)", references.REFERENCE_STREAMING_M2, "two_site", "x"))
     for label, pts_ref, like, marker in refs:
-        ax.plot([scaling.reference_flops(n) for n, _ in pts_ref], [100.0 * d for _, d in pts_ref], linestyle=":",
+        ax.plot([references.reference_flops(n) for n, _ in pts_ref], [100.0 * d for _, d in pts_ref], linestyle=":",
                 marker=marker, color=color(like, 0), markerfacecolor="none", label=label)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xscale("log")

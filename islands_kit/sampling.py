@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from islands_kit.config import ConfigError, ModelConfig, _check, from_dict
+from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig, _check, from_dict
 from islands_kit.io import RESULT_FILE, atomic_write_bytes
 from islands_kit.model import ByteTransformer
 from islands_kit.preflight import check_memory, check_tensors
@@ -46,19 +46,19 @@ def _write(path: Path, which: str, experiment: str, step: int, model_cfg: ModelC
     atomic_write_bytes(path, buf.getvalue())
 
 
-def save_final_models(exp: Any, out_dir: str | Path) -> list[Path]:
-    """Write the deployed model (by the writing process) and the replica of every island this process holds."""
+def save_final_models(out_dir: str | Path, cfg: ExperimentConfig, step: int, replicas: dict[int, torch.nn.Module],
+                      deployed: torch.nn.Module | None) -> list[Path]:
+    """Write the replica of every island this process holds and, where given (the writing process), the deployed
+    model."""
     out = Path(out_dir)
-    cfg = exp.cfg
     paths = []
-    for i, isl in sorted(exp.islands.items()):
+    for i, m in sorted(replicas.items()):
         p = out / island_file(i)
-        _write(p, f"island {i} ({cfg.islands[i].name})", cfg.experiment, exp.step, cfg.model, isl.model.state_dict())
+        _write(p, f"island {i} ({cfg.islands[i].name})", cfg.experiment, step, cfg.model, m.state_dict())
         paths.append(p)
-    if exp.is_writer:
-        deployed = exp._load_eval_model()
+    if deployed is not None:
         p = out / DEPLOYED
-        _write(p, "deployed", cfg.experiment, exp.step, cfg.model, deployed.state_dict())
+        _write(p, "deployed", cfg.experiment, step, cfg.model, deployed.state_dict())
         paths.append(p)
     return paths
 

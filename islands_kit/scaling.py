@@ -22,20 +22,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
 from islands_kit.presets import get_preset
+from islands_kit.references import CHINCHILLA_TOKENS_PER_PARAM, REFERENCE_DILOCO_M2, REFERENCE_DILOCO_M8, REFERENCE_STREAMING_M2, reference_flops
+from islands_kit.run import run_experiment
 
 EXPERIMENTS = ("baseline", "two_site", "eight_cell")
-
-# (parameters, relative change of final eval loss vs data-parallel): M = 2 and M = 8 replicas
-REFERENCE_DILOCO_M2 = [(35e6, 0.007), (90e6, 0.005), (335e6, 0.001), (1.3e9, 0.002), (2.4e9, -0.001)]
-REFERENCE_DILOCO_M8 = [(35e6, 0.039), (2.4e9, 0.011)]
-REFERENCE_STREAMING_M2 = [(35e6, 3.53 / 3.51 - 1), (500e6, 2.67 / 2.67 - 1), (1e9, 2.48 / 2.49 - 1)]
-CHINCHILLA_TOKENS_PER_PARAM = 20
-
-
-def reference_flops(params: float) -> float:
-    """Training FLOPs of a published point under the Chinchilla assumption: 6 · N · (20 N)."""
-    return 6.0 * params * CHINCHILLA_TOKENS_PER_PARAM * params
-
+__all__ = ["CHINCHILLA_TOKENS_PER_PARAM", "EXPERIMENTS", "REFERENCE_DILOCO_M2", "REFERENCE_DILOCO_M8",
+           "REFERENCE_STREAMING_M2", "reference_flops"]
 
 @dataclass(frozen=True)
 class Point:
@@ -86,8 +78,6 @@ def run_study(out: str | Path, preset: str, lengths: Sequence[int], widths: Sequ
 
     ``overrides``: per experiment ``--set``-style settings (e.g. the tuned ``optim.lr`` of each arm). Configs are
     built and validated for every run before the first one starts, so a bad setting stops the study at once."""
-    from islands_kit.run import run_experiment
-
     out = Path(out)
     points = cross(lengths, widths, width_at, length_at)
     jobs = [(p, e, s, point_config(e, preset, p, s, (overrides or {}).get(e)))

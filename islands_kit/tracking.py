@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from islands_kit.figures import save_standard_figures
+
 RESULT_KEYS = (
     "experiment", "preset", "seed", "corpus", "corpus_sha256", "tokens", "steps", "params_total", "params_active",
     "final_val_bpb", "val_curve", "compressor_bpb", "cross_site_bytes", "ddp_equivalent_bytes", "routing_sync_bytes",
@@ -239,30 +241,15 @@ class Tracker:
             art.add_file(str(p), name=f"figures/{p.name}")
         r.log_artifact(art)
 
-    def draw_figures(self, res: dict[str, Any], history: list[dict[str, Any]]) -> list[Path]:
-        """The run's standard figures (bpb vs tokens and vs simulated time, link bytes, routing load) as PNGs in
-        ``out_dir`` — the same files the experiment notebooks draw. Only for a run logged to wandb; run.write_outputs
-        draws them before result.json (so that file is the last one written) and :meth:`finish` logs them."""
-        from islands_kit import plots
-
+    def draw_figures(self, res: dict[str, Any], history: list[dict[str, Any]],
+                     timeline: list[list[Any]] | None = None) -> list[Path]:
+        """The run's standard figures (``figures.standard_figures``, the ones the experiment notebooks draw) as PNGs
+        in ``out_dir``. Only for a run logged to wandb; run.write_outputs draws them before result.json (so that file
+        is the last one written) and :meth:`finish` logs them."""
         if self.run is None:
             return []
-        finite = [h for h in history if h.get("val_bpb") is not None and math.isfinite(h["val_bpb"])]
-        if not finite:
-            return []
-        runs = {res["experiment"]: history}
-        out = []
-        for x in ("tokens", "sim_time"):
-            name = "bpb_vs_tokens.png" if x == "tokens" else "bpb_vs_sim_time.png"
-            out.append(plots.save(plots.bpb_curves(runs, x=x, floors=res["compressor_bpb"]), self.out_dir / name))
-        ddp_per_step = {res["experiment"]: float(res["ddp_equivalent_bytes"]) / max(int(res["steps"]), 1)}
-        out.append(plots.save(plots.link_bytes(runs, ddp_bytes_per_step=ddp_per_step,
-                                               timelines={res["experiment"]: res.get("link_timeline") or []}),
-                              self.out_dir / "link_bytes.png"))
-        if all("balance_loss" in h for h in history):
-            out.append(plots.save(plots.routing_load(history), self.out_dir / "routing_load.png"))
-        self.figures = out
-        return out
+        self.figures = save_standard_figures(res, history, timeline, self.out_dir)
+        return self.figures
 
     def close(self, failed: bool = False) -> None:
         if self.run is not None:

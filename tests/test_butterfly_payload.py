@@ -139,7 +139,7 @@ def test_delta_payloads_need_a_common_start_and_a_known_payload():
 def test_resume_mid_run_with_delta_payloads_is_bit_identical(tmp_path):
     """Smoke eight_cell with int8 deltas, error feedback and an exact average inside the run: the checkpoint after
     step 7 holds exchanges in flight, the residuals and the reference; resuming gives the uninterrupted run's numbers."""
-    from islands_kit.checkpoint import load_checkpoint, restore
+    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.config import apply_overrides
     from islands_kit.presets import get_preset
     from islands_kit.run import Experiment, run_experiment
@@ -149,7 +149,7 @@ def test_resume_mid_run_with_delta_payloads_is_bit_identical(tmp_path):
         "sync.butterfly.exact_average_every": "1"})
     full = run_experiment(cfg, tmp_path / "a")
     exp = Experiment(cfg)
-    restore(exp, load_checkpoint(tmp_path / "a"))
+    exp.load_state_dict(load_checkpoint(tmp_path / "a"))
     assert exp.step == 7 and len(exp.strategy.pending) > 0
     assert exp.strategy.ref_version == 6 and exp.strategy.ef.residual((0, 0)) is not None
     again = exp.run()

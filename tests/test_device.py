@@ -84,7 +84,8 @@ def _assert_all_on_device(exp: Experiment) -> None:
     if isinstance(s, (DiLoCo, Butterfly)):
         residuals = s.ef.state_dict()["residuals"]
         assert residuals and all(on_device(r) for r in residuals.values())
-    for name, t in [*exp.eval_model.named_parameters(), ("eval_x", exp.eval_x), ("final_y", exp.final_y)]:
+    for name, t in [*exp.evaluator.model.named_parameters(), ("eval_x", exp.evaluator.eval_windows[0]),
+                    ("final_y", exp.evaluator.final_windows[1])]:
         assert on_device(t), f"{name} is not on the device"
 
 

@@ -228,11 +228,11 @@ def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     cfg = smoke("two_site", steps=16, checkpoint_every=8, faults__attack="scale", faults__attack_start=4,
                 faults__defense="auto")
     full = run_experiment(cfg, tmp_path / "a")
-    from islands_kit.checkpoint import load_checkpoint, restore
+    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment
 
     exp = Experiment(cfg, tmp_path / "a")
-    restore(exp, load_checkpoint(tmp_path / "a"))
+    exp.load_state_dict(load_checkpoint(tmp_path / "a"))
     assert exp.step == 8
     again = exp.run()
     assert again.final_val_bpb == full.final_val_bpb and again.faults_report == full.faults_report
@@ -247,18 +247,18 @@ def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     ("eight_cell", 12, 7, {}, "pending"),  # butterfly exchanges still in flight (merge delay)
 ])
 def test_resume_with_transfers_in_flight_is_bit_identical(tmp_path, experiment, steps, every, overrides, held):
-    from islands_kit.checkpoint import load_checkpoint, restore
+    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment
 
     cfg = smoke(experiment, steps=steps, checkpoint_every=every, **overrides)
     full = run_experiment(cfg, tmp_path / "a")
     exp = Experiment(cfg)
-    restore(exp, load_checkpoint(tmp_path / "a"))
+    exp.load_state_dict(load_checkpoint(tmp_path / "a"))
     assert exp.step == every
     if held == "pending":  # the checkpoint did hold a transfer in flight
         assert len(exp.strategy.pending) > 0
     else:
-        assert [sorted(h.arrival) for h, _ in exp.routing.in_flight] == [[0]]
+        assert [sorted(h.arrival) for h, _ in exp.driver.routing.in_flight] == [[0]]
     again = exp.run()
     for k in ("final_val_bpb", "val_curve", "ledger", "sim_wall_clock_s", "tokens", "island_idle_s"):
         assert again[k] == full[k], k

@@ -44,7 +44,7 @@ def test_run_saves_every_replica_and_the_deployed_model(two_site_run):
     exp = Experiment(ExperimentConfig.from_dict(res["config"]))
     model, meta = load_model(two_site_run)
     assert meta["which"] == "deployed"
-    bpb = evaluate_bpb(lambda xb: model(xb).logits, exp.final_x, exp.final_y, batch_size=64)
+    bpb = evaluate_bpb(lambda xb: model(xb).logits, *exp.evaluator.final_windows, batch_size=64)
     assert bpb == res["final_val_bpb"]
 
 

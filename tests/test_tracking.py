@@ -209,3 +209,22 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     arts = {a["type"]: a for a in recs["artifact"]}
     names = {e["path"] for e in arts["comparison"]["manifest"]["contents"]}
     assert {"compare.json", "compare.md", "compare.csv", "compare.txt"} <= names
+
+
+def test_link_bytes_figure_draws_the_runs_transfer_staircase(tmp_path, no_wandb_env, monkeypatch):
+    """The CLI's and wandb's link_bytes.png is drawn from the run's transfers (link_timeline.jsonl), the staircase
+    the experiment notebooks draw, not from the evaluation points alone."""
+    from islands_kit import plots
+
+    seen: dict[str, object] = {}
+    draw = plots.link_bytes
+
+    def spy(runs, **kw):  # type: ignore[no-untyped-def]
+        seen.update(kw.get("timelines") or {})
+        return draw(runs, **kw)
+
+    monkeypatch.setattr(plots, "link_bytes", spy)
+    res = run_experiment(smoke(wandb_mode="offline"), tmp_path)
+    timeline = [json.loads(line) for line in (tmp_path / "link_timeline.jsonl").read_text().splitlines()]
+    assert (tmp_path / "link_bytes.png").exists()
+    assert timeline and seen == {res["experiment"]: timeline}

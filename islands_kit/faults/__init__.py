@@ -11,6 +11,7 @@ from islands_kit.faults.attacks import DELTA_ATTACKS, WIRE_ATTACKS, Adversary, i
 from islands_kit.faults.defense import DETECTORS, Defense, FlagReport
 from islands_kit.faults.robust import default_trim, trimmed_mean, trimmed_mean_reference, weighted_median, weighted_median_reference
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.train.strategies import diloco_schedule
 
 __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense", "FlagReport", "default_trim",
            "detection_summary", "inject_non_finite", "install", "trimmed_mean", "trimmed_mean_reference",
@@ -45,8 +46,6 @@ def detection_summary(report: list[dict[str, Any]], cfg: ExperimentConfig) -> di
     ``cfg.steps``), the first step a detector (not a quarantine) flagged the attacker there, and whether that is the
     same sync — "detected within one sync window"."""
     f, s = cfg.faults, cfg.sync
-    from islands_kit.run import diloco_schedule
-
     syncs = diloco_schedule(cfg)
     out: dict[int, dict[str, Any]] = {}
     for p in range(s.n_fragments):

@@ -2,8 +2,13 @@
 interface.
 
 A strategy sees the replicas of the islands this process holds (``models``: island id -> module) and a ``Transport``.
-It knows no experiment loop: the loop calls ``reduce_gradients`` after backward, ``after_inner_step`` after every inner
-optimizer step and ``finalize`` at the end.
+It knows no experiment loop. Two kinds, each driven by its own driver (``train/drivers.py``):
+
+* ``LockstepStrategy``: every island takes inner step t together; the driver calls ``reduce_gradients`` after
+  backward, ``after_inner_step`` after every inner optimizer step and ``finalize`` at the end;
+* ``ClockedStrategy``: every island steps on its own simulated clock; the driver calls ``land`` before each of an
+  island's inner steps, ``island_step_done`` after it, ``after_tick`` at the end of every tick of the global schedule
+  and ``finalize`` at the end.
 """
 from __future__ import annotations
 
@@ -118,9 +123,15 @@ class PendingQueue:
 
 
 class SyncStrategy(abc.ABC):
+    """What every strategy gives the run: presence (preemption), the parameters to evaluate, the final flush and
+    what the result records."""
+
     name: str = "base"
     # does ``eval_state`` score the first local island's own replica? (then a separate replica score adds nothing)
     deploys_own_replica: bool = True
+    # can training go on while an island is away? Synchronous data parallelism cannot: its global batch needs every
+    # island, so the whole job waits for a preempted one
+    needs_every_island: bool = False
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         self.models = models
@@ -129,7 +140,7 @@ class SyncStrategy(abc.ABC):
         self.present: dict[int, bool] = {i: True for i in self.ids}  # False while an island is away (preempted)
 
     def set_present(self, island: int, present: bool) -> None:
-        """Preemption, called by the loop before every inner step: an island that goes away takes part in no sync
+        """Preemption, called by the driver before every inner step: an island that goes away takes part in no sync
         until it is back (the others go on without it); one that comes back first ``rejoin``s."""
         if present and not self.present[island]:
             self.rejoin(island)
@@ -139,13 +150,6 @@ class SyncStrategy(abc.ABC):
         """A returning island takes the current shared state. Only strategies with a global state can do that
         (config.py allows preemption with diloco only)."""
         raise NotImplementedError(f"{self.name}: an island cannot rejoin (no global state to rejoin from)")
-
-    def reduce_gradients(self, step: int, tokens: dict[int, int]) -> None:
-        """Called after backward, before the inner step. Only synchronous data-parallel training uses it."""
-
-    @abc.abstractmethod
-    def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
-        """Called after inner step ``step`` (1-based) with the tokens each local island processed in it."""
 
     def finalize(self, step: int) -> None:
         """Complete everything in flight at the end of training."""
@@ -159,8 +163,50 @@ class SyncStrategy(abc.ABC):
     def eval_state(self) -> dict[str, torch.Tensor]:
         """Parameters to evaluate (a state_dict subset applied over a replica): the global model where there is one."""
 
+    def lost(self) -> dict[int, int]:
+        """Islands whose process this strategy lost (torch.distributed), each with the inner steps it last reported."""
+        return {}
+
+    def unmerged_tokens(self) -> float:
+        """Tokens processed but never merged into the model (goodput does not count them)."""
+        return 0.0
+
+    def result_fields(self) -> dict[str, Any]:
+        """Fields the strategy adds to result.json."""
+        return {}
+
+
+class LockstepStrategy(SyncStrategy):
+    """A strategy whose islands take inner step t together (module doc); its state checkpoints."""
+
+    def reduce_gradients(self, step: int, tokens: dict[int, int]) -> None:
+        """Called after backward, before the inner step. Only synchronous data-parallel training uses it."""
+
+    @abc.abstractmethod
+    def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
+        """Called after inner step ``step`` (1-based) with the tokens each local island processed in it."""
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         pass
+
+
+class ClockedStrategy(SyncStrategy):
+    """A strategy whose islands step on their own simulated clocks (module doc); ``tick_s`` is the global schedule's
+    step T_ref."""
+
+    tick_s: float
+
+    @abc.abstractmethod
+    def land(self, island: int, now_s: float) -> None:
+        """Before each of ``island``'s inner steps: apply whatever has reached it by ``now_s``."""
+
+    @abc.abstractmethod
+    def island_step_done(self, island: int, tokens: int) -> None:
+        """After each of ``island``'s inner steps, with the tokens it processed."""
+
+    @abc.abstractmethod
+    def after_tick(self, tick: int) -> None:
+        """At the end of tick ``tick`` of the global schedule (every local island has stepped up to it)."""

@@ -70,7 +70,7 @@ from torch import nn
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.comm.transport import Transport
 from islands_kit.config import SyncConfig
-from islands_kit.sync.base import FragmentView, Pending, PendingQueue, SyncStrategy
+from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue
 
 
 def check_power_of_two(n: int) -> int:
@@ -128,7 +128,7 @@ def mixing_matrix(n_cells: int, rounds: list[int]) -> torch.Tensor:
     return W
 
 
-class Butterfly(SyncStrategy):
+class Butterfly(LockstepStrategy):
     name = "butterfly"
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import Transport, ring_bytes
-from islands_kit.sync.base import FragmentView, SyncStrategy
+from islands_kit.sync.base import FragmentView, LockstepStrategy
 
 
 def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
@@ -21,8 +21,9 @@ def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
     return steps * sum(ring_bytes(4 * n_params, n_islands, k) for k in range(n_islands))
 
 
-class DDP(SyncStrategy):
+class DDP(LockstepStrategy):
     name = "ddp"
+    needs_every_island = True  # one global batch: a preempted island stalls the job
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         super().__init__(models, transport)

@@ -4,7 +4,7 @@ arXiv 2604.21428): islands step on their own simulated clocks and a synchroniser
 Symbols as in :mod:`islands_kit.sync.diloco` (H, P, offset_p, Δ = θ_global − θ_i) plus T_ref, the global schedule's
 step (the fastest island's step time), Q = ``sync.quorum`` and g = ``sync.grace_s``.
 
-The schedule. The run loop (``run.Experiment.train_tick``) advances simulated time in ticks of T_ref; in tick t every
+The schedule. The decoupled driver (``train/drivers.py``) advances simulated time in ticks of T_ref; in tick t every
 island takes the inner steps that *end* by t · T_ref on its own clock (its hardware, batch, straggler factor), so a
 site half as fast takes a step every other tick. Fragment p's k-th merge is due at schedule time
 s = (k H + offset_p) T_ref (``fragments_due``, as lock-step's step t ≡ offset_p mod H).
@@ -83,7 +83,8 @@ from islands_kit.comm.control import Int, Num, OneOf, Opt
 from islands_kit.comm.transport import Transport, decode
 from islands_kit.config import SyncConfig
 from islands_kit.sync.averaging import combine
-from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.base import ClockedStrategy
+from islands_kit.sync.diloco import DiLoCoCore
 
 SYNCER = 0  # the synchroniser sits with island 0
 
@@ -168,11 +169,12 @@ APPLY = "decoupled.apply"  # synchroniser -> every island, when the merge is app
 APPLY_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Num(0), "outer_step": bool, "landing_s": Opt(Num(0))}
 
 
-class DecoupledDiLoCo(DiLoCo):
-    """Streaming DiLoCo on the decoupled schedule of the module doc. The run loop calls ``land(i, now)`` before each
-    of island i's inner steps, ``island_step_done(i, tokens)`` after it, and ``after_tick(t)`` at the end of every
-    tick; ``after_inner_step`` (the lock-step hook) is not used. One process holds every island (the simulator), or
-    each process one island with the synchroniser on island 0's (torch.distributed, module doc)."""
+class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
+    """Streaming DiLoCo on the decoupled schedule of the module doc. The decoupled driver calls ``land(i, now)``
+    before each of island i's inner steps, ``island_step_done(i, tokens)`` after it, and ``after_tick(t)`` at the end
+    of every tick. One process holds every island (the simulator), or each process one island with the synchroniser
+    on island 0's (torch.distributed, module doc). Its in-flight merges are not checkpointed (config.py refuses
+    ``checkpoint_every`` in this mode)."""
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int, tick_s: float, schedule: list[tuple[int, int]] | None = None) -> None:
@@ -241,9 +243,6 @@ class DecoupledDiLoCo(DiLoCo):
             self.base[island][b.fragment] = b.global_flat.clone()
             if self.awaiting.get((island, b.fragment)) == b.round:
                 del self.awaiting[(island, b.fragment)]
-
-    def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
-        raise RuntimeError("sync.mode=decoupled: the loop drives island_step_done / after_tick, not after_inner_step")
 
     def _status(self, island: int, p: int, final: bool = False) -> str:
         """What a local island brings to fragment p's round: absent (away, or nothing trained since its last
@@ -558,7 +557,7 @@ class DecoupledDiLoCo(DiLoCo):
         self.inbox = [b for b in self.inbox if b.island != island]
 
     def report(self) -> dict[str, Any]:
-        """What result.json records of the decoupled schedule (``run.Experiment.result``)."""
+        """What result.json records of the decoupled schedule (under ``decoupled``)."""
         sizes = [len(r["on_time"]) + len(r["carried_in"]) for r in self.merge_log if not r.get("final")]
         return {
             "merges": self.merge_log,
@@ -575,5 +574,11 @@ class DecoupledDiLoCo(DiLoCo):
                                  for j, t in sorted(self.lost_at.items())}} if self.lost_at else {}),
         }
 
-    def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError("sync.mode=decoupled: checkpoints are not supported (config refuses checkpoint_every)")
+    def lost(self) -> dict[int, int]:
+        return {j: self.inner_steps[j] for j in self.lost_islands()}
+
+    def unmerged_tokens(self) -> float:
+        return self.dropped_tokens
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"decoupled": self.report()}

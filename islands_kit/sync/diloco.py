@@ -18,7 +18,7 @@ Streaming DiLoCo (Douillard et al., 2025) — symbols as in the paper:
     that fragment instead. ``finalize`` completes every transfer in flight and then syncs every fragment once more
     (through ``sync.diloco.final_codec``, lossless with fp32), so the final model holds every island's last steps (bytes counted).
 
-Published improvements, each off by default (then the arithmetic above is unchanged bit for bit):
+Published improvements, each off by default (off, the arithmetic is exactly the one above):
   * ``sync.diloco.merge="keep_local"``: when an outer result lands τ steps after it was sent, θ_i ← θ_global + (θ_i − θ_i^sent):
     the replica keeps the τ inner steps it took during the transfer instead of α-blending half of its offset away.
   * ``sync.diloco.eager`` (Kale et al. 2025, "Eager updates for overlapped communication and computation in DiLoCo"): at send
@@ -64,7 +64,7 @@ from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
 from islands_kit.config import SyncConfig
 from islands_kit.sync.averaging import combine
-from islands_kit.sync.base import FragmentView, Pending, PendingQueue, SyncStrategy
+from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
 
 
 def fragment_offsets(H: int, P: int) -> list[int]:
@@ -104,10 +104,11 @@ def sync_schedule(H: int, P: int, steps: int, windows: list[tuple[int, int]] | N
     return sorted(out)
 
 
-class DiLoCo(SyncStrategy):
-    """Streaming DiLoCo; with ``n_fragments=1`` and ``tau=0`` it is plain DiLoCo."""
+class DiLoCoCore(SyncStrategy):
+    """What lock-step DiLoCo and Decoupled DiLoCo (``sync/decoupled.py``) share: the global fragments and their outer
+    optimizer, the codec with per-fragment error feedback, each island's random stream and token counts since its
+    last sync, the schedule (``fragments_due``), the outer step, the deployed model and a returning island's rejoin."""
 
-    name = "diloco"
     deploys_own_replica = False  # the global (outer) model
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
@@ -134,22 +135,11 @@ class DiLoCo(SyncStrategy):
         self.ef = ErrorFeedback(enabled=cfg.error_feedback, decay=cfg.diloco.error_feedback_decay)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
         self.tokens_since = {i: [0] * self.P for i in self.ids}
-        self.pending = PendingQueue()
         self.names = fragments
         self.final_codec = get_codec(cfg.diloco.final_codec, cfg.codec_block_size) if cfg.diloco.final_codec else self.codec
         self.n_outer = [0] * self.P  # outer steps taken per fragment (momentum warm-up)
         self.synced = [False] * self.P  # has fragment p's global copy ever been updated from the islands?
-        self.keep_local = cfg.diloco.merge == "keep_local" or cfg.diloco.eager
-        self.sent: dict[tuple[int, int], torch.Tensor] = {}  # (island, p) -> replica as sent (keep_local / eager)
-        self.last_mean: list[torch.Tensor | None] = [None] * self.P  # previous averaged outer gradient (eager)
-        # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
-        # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
-        # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
-        self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
-        # ``tamper_payload(step, island, fragment, payload) -> payload`` corrupts the encoded bytes (e.g. NaN/Inf
-        # words that a codec would refuse to produce) after encoding, as a compromised site's wire would
-        self.tamper_payload: Callable[[int, int, int, Payload], Payload] | None = None
-        self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
+        self.sent: dict[tuple[int, int], torch.Tensor] = {}  # (island, p) -> replica as sent (keep_local, eager, decoupled)
 
     def _outer_opt(self, g: nn.Parameter) -> torch.optim.Optimizer:
         c = self.cfg.diloco
@@ -161,6 +151,65 @@ class DiLoCo(SyncStrategy):
         if self.due is not None:
             return sorted(self.due.get(step, []))
         return [p for p in range(self.P) if step % self.cfg.H == self.offsets[p]]
+
+    @torch.no_grad()
+    def _outer_step(self, p: int, mean_delta: torch.Tensor) -> None:
+        """The outer optimizer's step on global fragment p with the averaged outer gradient (its momentum ramped over
+        ``outer_momentum_warmup`` outer steps); fragment p is then synced."""
+        g = self.global_params[p]
+        g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
+        K = self.cfg.diloco.outer_momentum_warmup
+        if K > 0:
+            self.outer_opts[p].param_groups[0]["momentum"] = self.cfg.diloco.outer_momentum * min(1.0, self.n_outer[p] / K)
+        self.outer_opts[p].step()
+        g.grad = None
+        self.n_outer[p] += 1
+        self.synced[p] = True
+
+    def outer_steps_per_fragment(self) -> list[int] | None:
+        return list(self.n_outer)  # the warm start's plain averages are not outer steps
+
+    # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
+    def eval_state(self) -> dict[str, torch.Tensor]:
+        state: dict[str, torch.Tensor] = {}
+        for p, names in enumerate(self.names):
+            # before its first outer step a fragment's global copy is the initial weights: deploy the local replica's
+            flat = self.global_params[p].detach() if self.synced[p] else self.views[self.ids[0]][p].flat()
+            off = 0
+            for n, prm in zip(names, self.views[self.ids[0]][p].params):
+                state[n] = flat[off:off + prm.numel()].view_as(prm).clone()
+                off += prm.numel()
+        return state
+
+    @torch.no_grad()
+    def rejoin(self, island: int) -> None:
+        """A returning (preempted) island takes the current global state before it trains again."""
+        for p in range(self.P):
+            self.views[island][p].assign(self.global_params[p].detach())
+            self.tokens_since[island][p] = 0
+            self.sent.pop((island, p), None)
+        self.present[island] = True
+
+
+class DiLoCo(DiLoCoCore, LockstepStrategy):
+    """Streaming DiLoCo; with ``n_fragments=1`` and ``tau=0`` it is plain DiLoCo."""
+
+    name = "diloco"
+
+    def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
+                 cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None) -> None:
+        super().__init__(models, transport, fragments, cfg, seed, schedule)
+        self.pending = PendingQueue()
+        self.keep_local = cfg.diloco.merge == "keep_local" or cfg.diloco.eager
+        self.last_mean: list[torch.Tensor | None] = [None] * self.P  # previous averaged outer gradient (eager)
+        # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
+        # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
+        # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
+        self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
+        # ``tamper_payload(step, island, fragment, payload) -> payload`` corrupts the encoded bytes (e.g. NaN/Inf
+        # words that a codec would refuse to produce) after encoding, as a compromised site's wire would
+        self.tamper_payload: Callable[[int, int, int, Payload], Payload] | None = None
+        self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         for i in self.ids:
@@ -268,20 +317,6 @@ class DiLoCo(SyncStrategy):
             self._apply(pend)
 
     @torch.no_grad()
-    def _outer_step(self, p: int, mean_delta: torch.Tensor) -> None:
-        """The outer optimizer's step on global fragment p with the averaged outer gradient (its momentum ramped over
-        ``outer_momentum_warmup`` outer steps); fragment p is then synced."""
-        g = self.global_params[p]
-        g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
-        K = self.cfg.diloco.outer_momentum_warmup
-        if K > 0:
-            self.outer_opts[p].param_groups[0]["momentum"] = self.cfg.diloco.outer_momentum * min(1.0, self.n_outer[p] / K)
-        self.outer_opts[p].step()
-        g.grad = None
-        self.n_outer[p] += 1
-        self.synced[p] = True
-
-    @torch.no_grad()
     def _apply(self, pend: Pending) -> None:
         p = pend.fragment
         got = self._collect(pend.handle)
@@ -303,30 +338,7 @@ class DiLoCo(SyncStrategy):
             else:
                 v.assign(a * v.flat() + (1.0 - a) * g.detach() if a > 0 else g.detach())
 
-    def outer_steps_per_fragment(self) -> list[int] | None:
-        return list(self.n_outer)  # the warm start's plain averages are not outer steps
-
-    # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
-    def eval_state(self) -> dict[str, torch.Tensor]:
-        state: dict[str, torch.Tensor] = {}
-        for p, names in enumerate(self.names):
-            # before its first outer step a fragment's global copy is the initial weights: deploy the local replica's
-            flat = self.global_params[p].detach() if self.synced[p] else self.views[self.ids[0]][p].flat()
-            off = 0
-            for n, prm in zip(names, self.views[self.ids[0]][p].params):
-                state[n] = flat[off:off + prm.numel()].view_as(prm).clone()
-                off += prm.numel()
-        return state
-
-    @torch.no_grad()
-    def rejoin(self, island: int) -> None:
-        """A returning (preempted) island takes the current global state before it trains again."""
-        for p in range(self.P):
-            self.views[island][p].assign(self.global_params[p].detach())
-            self.tokens_since[island][p] = 0
-            self.sent.pop((island, p), None)
-        self.present[island] = True
-
+    # -- checkpoints -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
             "global_params": [g.detach().clone() for g in self.global_params],
