@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -86,9 +87,33 @@ def wandb_settings(mode: str) -> Any:
 
 def sync_command(wandb_dir: str | Path, run_id: str | None = None) -> str:
     """The shell command that uploads offline runs: every ``offline-run-*`` folder of ``wandb_dir/wandb`` (or only
-    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order)."""
-    pattern = f"offline-run-*-{run_id}" if run_id else "offline-run-*"
+    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order).
+
+    The run's glob ends in ``*`` because of how wandb names the folder of a run resumed within the same second as
+    its previous invocation: ``offline-run-<time>-<id>-1`` (see :func:`offline_run_dirs`)."""
+    pattern = f"offline-run-*-{run_id}*" if run_id else "offline-run-*"
     return f"wandb sync {Path(wandb_dir) / 'wandb' / pattern}"
+
+
+_OFFLINE_DIR = re.compile(r"offline-run-(\d{8}_\d{6})-(.+?)(?:-(\d+))?")
+
+
+def offline_run_dirs(wandb_dir: str | Path, run_id: str | None = None) -> list[Path]:
+    """The offline run folders under ``wandb_dir/wandb`` (only those of ``run_id`` when given), oldest first.
+
+    wandb names a folder ``offline-run-<YYYYmmdd_HHMMSS>-<id>``: the start time to the second. When that folder exists
+    already (a run and its resume that start in the same second) it appends ``-1``, ``-2``, ...; so a folder is
+    matched by its parsed id, never by the end of its name, and ordered by (time, suffix)."""
+    found: list[tuple[str, int, Path]] = []
+    root = Path(wandb_dir) / "wandb"
+    for p in root.glob("offline-run-*") if root.is_dir() else ():
+        m = _OFFLINE_DIR.fullmatch(p.name)
+        if m is None or not p.is_dir():
+            continue
+        stamp, rid, n = m.group(1), m.group(2), int(m.group(3) or 0)
+        if run_id is None or rid == run_id:
+            found.append((stamp, n, p))
+    return [p for _, _, p in sorted(found)]
 
 
 def offline_runs_hint(roots: Sequence[str | Path]) -> str | None:

@@ -2,6 +2,7 @@
 figures, artifact, summary), the same run id after --resume, and wandb modes that never leak between runs."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from islands_kit.config import apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
-from islands_kit.tracking import WANDB_RUN_FILE, offline_run_records, resolve_wandb_mode
+from islands_kit.tracking import WANDB_RUN_FILE, offline_run_dirs, offline_run_records, resolve_wandb_mode, sync_command
 
 pytest.importorskip("wandb")
 
@@ -112,14 +113,34 @@ def test_two_runs_in_one_process_keep_their_own_wandb_mode(tmp_path, no_wandb_en
     assert ids[0] != ids[1]
 
 
-def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env):
-    cfg = smoke("two_site", steps=8, checkpoint_every=4, wandb_mode="offline", log_every=2)
+@pytest.fixture(params=["same_second", "clock"])
+def wandb_start_clock(request, monkeypatch):
+    """wandb names an offline folder by its start second: ``same_second`` pins that clock so a run and its resume
+    collide (wandb then appends ``-1`` to the second folder), ``clock`` leaves the real clock."""
+    if request.param == "same_second":
+        import types
+
+        import wandb.sdk.wandb_init as wandb_init
+
+        monkeypatch.setattr(wandb_init, "time", types.SimpleNamespace(time=lambda: 1_700_000_000.0))
+    return request.param
+
+
+def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env, wandb_start_clock, capsys):
+    cfg = smoke("two_site", steps=8, checkpoint_every=4, wandb_mode="offline", log_every=2, progress=True)
     first = tmp_path / "first"
     run_experiment(cfg, first)
     first_id = json.loads((first / WANDB_RUN_FILE).read_text())["id"]
+    capsys.readouterr()
     run_experiment(cfg, first, resume=first)  # the same folder: a second offline folder, same run id
-    dirs = offline_dirs(first)
-    assert len(dirs) == 2 and all(d.name.endswith(first_id) for d in dirs)
+    dirs = offline_run_dirs(first, first_id)
+    assert len(dirs) == 2 and dirs == offline_run_dirs(first)
+    if wandb_start_clock == "same_second":
+        assert dirs[1].name == dirs[0].name + "-1"
+    # the upload command printed at the end of the resumed run matches both folders, and no other run's
+    cmd = next(line for line in capsys.readouterr().out.splitlines() if "wandb sync" in line)
+    pattern = cmd.split("wandb sync ", 1)[1].strip()
+    assert sorted(Path(p) for p in glob.glob(pattern)) == dirs
     recs = by_type(offline_run_records(dirs[-1]))
     assert recs["run"][0]["runId"] == first_id
     train = [items(h) for h in recs["history"] if "train/loss" in items(h)]
@@ -127,6 +148,18 @@ def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env):
     other = tmp_path / "elsewhere"  # resumed into another folder: the id comes from the checkpoint's folder
     run_experiment(cfg, other, resume=first / "checkpoint.pt")
     assert json.loads((other / WANDB_RUN_FILE).read_text())["id"] == first_id
+
+
+def test_offline_run_dirs_parse_the_id_and_order_resumed_folders(tmp_path):
+    names = ["offline-run-20250101_120000-abc12345-1", "offline-run-20250101_115959-abc12345",
+             "offline-run-20250101_120000-abc12345", "offline-run-20250101_120000-abc12345-2",
+             "offline-run-20250101_120000-zzz99999", "latest-run"]
+    for n in names:
+        (tmp_path / "wandb" / n).mkdir(parents=True)
+    got = [p.name for p in offline_run_dirs(tmp_path, "abc12345")]
+    assert got == [names[1], names[2], names[0], names[3]]
+    assert len(offline_run_dirs(tmp_path)) == 5 and offline_run_dirs(tmp_path / "none") == []
+    assert sync_command(tmp_path, "abc12345").endswith("offline-run-*-abc12345*")
 
 
 def test_offline_run_records_refuses_other_files(tmp_path):
