@@ -7,6 +7,7 @@
     islands-kit compare DIR [DIR ...] [--format table|markdown|csv|json] [--reference RUN] [--allow-mismatch]
     islands-kit corpora [NAME ...]
     islands-kit sample RUN_DIR [--prompt TEXT] [--temperature T] [--top-k K] [--max-bytes N] [--seed S]
+    islands-kit env [--short]
 
 Experiments: baseline (synchronous data-parallel), two_site (Streaming DiLoCo between two sites), eight_cell
 (butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), gpu-small and gpu (one GPU).
@@ -216,6 +217,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_env(args: argparse.Namespace) -> int:
+    from islands_kit.envinfo import environment, format_environment
+
+    print(format_environment(environment(), short=args.short))
+    return 0
 
 _CONFIG_EPILOG = """\
 experiments: baseline | two_site | eight_cell
@@ -292,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare runs on different corpora or token budgets anyway (warns, marks the rows)")
     c.add_argument("--output", default=None, metavar="FILE", help="write the table to FILE instead of printing it")
     c.set_defaults(fn=_cmd_compare)
+    e = sub.add_parser("env", help="versions, threads, device, caches and cached corpora (paste it into a bug report)")
+    e.add_argument("--short", action="store_true", help="only the versions and the device")
+    e.set_defaults(fn=_cmd_env)
 
     return ap
 
