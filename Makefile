@@ -10,6 +10,7 @@ BIN    := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 TORCH_BUILD ?= auto
 OUT    ?= runs/demo
+LAB_ARGS ?=
 
 .PHONY: install demo test lab clean
 
@@ -28,6 +29,12 @@ test: install
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+
+# JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server)
+lab: install
+	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || { echo "lab: installing JupyterLab (the lab extra) into $(VENV)"; \
+		$(BIN)/python -m pip install -q -e ".[lab]"; }
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
 
 clean:
 	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache
