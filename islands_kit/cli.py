@@ -199,8 +199,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from islands_kit.compare import expand_run_dirs, report
     from islands_kit.tracking import load_result
 
-    results = [load_result(d) for d in expand_run_dirs(args.dirs)]
+    nested: list[Path] = []
+    results = [load_result(d) for d in expand_run_dirs(args.dirs, nested)]
     text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    if nested:  # on stderr: the table on stdout stays machine-readable in every format
+        print(f"compare: left out {len(nested)} run(s) inside other runs' folders (name them to compare them): "
+              + ", ".join(map(str, nested)), file=sys.stderr)
     if args.output:
         Path(args.output).write_text(text + "\n")
         print(f"compare: {len(results)} runs -> {args.output}")
