@@ -30,11 +30,12 @@ test: install
 	$(BIN)/python -m mypy
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q
 
-# JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server)
+# JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
+# --allow-root where make runs as root (containers), which Jupyter otherwise refuses
 lab: install
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || { echo "lab: installing JupyterLab (the lab extra) into $(VENV)"; \
 		$(BIN)/python -m pip install -q -e ".[lab]"; }
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache
