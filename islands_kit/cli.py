@@ -23,6 +23,7 @@ from pathlib import Path
 
 from islands_kit import __version__
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.tracking import wandb_off_note
 
 
 def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
@@ -133,6 +134,9 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")
+    note = wandb_off_note(cfg)
+    if note and _is_writer():
+        print(note)
 
 
 def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:

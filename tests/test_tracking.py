@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 from pathlib import Path
 
@@ -12,7 +13,16 @@ import pytest
 from islands_kit.config import apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
-from islands_kit.tracking import WANDB_RUN_FILE, offline_run_dirs, offline_run_records, resolve_wandb_mode, sync_command
+from islands_kit.tracking import (
+    WANDB_RUN_FILE,
+    offline_run_dirs,
+    offline_run_records,
+    resolve_wandb_mode,
+    run_name,
+    run_tags,
+    sync_command,
+    wandb_off_note,
+)
 
 pytest.importorskip("wandb")
 
@@ -68,14 +78,20 @@ def test_offline_run_holds_history_metrics_table_figures_and_artifact(tmp_path, 
 
     (run,) = recs["run"]
     assert run["runId"] == info["id"] and run["jobType"] == "experiment" and run["runGroup"] == "g-test"
-    assert {"two_site", "preset:smoke", "corpus:shakespeare", "strategy:diloco"} <= set(run["tags"])
+    assert {"two_site", "preset:smoke", "corpus:shakespeare", "strategy:diloco", "sync_mode:lockstep",
+            "tokens:30720"} <= set(run["tags"])
+    assert run["displayName"] == f"two_site-smoke-s0-lockstep-30.7ktok-{tmp_path.name}"
     metrics = {m.get("name") or m.get("globName"): m for m in recs["metric"]}
     assert metrics["eval/bpb"]["stepMetric"] == "tokens" and metrics["eval_sim/*"]["stepMetric"] == "sim_time_s"
     assert metrics["link/*"]["stepMetric"] == "sim_time_s" and metrics["train/*"]["stepMetric"] == "tokens"
 
     hist = [items(h) for h in recs["history"]]
-    train = [h for h in hist if "train/loss" in h]
+    train = [h for h in hist if "train/loss_nats" in h]
     assert [h["step"] for h in train] == [4, 8, 12, 16, 20, 24]  # every log_every steps
+    # units in the names: nats per byte for the loss, bits per byte beside it (the same number over ln 2)
+    assert all(h["train/bpb"] == pytest.approx(h["train/loss_nats"] / math.log(2)) for h in train)
+    assert all({"train/loss_nats_island0", "train/loss_nats_island1"} <= set(h) for h in train)
+    assert not any("train/loss" in h for h in hist)
     assert all(h["tokens"] == h["step"] * 40 * 32 for h in train)
     assert all(h["train/tokens_per_s"] > 0 for h in train[1:])
     assert all(f"routing/balance_loss/layer{layer}" in h for h in train for layer in range(2))
@@ -143,7 +159,7 @@ def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env, wandb_start
     assert sorted(Path(p) for p in glob.glob(pattern)) == dirs
     recs = by_type(offline_run_records(dirs[-1]))
     assert recs["run"][0]["runId"] == first_id
-    train = [items(h) for h in recs["history"] if "train/loss" in items(h)]
+    train = [items(h) for h in recs["history"] if "train/loss_nats" in items(h)]
     assert [h["step"] for h in train] == [6, 8]  # continued after the checkpoint at step 4
     other = tmp_path / "elsewhere"  # resumed into another folder: the id comes from the checkpoint's folder
     run_experiment(cfg, other, resume=first / "checkpoint.pt")
@@ -233,6 +249,7 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     assert f"wandb sync {tmp_path / 'wandb'}/offline-run-*" in text and "group 'compare-x'" in text
     recs = by_type(offline_run_records(run_dir))
     assert recs["run"][0]["jobType"] == "comparison" and recs["run"][0]["runGroup"] == "compare-x"
+    assert recs["run"][0]["displayName"] == "compare-x"  # the group's name, not compare-compare-x
     (logged,) = [items(h) for h in recs["history"]]
     assert logged["comparison/_type"] == "table-file" and logged["comparison/nrows"] == 2
     table_file = run_dir / "files" / logged["comparison/path"]
@@ -242,3 +259,30 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     arts = {a["type"]: a for a in recs["artifact"]}
     names = {e["path"] for e in arts["comparison"]["manifest"]["contents"]}
     assert {"compare.json", "compare.md", "compare.csv", "compare.txt"} <= names
+
+
+def test_the_runs_of_the_two_site_notebook_get_distinct_names_saying_what_differs(tmp_path):
+    from islands_kit.notebooks import decoupled_pair
+
+    main = smoke("two_site")
+    pair = decoupled_pair(main, 2, 2.0)
+    names = [run_name(main, tmp_path / "nb" / "two_site")] + [
+        run_name(c, tmp_path / "nb" / "two_site" / "decoupled" / label) for label, c in pair.items()]
+    assert names == ["two_site-smoke-s0-lockstep-30.7ktok", "two_site-smoke-s0-lockstep-20.5ktok",
+                     "two_site-smoke-s0-decoupled-41ktok"]
+    tags = [set(run_tags(c)) for c in (main, *pair.values())]
+    assert len({frozenset(t) for t in tags}) == 3  # the tags tell them apart too
+    assert run_name(smoke("baseline", seed=3), tmp_path / "sweep" / "s3") == "baseline-smoke-s3-30.7ktok"
+
+
+def test_a_run_without_wandb_says_so(tmp_path, no_wandb_env, capsys, monkeypatch):
+    from islands_kit import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "baseline", "--preset", "smoke", "--set", "steps=2", "--set", "threads=1"]) == 0
+    assert "wandb: off (the smoke preset sets wandb_mode=disabled; --set wandb_mode=offline logs the run)" in \
+        capsys.readouterr().out
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_off_note(smoke("baseline", wandb_mode="offline")) == "wandb: off (WANDB_MODE=disabled in the environment)"
+    monkeypatch.delenv("WANDB_MODE")
+    assert wandb_off_note(smoke("baseline", wandb_mode="offline")) is None
