@@ -359,7 +359,7 @@ def stream_text(path: Path, name: str = "stdout") -> list[str]:
 
 
 PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
-                           r"loss [\d.]+( \| val bpb (\d\.\d{3}) @(\d+))?$")
+                           r"train loss [\d.]+ nats/byte( \| val (\d\.\d{3}) bpb @(\d+))?$")
 
 
 def test_compare_notebook_runs_the_three_experiments(tmp_path):
