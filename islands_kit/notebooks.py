@@ -260,13 +260,13 @@ def load_run(out_dir: str | Path) -> dict[str, Any]:
 
 def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site") -> bool:
     """Draw the protocol's measured bpb-vs-bytes points of ``experiment`` (``benchmarks/frontier-*.json``, written by
-    ``benchmarks/protocol.py --write-results``; a relative path is read from the checkout) with ``plots.frontier``,
-    saved as OUT_DIR/frontier.png. A wheel carries no benchmarks: without the file, say how to measure it and return
-    False."""
+    ``benchmarks/protocol.py --write-results``; a relative path is read from the installed wheel, which carries them,
+    or the checkout) with ``plots.frontier``, saved as OUT_DIR/frontier.png. Without the file, say how to measure it
+    and return False."""
     from islands_kit import plots
-    from islands_kit.resources import checkout_file
+    from islands_kit.resources import resource_file
 
-    path = checkout_file(frontier_file)
+    path = resource_file(frontier_file)
     if not path.exists():
         print(f"{path} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
         return False
