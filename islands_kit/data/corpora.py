@@ -13,6 +13,7 @@ The model is byte-level (vocabulary 256), so a corpus is just a byte string. Whe
 from __future__ import annotations
 
 import bz2
+import difflib
 import fnmatch
 import glob as globlib
 import importlib.metadata as md
@@ -277,8 +278,9 @@ def local_corpus_files(spec: str) -> list[str]:
         files = [str(p)]
     else:
         files = [f for f in globlib.glob(str(p), recursive=True) if os.path.isfile(f)]
+    near = difflib.get_close_matches(spec, list(CORPORA), n=1, cutoff=0.6)
     _check(len(files) > 0, "data.corpus",
            f"must be one of {'|'.join(CORPORA)}, hub:<name>[:<config>], or a path/directory/glob of .txt or .parquet "
-           "files (nothing matched)", spec)
+           "files (nothing matched" + (f"; did you mean {near[0]}?)" if near else ")"), spec)
     return sorted(files)
 
