@@ -99,7 +99,7 @@ cat <<EOF
 
 next:
   $BIN/islands-kit run two_site --preset smoke   # under a minute: a plumbing check, not a result
-  make demo                                      # the main job: baseline vs two_site vs eight_cell
-  make test                                      # lint, type check, the test suite
-  make lab                                       # the notebooks in Jupyter (installs JupyterLab on first use)
+  make demo    # the main job: baseline vs two_site vs eight_cell
+  make test    # lint, type check, the test suite
+  make lab     # the notebooks in JupyterLab (installs it on first use)
 EOF

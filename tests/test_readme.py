@@ -30,6 +30,16 @@ def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, c
     assert capsys.readouterr().out == block("quickstart-output")
 
 
+def test_smoke_sample_is_what_sample_prints(tmp_path, monkeypatch, capsys):
+    cmd = re.search(r"`islands-kit (sample runs/two_site-smoke-s0 [^`]*)`", README)
+    assert cmd, "README: the smoke sample command moved"
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "two_site", "--preset", "smoke", "--set", "threads=1"]) == 0
+    capsys.readouterr()
+    assert cli.main(shlex.split(cmd.group(1))) == 0
+    assert capsys.readouterr().out == block("smoke-sample")
+
+
 @pytest.mark.parametrize("target", sorted(set(re.findall(r"\]\(([^)#]+)\)", README))))
 def test_links_lead_to_files(target):
     assert (ROOT / target).exists(), target
