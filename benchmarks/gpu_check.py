@@ -151,7 +151,7 @@ def main() -> int:
     cuda = torch.cuda.is_available() and not args.cpu_smoke
     if not cuda and not args.cpu_smoke:
         print("gpu_check: no CUDA GPU is visible to torch (torch.cuda.is_available() is False); this check needs one. "
-              "Install the CUDA torch wheel (README, GPUs) on a machine with an NVIDIA GPU.", file=sys.stderr)
+              "Install the CUDA torch wheel (docs/install.md, GPUs) on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     out = Path(args.out)
