@@ -10,50 +10,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from islands_kit.figures import save_standard_figures
+from islands_kit.records import RESULT_KEYS, dumps_strict, finite, load_result, write_json_atomic
+from islands_kit.wandb_files import offline_run_records, wait_for_offline_run
 
-RESULT_KEYS = (
-    "experiment", "preset", "seed", "corpus", "corpus_sha256", "tokens", "steps", "params_total", "params_active",
-    "final_val_bpb", "val_curve", "compressor_bpb", "cross_site_bytes", "ddp_equivalent_bytes", "routing_sync_bytes",
-    "peak_link_bytes_per_s", "sim_wall_clock_s", "compute_utilization", "wall_time_s", "versions", "git_sha", "config",
-)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file in the same folder, fsync, then rename: readers never see a partial file.
-
-    Strict JSON: a NaN/inf (a diverged run's bpb) is written as ``null``; :func:`load_result` reads it back as NaN."""
-    from islands_kit.io import atomic_write_bytes
-
-    atomic_write_bytes(Path(path), dumps_strict(obj, indent=1).encode())
-
-
-def dumps_strict(obj: Any, indent: int | None = None) -> str:
-    """``json.dumps`` that any JSON reader accepts: non-finite floats become ``null``."""
-    return json.dumps(_finite(obj), indent=indent, default=_jsonable, allow_nan=False)
-
-
-def _finite(o: Any) -> Any:
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
-
-
-def _jsonable(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return _finite(o.item())
-    if isinstance(o, (set, tuple)):
-        return [_finite(v) for v in o]
-    return str(o)
-
+__all__ = ["RESULT_KEYS", "Tracker", "dumps_strict", "load_result", "offline_run_records", "wait_for_offline_run",
+           "write_json_atomic"]
 
 WANDB_MODES = ("offline", "online", "disabled")
 WANDB_RUN_FILE = "wandb_run.json"  # the run's wandb id, mode and folder: --resume continues the same wandb run
@@ -72,9 +39,47 @@ def resolve_wandb_mode(cfg_mode: str) -> str:
 
 
 def run_tags(cfg: Any) -> list[str]:
-    """The wandb tags of a run: experiment, preset, corpus and sync strategy (each at most 64 characters)."""
-    tags = [cfg.experiment, f"preset:{cfg.preset}", f"corpus:{cfg.data.corpus}", f"strategy:{cfg.sync.strategy}"]
+    """The wandb tags of a run: experiment, preset, corpus, sync strategy and mode, token budget (each at most 64
+    characters)."""
+    tags = [cfg.experiment, f"preset:{cfg.preset}", f"corpus:{cfg.data.corpus}", f"strategy:{cfg.sync.strategy}",
+            f"sync_mode:{cfg.sync.mode}", f"tokens:{token_budget(cfg)}"]
     return [t[:64] for t in tags]
+
+
+def token_budget(cfg: Any) -> int:
+    """Planned training tokens: steps x global batch x sequence length."""
+    return int(cfg.steps) * sum(int(i.batch_size) for i in cfg.islands) * int(cfg.model.seq_len)
+
+
+def _si(n: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def run_name(cfg: Any, out_dir: str | Path | None) -> str:
+    """A wandb run name that tells the runs of one group apart: experiment, preset, seed, the sync mode of a DiLoCo
+    run, the token budget, and the run folder's own name when it adds something (the two_site notebook's
+    ``decoupled/lockstep`` and ``decoupled/decoupled`` side runs), e.g. ``two_site-demo-s0-lockstep-3.07Mtok``."""
+    parts = [cfg.experiment, cfg.preset, f"s{cfg.seed}"]
+    if cfg.sync.strategy == "diloco":
+        parts.append(cfg.sync.mode)
+    parts.append(f"{_si(token_budget(cfg))}tok")
+    leaf = Path(out_dir).name if out_dir else ""
+    if leaf and leaf not in parts and leaf != f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}":
+        parts.append(leaf)
+    return "-".join(parts)[:128]
+
+
+def wandb_off_note(cfg: Any) -> str | None:
+    """Why a run logs nothing to wandb, in one line (None when it logs): the config or the environment said so."""
+    if resolve_wandb_mode(cfg.wandb_mode) != "disabled":
+        return None
+    if cfg.wandb_mode == "disabled":
+        who = "the smoke preset sets" if cfg.preset == "smoke" else "the config sets"
+        return f"wandb: off ({who} wandb_mode=disabled; --set wandb_mode=offline logs the run)"
+    return "wandb: off (WANDB_MODE=disabled in the environment)"
 
 
 def wandb_settings(mode: str) -> Any:
@@ -88,9 +93,33 @@ def wandb_settings(mode: str) -> Any:
 
 def sync_command(wandb_dir: str | Path, run_id: str | None = None) -> str:
     """The shell command that uploads offline runs: every ``offline-run-*`` folder of ``wandb_dir/wandb`` (or only
-    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order)."""
-    pattern = f"offline-run-*-{run_id}" if run_id else "offline-run-*"
+    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order).
+
+    The run's glob ends in ``*`` because of how wandb names the folder of a run resumed within the same second as
+    its previous invocation: ``offline-run-<time>-<id>-1`` (see :func:`offline_run_dirs`)."""
+    pattern = f"offline-run-*-{run_id}*" if run_id else "offline-run-*"
     return f"wandb sync {Path(wandb_dir) / 'wandb' / pattern}"
+
+
+_OFFLINE_DIR = re.compile(r"offline-run-(\d{8}_\d{6})-(.+?)(?:-(\d+))?")
+
+
+def offline_run_dirs(wandb_dir: str | Path, run_id: str | None = None) -> list[Path]:
+    """The offline run folders under ``wandb_dir/wandb`` (only those of ``run_id`` when given), oldest first.
+
+    wandb names a folder ``offline-run-<YYYYmmdd_HHMMSS>-<id>``: the start time to the second. When that folder exists
+    already (a run and its resume that start in the same second) it appends ``-1``, ``-2``, ...; so a folder is
+    matched by its parsed id, never by the end of its name, and ordered by (time, suffix)."""
+    found: list[tuple[str, int, Path]] = []
+    root = Path(wandb_dir) / "wandb"
+    for p in root.glob("offline-run-*") if root.is_dir() else ():
+        m = _OFFLINE_DIR.fullmatch(p.name)
+        if m is None or not p.is_dir():
+            continue
+        stamp, rid, n = m.group(1), m.group(2), int(m.group(3) or 0)
+        if run_id is None or rid == run_id:
+            found.append((stamp, n, p))
+    return [p for _, _, p in sorted(found)]
 
 
 def offline_runs_hint(roots: Sequence[str | Path]) -> str | None:
@@ -125,7 +154,11 @@ class Tracker:
 
     What it logs, and against which x-axis (``define_metric``):
 
-    * every ``cfg.log_every`` inner steps: ``train/loss`` (mean over islands, and per island), ``train/tokens_per_s``
+    Units are in the names: losses in nats per byte (``train/loss_nats``), bits per byte (``*/bpb``; bpb = nats / ln 2),
+    bytes, seconds, tokens per second.
+
+    * every ``cfg.log_every`` inner steps: ``train/loss_nats`` (the training cross-entropy, mean over islands, and
+      ``train/loss_nats_island<i>`` per island), ``train/bpb`` (the same mean in bits per byte), ``train/tokens_per_s``
       (real throughput since the previous log), ``routing/balance_loss/layer<l>`` and
       ``routing/max_over_mean_load/layer<l>`` against ``tokens``; ``link/<channel>_bytes`` and
       ``link/cross_site_bytes`` (cumulative) against ``sim_time_s``, the simulated wall-clock;
@@ -152,7 +185,7 @@ class Tracker:
         prev = previous_wandb_run(resume)
         run_id = prev["id"] if prev and prev.get("project") == cfg.wandb_project else None
         self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
-                              name=f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}", tags=run_tags(cfg),
+                              name=run_name(cfg, out_dir), tags=run_tags(cfg),
                               config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
                               resume="allow" if run_id else None, reinit="create_new",
                               settings=wandb_settings(self.mode))
@@ -181,9 +214,9 @@ class Tracker:
             return
         now = time.perf_counter()
         d: dict[str, Any] = {"step": rec["step"], "tokens": rec["tokens"], "sim_time_s": rec["sim_time_s"],
-                             "train/loss": rec["train_loss"]}
+                             "train/loss_nats": rec["train_loss"], "train/bpb": rec["train_loss"] / math.log(2)}
         for i, v in rec.get("island_loss", {}).items():
-            d[f"train/loss_island{i}"] = v
+            d[f"train/loss_nats_island{i}"] = v
         if self._last_train is not None and now > self._last_train[0]:
             d["train/tokens_per_s"] = (rec["tokens"] - self._last_train[1]) / (now - self._last_train[0])
         if rec["sim_time_s"] > 0:
@@ -195,7 +228,7 @@ class Tracker:
         for key in ("balance_loss", "max_over_mean_load"):
             for layer, v in enumerate(rec.get(key) or []):
                 d[f"routing/{key}/layer{layer}"] = v
-        self.run.log(_finite(d))
+        self.run.log(finite(d))
 
     def log_eval(self, rec: dict[str, Any]) -> None:
         """A history.jsonl record (one evaluation)."""
@@ -208,7 +241,7 @@ class Tracker:
         for k in ("routing_js_bits", "routing_topk_overlap"):
             if k in rec:
                 d[f"routing/{k}"] = rec[k]
-        self.run.log(_finite(d))
+        self.run.log(finite(d))
 
     def finish(self, res: dict[str, Any], history: list[dict[str, Any]]) -> None:
         """Summary, evaluation table, figures and the result artifact (after result.json and history.jsonl exist)."""
@@ -219,13 +252,14 @@ class Tracker:
         r = self.run
         for k, v in res.items():
             if isinstance(v, (int, float, str)) and not isinstance(v, bool):
-                r.summary[k] = _finite(v)
+                r.summary[k] = finite(v)
         r.summary["compressor_bpb"] = dict(res["compressor_bpb"])
         r.summary["versions"] = dict(res["versions"])
         sent = res["cross_site_bytes"]
         r.summary["x_fewer_bytes_than_ddp"] = res["ddp_equivalent_bytes"] / sent if sent else None
         cols = ["step", "tokens", "sim_time_s", "val_bpb", "train_loss", "cross_site_bytes", "final"]
-        table = wandb.Table(columns=list[Any](cols), data=[[_finite(h.get(c)) for c in cols] for h in history])
+        headers = [{"train_loss": "train_loss_nats"}.get(c, c) for c in cols]  # the table says its units too
+        table = wandb.Table(columns=list[Any](headers), data=[[finite(h.get(c)) for c in cols] for h in history])
         figures = self.figures or self.draw_figures(res, history)
         logged: dict[str, Any] = {"eval_history": table}
         logged.update({f"figures/{p.stem}": wandb.Image(str(p)) for p in figures})
@@ -233,7 +267,7 @@ class Tracker:
         art = wandb.Artifact(f"result-{res['experiment']}-{r.id}", type="run-result",
                              description=f"{res['experiment']} {res['preset']} seed {res['seed']}: result.json, "
                                          "history.jsonl and figures",
-                             metadata={"final_val_bpb": _finite(res["final_val_bpb"])})
+                             metadata={"final_val_bpb": finite(res["final_val_bpb"])})
         for name in ("result.json", "history.jsonl"):
             if (self.out_dir / name).exists():
                 art.add_file(str(self.out_dir / name), name=name)
@@ -260,24 +294,6 @@ class Tracker:
                 wait_for_offline_run(sync_file)
 
 
-def wait_for_offline_run(path: str | Path, timeout_s: float = 30.0) -> bool:
-    """Wait until an offline run's file holds its exit record: ``run.finish()`` can return while wandb's service
-    process is still writing it, and whoever reads or syncs the run next (a test, ``wandb sync`` in the same script)
-    should find it whole. True once complete; False after ``timeout_s`` (the run is then left as it is)."""
-    from google.protobuf.message import DecodeError
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if any("exit" in r for r in offline_run_records(path)):
-                return True
-        except (OSError, ValueError, DecodeError):
-            pass  # not created, or a record's bytes not all flushed yet
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
 def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: str, out_dir: str | Path,
                    figures: Sequence[Path] = (), files: Sequence[Path] = (),
                    seed_rows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -291,7 +307,8 @@ def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: s
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=project, group=group or None, job_type="comparison", name=f"compare-{group}"[:128],
+    name = group if group.startswith("compare") else f"compare-{group}" if group else "compare"
+    run = wandb.init(project=project, group=group or None, job_type="comparison", name=name[:128],
                      tags=["comparison"], dir=str(out), reinit="create_new", settings=wandb_settings(mode))
     try:
         logged: dict[str, Any] = {"comparison": _table(rows)}
@@ -321,74 +338,5 @@ def _table(rows: list[dict[str, Any]]) -> Any:
 
 
 def _cell(v: Any) -> Any:
-    v = _finite(v)
+    v = finite(v)
     return v if v is None or isinstance(v, (int, float, str, bool)) else json.dumps(v, default=str)
-
-
-def offline_run_records(path: str | Path) -> list[dict[str, Any]]:
-    """Every record of an offline wandb run, decoded (wandb ships no reader for them): ``path`` is the run's
-    ``run-<id>.wandb`` file or its ``offline-run-*`` folder. Each record is a dict (protobuf JSON names) with one
-    record-type key such as ``run``, ``history``, ``summary``, ``artifact``, ``metric``, ``exit``.
-
-    The file is wandb's LevelDB-style log: a 7-byte header (``:W&B``, magic, version), then 32 KiB blocks of chunks,
-    each a 7-byte header (CRC-32, length, type: full / first / middle / last) and its bytes; a block's tail shorter
-    than a chunk header is zero padding. The chunks of one record, joined, are one ``wandb_internal_pb2.Record``. A
-    file still being written ends in a chunk shorter than its header says: reading stops there (and a record whose
-    last chunk is not written yet is left out), so a live run reads as the records written so far."""
-    import struct
-
-    from google.protobuf.json_format import MessageToDict
-    from wandb.proto import wandb_internal_pb2
-
-    p = Path(path)
-    if p.is_dir():
-        found = sorted(p.glob("*.wandb"))
-        if not found:
-            raise FileNotFoundError(f"offline_run_records: no .wandb file in {p}")
-        p = found[0]
-    data = p.read_bytes()
-    if data[:4] != b":W&B":
-        raise ValueError(f"offline_run_records: {p} is not a wandb run file (header {data[:7]!r})")
-    block, head = 32768, 7
-    pos, buf, out = head, b"", []
-    while pos + head <= len(data):
-        left = block - pos % block
-        if left < head:  # zero padding at the end of a block
-            pos += left
-            continue
-        crc, length, kind = struct.unpack("<IHB", data[pos:pos + head])
-        if kind == 0 and length == 0:  # the rest of this block was never written
-            pos += left
-            continue
-        if pos + head + length > len(data):  # the writer is mid-record: every record before it is whole
-            break
-        chunk = data[pos + head:pos + head + length]
-        pos += head + length
-        buf = chunk if kind in (1, 2) else buf + chunk
-        if kind in (1, 4):
-            rec = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
-            rec.ParseFromString(buf)
-            out.append(MessageToDict(rec))
-            buf = b""
-    return out
-
-
-def load_result(path: str | Path) -> dict[str, Any]:
-    """A run's result.json (``path``: the file or its folder), checked for the contract's keys; a diverged run's
-    ``null`` bpb comes back as NaN, and ``dir`` records the folder as given (compare labels rows with it)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "result.json"
-    if not p.exists():
-        raise FileNotFoundError(f"compare: no result.json at {p}")
-    with open(p) as f:
-        res = json.load(f)
-    missing = [k for k in RESULT_KEYS if k not in res]
-    if missing:
-        raise ValueError(f"compare: {p} lacks result keys {missing}")
-    # a diverged run's bpb is stored as null (strict JSON): NaN again here, so tables and ratios stay numeric
-    if res["final_val_bpb"] is None:
-        res["final_val_bpb"] = math.nan
-    res["val_curve"] = [[t, math.nan if b is None else b] for t, b in res["val_curve"]]
-    res["dir"] = str(path if Path(path).is_dir() else Path(path).parent)  # the run's label in a comparison
-    return res
