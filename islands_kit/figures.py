@@ -16,11 +16,9 @@ FILES = ("bpb_vs_tokens.png", "bpb_vs_sim_time.png", "link_bytes.png", "routing_
 
 def standard_figures(result: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
                      timeline: Sequence[Sequence[Any]] | None) -> dict[str, Figure]:
-    """File name -> figure, for a run with at least one finite evaluation (else nothing): ``result`` is its
-    result.json, ``history`` its history.jsonl records and ``timeline`` its link transfers (``link_timeline.jsonl``,
-    None where the run wrote none)."""
-    if not any(h.get("val_bpb") is not None and math.isfinite(h["val_bpb"]) for h in history):
-        return {}
+    """File name -> figure: ``result`` is the run's result.json, ``history`` its history.jsonl records and
+    ``timeline`` its link transfers (``link_timeline.jsonl``, None where the run wrote none). The routing figure
+    only where every record holds the routing balance (a mixture-of-experts model)."""
     name = result["experiment"]
     runs = {name: list(history)}
     floors = result["compressor_bpb"]
@@ -34,10 +32,18 @@ def standard_figures(result: Mapping[str, Any], history: Sequence[Mapping[str, A
     return figs
 
 
+def has_finite_eval(history: Sequence[Mapping[str, Any]]) -> bool:
+    """Is there a bpb to draw (a run that diverged at once has none)?"""
+    return any(h.get("val_bpb") is not None and math.isfinite(h["val_bpb"]) for h in history)
+
+
 def save_standard_figures(result: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
                           timeline: Sequence[Sequence[Any]] | None, out_dir: str | Path,
                           show: bool = False) -> list[Path]:
-    """Write the standard figures as PNGs into ``out_dir`` (and, with ``show``, display them in a notebook)."""
+    """Write the standard figures as PNGs into ``out_dir`` (and, with ``show``, display them in a notebook); nothing
+    for a run without a finite evaluation."""
+    if not has_finite_eval(history):
+        return []
     out = []
     for file, fig in standard_figures(result, history, timeline).items():
         path = Path(out_dir) / file

@@ -44,7 +44,8 @@ overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.0
 
 # %%
 from islands_kit import plots
-from islands_kit.notebooks import (config_summary, ddp_bytes_per_step, load_run, notebook_config, resolve_out_dir,
+from islands_kit.figures import standard_figures
+from islands_kit.notebooks import (config_summary, load_run, notebook_config, resolve_out_dir,
                                    result_summary)
 
 cfg = notebook_config("baseline", preset, seed, steps, {
@@ -72,18 +73,16 @@ print(result_summary(result))
 
 # %%
 run = load_run(out)
-runs = {cfg.experiment: run["history"]}
-floors = run["result"]["compressor_bpb"]
-plots.show(plots.bpb_curves(runs, x="tokens", floors=floors), out / "bpb_vs_tokens.png")
-plots.show(plots.bpb_curves(runs, x="sim_time", floors=floors), out / "bpb_vs_sim_time.png")
+figs = standard_figures(run["result"], run["history"], run["timeline"])  # the figures the CLI and wandb save
+plots.show(figs["bpb_vs_tokens.png"], out / "bpb_vs_tokens.png")
+plots.show(figs["bpb_vs_sim_time.png"], out / "bpb_vs_sim_time.png")
 
 # %% [markdown]
 # ## Bytes on the link
 # Cumulative bytes sent across the wide-area link; dotted: what a fp32 gradient all-reduce every step would have sent.
 
 # %%
-plots.show(plots.link_bytes(runs, ddp_bytes_per_step={cfg.experiment: ddp_bytes_per_step(run["result"])},
-                            timelines={cfg.experiment: run["timeline"]}), out / "link_bytes.png")
+plots.show(figs["link_bytes.png"], out / "link_bytes.png")
 
 # %% [markdown]
 # ## Routing load
@@ -92,4 +91,4 @@ plots.show(plots.link_bytes(runs, ddp_bytes_per_step={cfg.experiment: ddp_bytes_
 # replicas): how far the replicas' routing drifted apart.
 
 # %%
-plots.show(plots.routing_load(run["history"]), out / "routing_load.png")
+plots.show(figs["routing_load.png"], out / "routing_load.png")
