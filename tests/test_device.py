@@ -11,7 +11,7 @@ import pytest
 import torch
 from devicecheck import DEVICE, DeviceCheckMode, DeviceMixError, on_device
 
-import islands_kit.run as run_mod
+import islands_kit.train.experiment as run_mod
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.config import CODECS, ConfigError, apply_overrides
 from islands_kit.device import resolve_device
