@@ -42,7 +42,7 @@ from islands_kit.data import atomic_write_bytes
 from islands_kit.model import ByteTransformer
 from islands_kit.preflight import check_tensors
 
-FORMAT = "islands_kit.checkpoint/2"  # 2: plain data only (1 held pickled ledger, link and transfers)
+FORMAT = "islands_kit.checkpoint/2"  # a new layout takes a new version: a file of another version is refused
 FILENAME = "checkpoint.pt"
 _SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
 
