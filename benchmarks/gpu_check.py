@@ -12,10 +12,11 @@ Rows of the table:
   * grouped expert GEMM — 64 experts, bf16, skewed routing (``gpu_kernels._skewed_group_sizes``), forward + backward
     of one (T x d) @ (E, d, f) product: the kernels' grouped GEMM vs the model's torch path (``model.moe.grouped_matmul``);
   * MXFP8 expert matmul — the same fwd+bwd with ``mxfp8=True`` (quantise-dequantise emulation, then bf16 GEMMs) vs bf16;
-  * gpu-small baseline / two_site / eight_cell, ``--steps`` steps each (all islands on this GPU, bf16, Shampoo):
-    tokens/s = training tokens / wall time (evaluation and sync included) and model FLOPs utilisation
-    MFU = tokens/s x FLOPs per token / peak bf16 FLOP/s of this GPU (FLOPs per token as the simulated clock counts
-    them: 6 N_active + 12 n_layers d_model seq_len).
+  * gpu-small baseline / two_site / eight_cell, ``--steps`` steps each, and the gpu preset, ``--gpu-steps`` steps
+    each (all islands on this GPU, bf16, AdamW as the presets): tokens/s = training tokens / wall time (evaluation and
+    sync included) and model FLOPs utilisation MFU = tokens/s x FLOPs per token / peak bf16 FLOP/s of this GPU (FLOPs
+    per token as the simulated clock counts them: 6 N_active + 12 n_layers d_model seq_len); and the full preset's
+    projected time (its steps x the measured seconds per step) against the preset's budget (``BUDGET_S``).
 """
 from __future__ import annotations
 
@@ -88,6 +89,10 @@ def expert_gemm(tokens: int, d: int, f: int, experts: int, dev: str, cuda: bool,
             "dtype": str(dtype).replace("torch.", "")}
 
 
+# the time budget of one experiment of each GPU preset (islands_kit/presets.py; benchmarks/RESULTS.md "GPU presets")
+BUDGET_S = {"gpu-small": 300.0, "gpu": 600.0}
+
+
 def training_runs(preset: str, steps: int, out: Path, peak: float | None, overrides: dict[str, Any]) -> dict[str, Any]:
     rows = {}
     for experiment in ("baseline", "two_site", "eight_cell"):
@@ -98,7 +103,10 @@ def training_runs(preset: str, steps: int, out: Path, peak: float | None, overri
         wall = time.perf_counter() - t0
         per_token = step_flops(cfg.model, res["params_active"], 1)
         tps = res["tokens"] / res["wall_time_s"]
+        full_steps = get_preset(experiment, preset).steps
         rows[experiment] = {"tokens_per_s": tps, "mfu": tps * per_token / peak if peak else None, "wall_s": wall,
+                            "steps": steps, "projected_full_s": wall / steps * full_steps, "full_steps": full_steps,
+                            "budget_s": BUDGET_S.get(preset), "preset": preset,
                             "final_val_bpb": res["final_val_bpb"], "device": res["device"], "gpu": res["gpu_name"]}
     return rows
 
@@ -121,9 +129,12 @@ def table(s: dict[str, Any]) -> str:
              f"fwd+bwd ({g['speedup']:.2f}x, {g['kernel_tflops']:.1f} TFLOP/s, {g['dtype']})",
              f"{'MXFP8 vs bf16 expert matmul':<34} {g['mxfp8_ms']:.3f} ms vs {g['kernel_ms']:.3f} ms fwd+bwd "
              f"({g['mxfp8_over_bf16']:.2f}x; emulated qdq, not an MXFP8 speed-up)"]
-    for name, r in s["runs"].items():
-        lines.append(f"{s['preset'] + ' ' + name:<34} {r['tokens_per_s']:,.0f} tokens/s, MFU {_fmt(r['mfu'], '.1%')}, "
-                     f"{r['wall_s']:.0f} s for {s['steps']} steps, bpb {r['final_val_bpb']:.3f}")
+    for runs in s["runs"].values():
+        for name, r in runs.items():
+            budget = "" if r["budget_s"] is None else f" (budget {r['budget_s']:.0f} s)"
+            lines.append(f"{r['preset'] + ' ' + name:<34} {r['tokens_per_s']:,.0f} tokens/s, MFU {_fmt(r['mfu'], '.1%')}, "
+                         f"{r['wall_s']:.0f} s for {r['steps']} steps, bpb {r['final_val_bpb']:.3f}; "
+                         f"{r['full_steps']} steps projected {r['projected_full_s']:.0f} s{budget}")
     lines.append("-" * 92)
     lines.append(f"total {s['total_s']:.0f} s")
     return "\n".join(lines)
@@ -134,12 +145,13 @@ def main() -> int:
     ap.add_argument("--out", default="runs/gpu_check")
     ap.add_argument("--kernel-tests-xml", default=None, help="JUnit XML of the native kernel tests (gpu_check.sh)")
     ap.add_argument("--steps", type=int, default=150, help="training steps per gpu-small experiment")
+    ap.add_argument("--gpu-steps", type=int, default=30, help="training steps per gpu-preset experiment (0: skip)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes and the smoke preset on the CPU")
     args = ap.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu_smoke
     if not cuda and not args.cpu_smoke:
         print("gpu_check: no CUDA GPU is visible to torch (torch.cuda.is_available() is False); this check needs one. "
-              "Install the CUDA torch wheel (README, GPUs) on a machine with an NVIDIA GPU.", file=sys.stderr)
+              "Install the CUDA torch wheel (docs/install.md, GPUs) on a machine with an NVIDIA GPU.", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     out = Path(args.out)
@@ -154,8 +166,14 @@ def main() -> int:
                                 hw.hbm_bytes_per_s if hw else None)
         gemm = expert_gemm(32768 if cuda else 256, 2048 if cuda else 32, 1024 if cuda else 16, 64, dev, cuda,
                            20 if cuda else 1)
-    preset, overrides = ("gpu-small", {}) if cuda else ("smoke", {"device": "cpu", "threads": 1})
-    runs = training_runs(preset, args.steps if cuda else 4, out, hw.peak_flops if hw else None, overrides)
+    peak = hw.peak_flops if hw else None
+    if cuda:
+        runs = {"gpu-small": training_runs("gpu-small", args.steps, out / "gpu-small", peak, {})}
+        if args.gpu_steps > 0:
+            runs["gpu"] = training_runs("gpu", args.gpu_steps, out / "gpu", peak, {})
+    else:
+        runs = {"smoke": training_runs("smoke", 4, out, None, {"device": "cpu", "threads": 1})}
+    preset = "gpu-small" if cuda else "smoke"
     summary = {"device_name": name, "profile": profile, "torch": torch.__version__, "cuda": torch.version.cuda,
                "backend": backend, "kernel_tests": kernel_tests(args.kernel_tests_xml), "codec": codec, "gemm": gemm,
                "preset": preset, "steps": args.steps if cuda else 4, "runs": runs,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one GPU check: run once on a machine with one NVIDIA GPU (budget: <= 8 minutes), from the repository root,
+# The one GPU check: run once on a machine with one NVIDIA GPU (budget: <= 9 minutes), from the repository root,
 # after the README's set-up plus the CUDA torch wheel (README, "GPUs"):
 #
 #   make install                   # the README set-up (CPU torch pin, the kit with its extras, the corpora)
@@ -10,7 +10,8 @@
 #
 # Steps: (1) tests/test_kernels.py natively (compiled Triton kernels, TRITON_INTERPRET unset), (2) benchmarks/gpu_check.py:
 # SR-codec kernel GB/s vs HBM peak, grouped expert GEMM vs the torch path at 64 experts, MXFP8 vs bf16 expert matmul,
-# and short gpu-small baseline / two_site / eight_cell runs with tokens/s and MFU. Without a GPU it stops at once with
+# and short gpu-small (150 steps) and gpu (30 steps) baseline / two_site / eight_cell runs with tokens/s, MFU and the full
+# preset's projected time against its budget. Without a GPU it stops at once with
 # exit code 2 and says why. Kernel-test failures are reported in the table (and make the exit code 1), not hidden.
 set -euo pipefail
 cd "$(dirname "$0")/.."

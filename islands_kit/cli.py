@@ -7,6 +7,7 @@
     islands-kit compare DIR [DIR ...] [--format table|markdown|csv|json] [--reference RUN] [--allow-mismatch]
     islands-kit corpora [NAME ...]
     islands-kit sample RUN_DIR [--prompt TEXT] [--temperature T] [--top-k K] [--max-bytes N] [--seed S]
+    islands-kit env [--short]
 
 Experiments: baseline (synchronous data-parallel), two_site (Streaming DiLoCo between two sites), eight_cell
 (butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), gpu-small and gpu (one GPU).
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from islands_kit import __version__
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.tracking import wandb_off_note
 
 
 def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
@@ -132,6 +134,9 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")
+    note = wandb_off_note(cfg)
+    if note and _is_writer():
+        print(note)
 
 
 def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
@@ -168,14 +173,18 @@ def _cmd_corpora(args: argparse.Namespace) -> int:
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     """Bytes sampled from a finished run's model (the deployed one, or ``--island I``'s replica)."""
-    from islands_kit.sampling import generate, load_model
+    from islands_kit.sampling import generate, load_model, printable
 
     model, meta = load_model(args.run_dir, args.island)
     prompt = args.prompt.encode("utf-8")
     out = generate(model, prompt, max_bytes=args.max_bytes, temperature=args.temperature, top_k=args.top_k,
                    seed=args.seed)
     print(f"# {meta['which']} model of {meta['experiment']} after step {meta['step']}", file=sys.stderr)
-    sys.stdout.write((prompt + out).decode("utf-8", "replace") + "\n")
+    if args.raw:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(prompt + out + b"\n")
+    else:
+        sys.stdout.write(printable(prompt + out) + "\n")
     return 0
 
 
@@ -203,8 +212,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from islands_kit.compare import expand_run_dirs, report
     from islands_kit.tracking import load_result
 
-    results = [load_result(d) for d in expand_run_dirs(args.dirs)]
+    nested: list[Path] = []
+    results = [load_result(d) for d in expand_run_dirs(args.dirs, nested)]
     text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    if nested:  # on stderr: the table on stdout stays machine-readable in every format
+        print(f"compare: left out {len(nested)} run(s) inside other runs' folders (name them to compare them): "
+              + ", ".join(map(str, nested)), file=sys.stderr)
     if args.output:
         Path(args.output).write_text(text + "\n")
         print(f"compare: {len(results)} runs -> {args.output}")
@@ -221,6 +234,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_env(args: argparse.Namespace) -> int:
+    from islands_kit.envinfo import environment, format_environment
+
+    print(format_environment(environment(), short=args.short))
+    return 0
 
 _CONFIG_EPILOG = """\
 experiments: baseline | two_site | eight_cell
@@ -241,12 +259,38 @@ def _config_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a config field by dotted path (repeatable)")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written, without the docstrings' RST backticks; every option with a default
+    says it (argparse's ArgumentDefaultsHelpFormatter also prints the empty ones: None, False, [])."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(text.replace("``", "").replace("`", "'"))
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").replace("``", "")
+        d = action.default
+        empty = d is None or d is False or d == [] or d == argparse.SUPPRESS
+        if action.option_strings and not empty and "default" not in text:  # a help that names its default keeps it
+            text += (" " if text else "") + "(default: %(default)s)"
+        return text
+
+
+def _check_set_pairs(argv: list[str]) -> None:
+    """``--set sync.H 10`` reaches argparse as a stray argument ("unrecognized arguments: 10"): say what was meant."""
+    for i, a in enumerate(argv[:-1]):
+        key = argv[i + 1]
+        if a == "--set" and "=" not in key and not key.startswith("-"):
+            value = argv[i + 2] if i + 2 < len(argv) and not argv[i + 2].startswith("-") else ""
+            hint = f" (--set {key}={value})" if value else ""
+            raise ConfigError(f"--set {key}: use key=value, one word{hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="islands-kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="islands-kit", description=__doc__, formatter_class=_HelpFormatter)
     ap.add_argument("--version", action="version", version=f"islands-kit {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="train one experiment and write DIR/result.json", epilog=_CONFIG_EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=_HelpFormatter)
     _config_arguments(r)
     r.add_argument("--out", default=None, help="output folder (default runs/EXPERIMENT-PRESET-sSEED; the --resume "
                    "folder when resuming)")
@@ -259,49 +303,62 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress lines (also: ISLANDS_KIT_QUIET=1)")
     r.set_defaults(fn=_cmd_run)
     g = sub.add_parser("config", help="print the resolved config (YAML: every field with its default and help)",
-                       epilog=_CONFIG_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=_CONFIG_EPILOG, formatter_class=_HelpFormatter)
     _config_arguments(g)
     g.add_argument("--resume", default=None, metavar="DIR", help="the config a --resume DIR run would use")
     g.set_defaults(fn=_cmd_config)
     from islands_kit.resources import resource_dir
 
     names = ", ".join(sorted(q.stem for q in resource_dir("notebooks").glob("*.ipynb")))
-    n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill",
+    n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill", formatter_class=_HelpFormatter,
                        epilog=f"notebooks: {names}. Each one's parameters (and their defaults) are its parameters cell; "
                        "the experiment notebooks, compare and poisoned_island also take overrides, a mapping of any "
                        "--set key, e.g. -p overrides '{\"optim.lr\": 0.003}'.")
     n.add_argument("name", metavar="NAME")
     n.add_argument("-p", "--param", nargs=2, action="append", metavar=("KEY", "VALUE"),
                    help="a notebook parameter (text for a string parameter, else JSON)")
-    n.add_argument("--out", default=None)
+    n.add_argument("--out", default=None, help="folder for the executed copy and the run's files (default "
+                   "runs/notebook-NAME)")
     n.add_argument("--quiet", action="store_true", help="do not stream the notebook's output (progress) here")
     n.set_defaults(fn=_cmd_notebook)
-    s = sub.add_parser("sample", help="generate bytes from a finished run's saved model")
+    s = sub.add_parser("sample", help="generate bytes from a finished run's saved model", formatter_class=_HelpFormatter)
     s.add_argument("run_dir", metavar="RUN_DIR")
     s.add_argument("--prompt", default="\n", help="text the sample continues (UTF-8; default a newline)")
     s.add_argument("--max-bytes", type=int, default=256, help="bytes to generate")
     s.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (0 = greedy)")
     s.add_argument("--top-k", type=int, default=0, help="sample among the k most likely bytes (0 = all 256)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
     s.add_argument("--island", type=int, default=None, help="an island's replica instead of the deployed model")
+    s.add_argument("--raw", action="store_true", help="write the sampled bytes as they are (default: control "
+                   "characters and undecodable bytes escaped, e.g. \\x1b)")
     s.set_defaults(fn=_cmd_sample)
-    k = sub.add_parser("corpora", help="fetch, verify (sha256) and cache the registered corpora for offline runs")
+    k = sub.add_parser("corpora", help="fetch, verify (sha256) and cache the registered corpora for offline runs",
+                       formatter_class=_HelpFormatter)
     k.add_argument("names", nargs="*", metavar="NAME", help="default: all of them")
     k.set_defaults(fn=_cmd_corpora)
-    c = sub.add_parser("compare", help="table of the runs' result.json")
+    c = sub.add_parser("compare", help="table of the runs' result.json", formatter_class=_HelpFormatter)
     c.add_argument("dirs", nargs="+", help="run folders (a folder without result.json: every run folder under it)")
-    c.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json"])
+    c.add_argument("--format", default="table", choices=["table", "markdown", "csv", "json"], help="output format")
     c.add_argument("--reference", default=None, metavar="RUN",
                    help="the reference run (a folder given) or experiment; default: the first baseline, else the first")
     c.add_argument("--allow-mismatch", action="store_true",
                    help="compare runs on different corpora or token budgets anyway (warns, marks the rows)")
     c.add_argument("--output", default=None, metavar="FILE", help="write the table to FILE instead of printing it")
     c.set_defaults(fn=_cmd_compare)
+    e = sub.add_parser("env", help="versions, threads, device, caches and cached corpora (paste it into a bug report)",
+                       formatter_class=_HelpFormatter)
+    e.add_argument("--short", action="store_true", help="only the versions and the device")
+    e.set_defaults(fn=_cmd_env)
 
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        _check_set_pairs(list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as e:
+        print(f"islands-kit: error: {e}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -8,9 +8,14 @@ lined up:
   :class:`ComparisonError` names the difference and the runs on each side; with ``allow_mismatch`` the table is
   made anyway, with a warning and the differing rows marked.
 * one **reference** run — ``reference`` (a run label, i.e. its folder, or an experiment name), by default the first
-  ``baseline`` run, else the first run — gives every row its "x fewer bytes" figure: the reference's bytes on the
-  link over the row's. The bpb ratio is paired: a row is divided by the reference experiment's run *with the same
-  seed* when there is one (same data order, same initial weights), else by the reference run.
+  ``baseline`` run, else the first run — for the bpb ratio, which is paired: a row is divided by the reference
+  experiment's run *with the same seed* when there is one (same data order, same initial weights), else by the
+  reference run.
+* every byte ratio has one reference, the same as result.json's, the wandb summary's and the frontier plots': an fp32
+  gradient all-reduce every step among the row's own islands (``ddp_equivalent_bytes``, data-parallel training on
+  the same hardware). Another run's bytes would not do: eight cells and two sites all-reduce different amounts, so
+  "fewer than the two-site baseline" and "fewer than data-parallel" would disagree for the same run. Tables say it
+  in words ("322x fewer", "2.0x more").
 
 Each row is labelled by the folder it was read from (``run``), beside its corpus, preset, tokens and seed.
 
@@ -28,7 +33,7 @@ import math
 import statistics
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 FORMATS = ("table", "markdown", "csv", "json")
 # config fields that change no number of a run: left out when grouping the seeds of one configuration
@@ -104,9 +109,22 @@ def pick_reference(results: Sequence[dict[str, Any]], reference: str | None = No
     return next((i for i, r in enumerate(results) if r["experiment"] == "baseline"), 0)
 
 
-def reference_bytes(r: dict[str, Any]) -> float:
-    """Bytes the reference run put on the link (its data-parallel equivalent when it sent none: one island)."""
-    return float(r["cross_site_bytes"] or r["ddp_equivalent_bytes"])
+def x_fewer_bytes(r: Mapping[str, Any]) -> float:
+    """How many times fewer bytes a run put on the link than an fp32 gradient all-reduce every step among its own
+    islands would have (< 1: more; inf: none sent)."""
+    sent = float(r["cross_site_bytes"])
+    return float(r["ddp_equivalent_bytes"]) / sent if sent else math.inf
+
+
+def ratio_words(v: float) -> str:
+    """A byte ratio in words: ``322x fewer``, ``2.0x more``, ``same``, ``none sent``."""
+    if math.isinf(v):
+        return "none sent"
+    if math.isnan(v) or v <= 0:
+        return "?"
+    if abs(v - 1) < 0.005:
+        return "same"
+    return f"{_x(v)} fewer" if v > 1 else f"{_x(1 / v)} more"
 
 
 def compare_table(results: Sequence[dict[str, Any]], reference: str | None = None,
@@ -116,7 +134,6 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
         raise ComparisonError("compare: need at least one run")
     notes = check_comparable(results, allow_mismatch)
     ref = results[pick_reference(results, reference)]
-    ref_bytes = reference_bytes(ref)
     by_seed = {r["seed"]: r for r in results if r["experiment"] == ref["experiment"]}
     rows = []
     for r, note in zip(results, notes):
@@ -126,13 +143,13 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
             "run": run_label(r), "experiment": r["experiment"], "corpus": r.get("corpus"), "preset": r.get("preset"),
             "tokens": r["tokens"], "token_budget": token_budget(r), "seed": r["seed"],
             "final_val_bpb": r["final_val_bpb"], "bpb_vs_ref": r["final_val_bpb"] / paired["final_val_bpb"],
-            "cross_site_bytes": sent, "x_fewer_bytes": ref_bytes / sent if sent else math.inf,
-            "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
+            "cross_site_bytes": sent, "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
+            "x_fewer_bytes": x_fewer_bytes(r),
             # the regime (None in results written before these were recorded; outer steps: None for data-parallel)
             "tokens_per_active_param": r.get("tokens_per_active_param"),
             "outer_steps_per_fragment": r.get("outer_steps_per_fragment"),
             "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
-            "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref), "reference_bytes": ref_bytes,
+            "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref),
             "paired_with": run_label(paired), "mismatch": note,
         })
     return rows
@@ -202,7 +219,7 @@ RUN_COLUMNS = [
     ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"),
     ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / ref", lambda r: f"{r['bpb_vs_ref']:.4f}"),
     ("link bytes", lambda r: _bytes(r["cross_site_bytes"])),
-    ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes"])),
+    ("bytes vs all-reduce", lambda r: ratio_words(r["x_fewer_bytes"])),
     ("tokens / active param", lambda r: "—" if r["tokens_per_active_param"] is None else f"{r['tokens_per_active_param']:.1f}"),
     ("outer steps / fragment", lambda r: _outer_steps(r["outer_steps_per_fragment"])),
     ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
@@ -212,7 +229,7 @@ SEED_COLUMNS = [
     ("experiment", lambda r: r["experiment"]), ("seeds", lambda r: " ".join(map(str, r["seeds"]))),
     ("bpb mean ± std", lambda r: f"{r['final_val_bpb_mean']:.4f} ± {r['final_val_bpb_std']:.4f}"),
     ("bpb / ref (paired) mean ± std", lambda r: f"{r['bpb_vs_ref_mean']:.4f} ± {r['bpb_vs_ref_std']:.4f}"),
-    ("fewer bytes than ref", lambda r: _x(r["x_fewer_bytes_mean"])),
+    ("bytes vs all-reduce", lambda r: ratio_words(r["x_fewer_bytes_mean"])),
     ("util", lambda r: f"{100 * r['compute_utilization_mean']:.1f}%"),
 ]
 
@@ -249,11 +266,20 @@ def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence
 
 
 def reference_note(rows: Sequence[dict[str, Any]]) -> str:
-    """The line under a table that says what "ref" is."""
+    """The legend under a table: what "ref" is and what each number column means."""
     if not rows:
         return ""
-    return (f"ref = {rows[0]['reference']}: 'bpb / ref' divides by the reference experiment's run with the same seed "
-            f"(paired); 'fewer bytes than ref' divides its bytes on the link by each row's.")
+    return "\n".join([
+        "bpb: bits per byte on the held-out bytes (lower is better).",
+        f"bpb / ref: over the run of the reference's experiment with the same seed (paired); ref = {rows[0]['reference']}.",
+        "bytes vs all-reduce: bytes the run put on the link against an fp32 gradient all-reduce every step among its "
+        "own islands (data-parallel on the same hardware).",
+        "sim s: simulated wall-clock seconds (each island's compute time from its hardware profile, plus waiting for "
+        "the simulated link), not the real time the run took.",
+        "util: compute utilisation, the share of that simulated time the islands spent computing rather than waiting.",
+        "tokens / active param, outer steps / fragment: the regime (the papers measure DiLoCo at >= 20 tokens per "
+        "parameter and hundreds of outer steps; a handful of outer steps measures the method's warm-up).",
+    ])
 
 
 def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str | None = None,
@@ -275,17 +301,27 @@ def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str
     return rows, seeds if swept else [], text
 
 
-def expand_run_dirs(paths: Sequence[str | Path]) -> list[Path]:
+def expand_run_dirs(paths: Sequence[str | Path], nested: list[Path] | None = None) -> list[Path]:
     """Run folders: each path holding a result.json (or a result.json file) as is; a folder without one stands for
-    every folder below it that holds one (a seed sweep's ``OUT/s<seed>``, a comparison's ``OUT/<experiment>`` or
-    ``OUT/<experiment>/s<seed>``), in path order."""
+    every run folder below it (a seed sweep's ``OUT/s<seed>``, a comparison's ``OUT/<experiment>`` or
+    ``OUT/<experiment>/s<seed>``), in path order.
+
+    Runs inside another run's folder are that run's side runs (the two_site notebook's lock-step vs decoupled pair
+    sits in its own folder), not rows of the comparison: they are left out, and appended to ``nested`` when given.
+    Named explicitly, a side run is compared like any other."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir() and not (p / "result.json").exists():
             found = sorted(q.parent for q in p.rglob("result.json"))
             if not found:
                 raise FileNotFoundError(f"compare: no result.json in {p} or in its subfolders")
-            out += found
+            runs = set(found)
+            for d in found:
+                inside = any(a in runs for a in d.parents)
+                if inside and nested is not None:
+                    nested.append(d)
+                elif not inside:
+                    out.append(d)
         else:
             out.append(p)
     return out

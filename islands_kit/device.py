@@ -48,7 +48,7 @@ def resolve_device(spec: str) -> torch.device:
     if not has_cuda:
         raise ConfigError(f"device: {spec} was asked for but CUDA is not available here (torch {torch.__version__}, "
                           f"built for CUDA {torch.version.cuda}); use device=auto or device=cpu, or install the CUDA "
-                          "torch wheel (README: GPUs)")
+                          "torch wheel (docs/install.md: GPUs)")
     n = torch.cuda.device_count()
     if spec.startswith("cuda:"):
         index = int(spec.split(":")[1])

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from islands_kit.compare import ratio_words, x_fewer_bytes
 from islands_kit.config import LINK_PRESETS, ConfigError, ExperimentConfig, _check, apply_overrides
 from islands_kit.resources import resource_dir
 
@@ -224,14 +225,15 @@ def config_summary(cfg: ExperimentConfig) -> str:
 def result_summary(result: Mapping[str, Any]) -> str:
     """One paragraph on a finished run: bpb against the best compressor, bytes on the link, simulated clock."""
     sent = int(result["cross_site_bytes"])
-    ratio = result["ddp_equivalent_bytes"] / sent if sent else float("inf")
+    n_islands = len((result.get("config") or {}).get("islands") or []) or "its"
     if result.get("diverged_at_step") is not None:
         bpb = f"DIVERGED at step {result['diverged_at_step']} ({result.get('diverged_reason')}): no final bpb"
     else:
         bpb = f"final validation bpb {result['final_val_bpb']:.4f} on {result.get('val_bytes', '?')} bytes"
     return (f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
             f"{result['tokens']:,} training tokens\n"
-            f"link: {sent:,} bytes sent, {ratio:,.1f}x less than a fp32 all-reduce every step; peak "
+            f"link: {sent:,} bytes sent, {ratio_words(x_fewer_bytes(result))} than an fp32 gradient all-reduce every "
+            f"step among {n_islands} islands would send; peak "
             f"{result['peak_link_bytes_per_s'] / 1e6:,.1f} MB/s\n"
             f"simulated wall-clock {result['sim_wall_clock_s']:.2f} s at {100 * result['compute_utilization']:.1f}% compute "
             f"utilisation; real time {result['wall_time_s']:.1f} s")
@@ -258,13 +260,13 @@ def load_run(out_dir: str | Path) -> dict[str, Any]:
 
 def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site") -> bool:
     """Draw the protocol's measured bpb-vs-bytes points of ``experiment`` (``benchmarks/frontier-*.json``, written by
-    ``benchmarks/protocol.py --write-results``; a relative path is read from the checkout) with ``plots.frontier``,
-    saved as OUT_DIR/frontier.png. A wheel carries no benchmarks: without the file, say how to measure it and return
-    False."""
+    ``benchmarks/protocol.py --write-results``; a relative path is read from the installed wheel, which carries them,
+    or the checkout) with ``plots.frontier``, saved as OUT_DIR/frontier.png. Without the file, say how to measure it
+    and return False."""
     from islands_kit import plots
-    from islands_kit.resources import checkout_file
+    from islands_kit.resources import resource_file
 
-    path = checkout_file(frontier_file)
+    path = resource_file(frontier_file)
     if not path.exists():
         print(f"{path} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
         return False

@@ -25,6 +25,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogFormatter
 
+from islands_kit.compare import ratio_words
+
 History = Sequence[Mapping[str, Any]]
 
 # One colour per experiment, so the three runs look the same in every figure.
@@ -280,15 +282,10 @@ def balance_vs_load(runs: Mapping[str, History], x: str = "step", title: str | N
     return fig
 
 
-def _short_run(label: str) -> str:
-    """A run folder's last part, or its last two for a seed folder (``runs/demo/two_site/s1`` -> ``two_site/s1``)."""
-    parts = Path(label).parts
-    return "/".join(parts[-2:]) if len(parts) > 1 and parts[-1][:1] == "s" and parts[-1][1:].isdigit() else parts[-1]
-
-
 def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
-    """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link (log scale) with the one
-    reference run's bytes as a dotted line and each bar's "x fewer" against it, and compute utilisation."""
+    """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link (log scale) with each run's
+    fp32 all-reduce every step among its own islands as a dotted tick and each bar's ratio to it in words, and
+    compute utilisation."""
     if not rows:
         raise ValueError("rows: need at least one compare_table row")
     fig, axes = new_figure(ncols=3, width=4.2)
@@ -304,15 +301,14 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     axes[0].set_title("Quality at equal tokens")
     sent = [max(float(r["cross_site_bytes"]), 1.0) / 1e6 for r in rows]
     axes[1].bar(pos, sent, color=cols)
-    ref_mb = float(rows[0]["reference_bytes"]) / 1e6
-    if ref_mb > 0:
-        axes[1].axhline(ref_mb, ls=":", color="0.3", label=f"reference: {_short_run(str(rows[0]['reference']))}")
-        axes[1].legend(fontsize=8)
+    allreduce = [float(r["ddp_equivalent_bytes"]) / 1e6 for r in rows]
+    axes[1].hlines(allreduce, pos - 0.4, pos + 0.4, linestyles=":", color="0.3",
+                   label="fp32 all-reduce every step (same islands)")
+    axes[1].legend(fontsize=8)
     axes[1].set_yscale("log")
     for p, r in zip(pos, rows):
-        xl = float(r["x_fewer_bytes"])
-        axes[1].annotate("inf" if math.isinf(xl) else f"{xl:,.0f}x fewer" if xl >= 10 else f"{xl:,.1f}x fewer",
-                         (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6), ha="center", va="bottom", fontsize=8)
+        axes[1].annotate(ratio_words(float(r["x_fewer_bytes"])), (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6),
+                         ha="center", va="bottom", fontsize=8)
     axes[1].set_ylabel("bytes on the link (MB, log scale)")
     axes[1].set_title("Communication")
     util = [100 * float(r["compute_utilization"]) for r in rows]

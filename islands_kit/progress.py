@@ -9,7 +9,8 @@ One plain-text line per update, written to stdout so that it reads the same in e
 A run also prints one line when it starts and one when it ends (``start`` / ``end``). ``quiet`` (the config's
 ``progress = false``, the CLI's ``--quiet`` or ``ISLANDS_KIT_QUIET=1`` for CI) silences all of it.
 
-The bpb shown is bits per byte of the held-out bytes (the same number as ``val_bpb`` in history.jsonl), never nats.
+The training loss is shown in nats per byte, labelled so; the validation score in bits per byte of the held-out bytes
+(the same number as ``val_bpb`` in history.jsonl).
 """
 from __future__ import annotations
 
@@ -108,14 +109,15 @@ class Progress:
         return (self.total - self.step) * self.elapsed_s() / done if done > 0 else float("nan")
 
     def status(self) -> str:
-        """``[two_site] step 150/300 (50%) | 768.0k tokens | 2,450 tok/s | ETA 1m02s | loss 1.912 | val bpb 2.910
-        @150``"""
+        """``[two_site] step 150/300 (50%) | 768.0k tokens | 2,450 tok/s | ETA 1m02s | train loss 1.912 nats/byte |
+        val 2.910 bpb @150``: the training loss in nats per byte (natural log, as the optimizer sees it), the
+        held-out score in bits per byte; the two differ by ln 2 besides any train/validation gap."""
         pct = 100.0 * self.step / max(1, self.total)
         tps = self.tokens_per_s()
-        bpb = "" if self.bpb is None else f" | val bpb {self.bpb:.3f} @{self.bpb_step}"
+        bpb = "" if self.bpb is None else f" | val {self.bpb:.3f} bpb @{self.bpb_step}"
         return (f"[{self.label}] step {self.step}/{self.total} ({pct:.0f}%) | {_si(self.tokens)} tokens | "
                 f"{'?' if tps != tps else f'{tps:,.0f}'} tok/s | ETA {format_duration(self.eta_s())} | "
-                f"loss {self.loss:.3f}{bpb}")
+                f"train loss {self.loss:.3f} nats/byte{bpb}")
 
     # -- output ---------------------------------------------------------------------------------------------------
     def _emit(self, now: float, force_line: bool = False) -> None:

@@ -1,19 +1,22 @@
-"""Where the kit's notebooks and data cards are: inside an installed wheel, or in the repository checkout.
+"""Where the kit's notebooks, data cards and measured frontiers are: inside an installed wheel, or in the checkout.
 
-A wheel carries ``notebooks/*.ipynb`` and ``data_cards/*.md`` under ``islands_kit/_resources/`` (copied there at build
-time by ``setup.py``); a checkout (or an editable install) has them in the top-level folders of the repository.
+A wheel carries ``notebooks/*.ipynb``, ``data_cards/*.md`` and ``benchmarks/frontier-*.json`` (the points the two_site
+and eight_cell notebooks draw) under ``islands_kit/_resources/`` (copied there at build time by ``setup.py``); a
+checkout (or an editable install) has them in the top-level folders of the repository.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+KINDS = ("notebooks", "data_cards", "benchmarks")  # setup.py's RESOURCES: what a wheel carries of each folder
 
 
 def resource_dir(kind: str) -> Path:
-    """``notebooks`` or ``data_cards``: the installed copy when there is one, else the checkout's folder."""
-    if kind not in ("notebooks", "data_cards"):
-        raise ValueError(f"resource_dir: unknown kind {kind!r} (valid: notebooks, data_cards)")
+    """``notebooks``, ``data_cards`` or ``benchmarks``: the installed copy when there is one, else the checkout's
+    folder."""
+    if kind not in KINDS:
+        raise ValueError(f"resource_dir: unknown kind {kind!r} (valid: {', '.join(KINDS)})")
     packaged = _PACKAGE / "_resources" / kind
     return packaged if packaged.is_dir() else _PACKAGE.parent / kind
 
@@ -26,8 +29,13 @@ def data_card_path(corpus: str) -> Path:
     return p
 
 
-def checkout_file(path: str | Path) -> Path:
-    """``path`` as given when absolute, else relative to the repository checkout (e.g. ``benchmarks/...``, which a
-    wheel does not carry: the caller checks that it exists)."""
+def resource_file(path: str | Path) -> Path:
+    """``path`` as given when absolute; a relative one under a resource folder (``benchmarks/frontier-demo.json``)
+    from the installed copy when there is one, else relative to the checkout. The caller checks that it exists (a
+    wheel carries only what setup.py packages)."""
     p = Path(path)
-    return p if p.is_absolute() else _PACKAGE.parent / p
+    if p.is_absolute():
+        return p
+    if len(p.parts) > 1 and p.parts[0] in KINDS:
+        return resource_dir(p.parts[0]).joinpath(*p.parts[1:])
+    return _PACKAGE.parent / p

@@ -71,6 +71,9 @@ def load_model(run_dir: str | Path, island: int | None = None) -> tuple[ByteTran
     field or tensor; a folder without result.json (a run that did not finish) is refused too."""
     d = Path(run_dir)
     p = d / (DEPLOYED if island is None else island_file(island))
+    if not d.is_dir():
+        raise ConfigError(f"sample: the folder {d} does not exist (give a finished run's folder, e.g. "
+                          "runs/two_site-smoke-s0)")
     if not p.is_file():
         have = sorted(q.name for q in d.glob("model*.pt")) if d.is_dir() else []
         raise ConfigError(f"sample: no {p.name} in {d} (a finished run writes model.pt and model.island<i>.pt; "
@@ -135,3 +138,15 @@ def generate(model: ByteTransformer, prompt: bytes, max_bytes: int = 256, temper
         seq.append(nxt)
         out.append(nxt)
     return bytes(out)
+
+
+def printable(data: bytes) -> str:
+    """Sampled bytes as text safe for a terminal: UTF-8 where it decodes, newlines and tabs kept, every other control
+    character (ESC, BEL, backspace, ...; a young model emits them) and every undecodable byte written as an escape
+    such as ``\\x1b``, so a sample cannot move the cursor or recolour the terminal."""
+    out = []
+    text = data.decode("utf-8", "backslashreplace")
+    for ch in text:
+        out.append(ch if ch in "\n\t" or ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256
+                   else f"\\u{ord(ch):04x}")
+    return "".join(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -70,9 +71,47 @@ def resolve_wandb_mode(cfg_mode: str) -> str:
 
 
 def run_tags(cfg: Any) -> list[str]:
-    """The wandb tags of a run: experiment, preset, corpus and sync strategy (each at most 64 characters)."""
-    tags = [cfg.experiment, f"preset:{cfg.preset}", f"corpus:{cfg.data.corpus}", f"strategy:{cfg.sync.strategy}"]
+    """The wandb tags of a run: experiment, preset, corpus, sync strategy and mode, token budget (each at most 64
+    characters)."""
+    tags = [cfg.experiment, f"preset:{cfg.preset}", f"corpus:{cfg.data.corpus}", f"strategy:{cfg.sync.strategy}",
+            f"sync_mode:{cfg.sync.mode}", f"tokens:{token_budget(cfg)}"]
     return [t[:64] for t in tags]
+
+
+def token_budget(cfg: Any) -> int:
+    """Planned training tokens: steps x global batch x sequence length."""
+    return int(cfg.steps) * sum(int(i.batch_size) for i in cfg.islands) * int(cfg.model.seq_len)
+
+
+def _si(n: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def run_name(cfg: Any, out_dir: str | Path | None) -> str:
+    """A wandb run name that tells the runs of one group apart: experiment, preset, seed, the sync mode of a DiLoCo
+    run, the token budget, and the run folder's own name when it adds something (the two_site notebook's
+    ``decoupled/lockstep`` and ``decoupled/decoupled`` side runs), e.g. ``two_site-demo-s0-lockstep-3.07Mtok``."""
+    parts = [cfg.experiment, cfg.preset, f"s{cfg.seed}"]
+    if cfg.sync.strategy == "diloco":
+        parts.append(cfg.sync.mode)
+    parts.append(f"{_si(token_budget(cfg))}tok")
+    leaf = Path(out_dir).name if out_dir else ""
+    if leaf and leaf not in parts and leaf != f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}":
+        parts.append(leaf)
+    return "-".join(parts)[:128]
+
+
+def wandb_off_note(cfg: Any) -> str | None:
+    """Why a run logs nothing to wandb, in one line (None when it logs): the config or the environment said so."""
+    if resolve_wandb_mode(cfg.wandb_mode) != "disabled":
+        return None
+    if cfg.wandb_mode == "disabled":
+        who = "the smoke preset sets" if cfg.preset == "smoke" else "the config sets"
+        return f"wandb: off ({who} wandb_mode=disabled; --set wandb_mode=offline logs the run)"
+    return "wandb: off (WANDB_MODE=disabled in the environment)"
 
 
 def wandb_settings(mode: str) -> Any:
@@ -86,9 +125,33 @@ def wandb_settings(mode: str) -> Any:
 
 def sync_command(wandb_dir: str | Path, run_id: str | None = None) -> str:
     """The shell command that uploads offline runs: every ``offline-run-*`` folder of ``wandb_dir/wandb`` (or only
-    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order)."""
-    pattern = f"offline-run-*-{run_id}" if run_id else "offline-run-*"
+    those of ``run_id``: a resumed run has one folder per invocation, which ``wandb sync`` uploads in order).
+
+    The run's glob ends in ``*`` because of how wandb names the folder of a run resumed within the same second as
+    its previous invocation: ``offline-run-<time>-<id>-1`` (see :func:`offline_run_dirs`)."""
+    pattern = f"offline-run-*-{run_id}*" if run_id else "offline-run-*"
     return f"wandb sync {Path(wandb_dir) / 'wandb' / pattern}"
+
+
+_OFFLINE_DIR = re.compile(r"offline-run-(\d{8}_\d{6})-(.+?)(?:-(\d+))?")
+
+
+def offline_run_dirs(wandb_dir: str | Path, run_id: str | None = None) -> list[Path]:
+    """The offline run folders under ``wandb_dir/wandb`` (only those of ``run_id`` when given), oldest first.
+
+    wandb names a folder ``offline-run-<YYYYmmdd_HHMMSS>-<id>``: the start time to the second. When that folder exists
+    already (a run and its resume that start in the same second) it appends ``-1``, ``-2``, ...; so a folder is
+    matched by its parsed id, never by the end of its name, and ordered by (time, suffix)."""
+    found: list[tuple[str, int, Path]] = []
+    root = Path(wandb_dir) / "wandb"
+    for p in root.glob("offline-run-*") if root.is_dir() else ():
+        m = _OFFLINE_DIR.fullmatch(p.name)
+        if m is None or not p.is_dir():
+            continue
+        stamp, rid, n = m.group(1), m.group(2), int(m.group(3) or 0)
+        if run_id is None or rid == run_id:
+            found.append((stamp, n, p))
+    return [p for _, _, p in sorted(found)]
 
 
 def offline_runs_hint(roots: Sequence[str | Path]) -> str | None:
@@ -123,7 +186,11 @@ class Tracker:
 
     What it logs, and against which x-axis (``define_metric``):
 
-    * every ``cfg.log_every`` inner steps: ``train/loss`` (mean over islands, and per island), ``train/tokens_per_s``
+    Units are in the names: losses in nats per byte (``train/loss_nats``), bits per byte (``*/bpb``; bpb = nats / ln 2),
+    bytes, seconds, tokens per second.
+
+    * every ``cfg.log_every`` inner steps: ``train/loss_nats`` (the training cross-entropy, mean over islands, and
+      ``train/loss_nats_island<i>`` per island), ``train/bpb`` (the same mean in bits per byte), ``train/tokens_per_s``
       (real throughput since the previous log), ``routing/balance_loss/layer<l>`` and
       ``routing/max_over_mean_load/layer<l>`` against ``tokens``; ``link/<channel>_bytes`` and
       ``link/cross_site_bytes`` (cumulative) against ``sim_time_s``, the simulated wall-clock;
@@ -150,7 +217,7 @@ class Tracker:
         prev = previous_wandb_run(resume)
         run_id = prev["id"] if prev and prev.get("project") == cfg.wandb_project else None
         self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
-                              name=f"{cfg.experiment}-{cfg.preset}-s{cfg.seed}", tags=run_tags(cfg),
+                              name=run_name(cfg, out_dir), tags=run_tags(cfg),
                               config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
                               resume="allow" if run_id else None, reinit="create_new",
                               settings=wandb_settings(self.mode))
@@ -179,9 +246,9 @@ class Tracker:
             return
         now = time.perf_counter()
         d: dict[str, Any] = {"step": rec["step"], "tokens": rec["tokens"], "sim_time_s": rec["sim_time_s"],
-                             "train/loss": rec["train_loss"]}
+                             "train/loss_nats": rec["train_loss"], "train/bpb": rec["train_loss"] / math.log(2)}
         for i, v in rec.get("island_loss", {}).items():
-            d[f"train/loss_island{i}"] = v
+            d[f"train/loss_nats_island{i}"] = v
         if self._last_train is not None and now > self._last_train[0]:
             d["train/tokens_per_s"] = (rec["tokens"] - self._last_train[1]) / (now - self._last_train[0])
         if rec["sim_time_s"] > 0:
@@ -223,7 +290,8 @@ class Tracker:
         sent = res["cross_site_bytes"]
         r.summary["x_fewer_bytes_than_ddp"] = res["ddp_equivalent_bytes"] / sent if sent else None
         cols = ["step", "tokens", "sim_time_s", "val_bpb", "train_loss", "cross_site_bytes", "final"]
-        table = wandb.Table(columns=list[Any](cols), data=[[_finite(h.get(c)) for c in cols] for h in history])
+        headers = [{"train_loss": "train_loss_nats"}.get(c, c) for c in cols]  # the table says its units too
+        table = wandb.Table(columns=list[Any](headers), data=[[_finite(h.get(c)) for c in cols] for h in history])
         figures = self.figures or self.draw_figures(res, history)
         logged: dict[str, Any] = {"eval_history": table}
         logged.update({f"figures/{p.stem}": wandb.Image(str(p)) for p in figures})
@@ -304,7 +372,8 @@ def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: s
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=project, group=group or None, job_type="comparison", name=f"compare-{group}"[:128],
+    name = group if group.startswith("compare") else f"compare-{group}" if group else "compare"
+    run = wandb.init(project=project, group=group or None, job_type="comparison", name=name[:128],
                      tags=["comparison"], dir=str(out), reinit="create_new", settings=wandb_settings(mode))
     try:
         logged: dict[str, Any] = {"comparison": _table(rows)}

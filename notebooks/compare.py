@@ -64,9 +64,11 @@ dirs = run_comparison(experiments, shared, out, seeds=seeds)
 # %% [markdown]
 # ## The comparison table
 # Rows are labelled by run folder. `bpb / ref`: bpb over the baseline run with the same seed (lower is better);
-# `fewer bytes than ref`: the baseline's bytes on the link over the row's (one reference for every row); `util`: the
-# share of simulated time the islands spent computing rather than waiting for the link. Runs on different corpora or
-# token budgets are refused. Also written to `compare.{json,txt,md,csv}`.
+# `bytes vs all-reduce`: the row's bytes on the link against an fp32 gradient all-reduce every step among its own
+# islands (the one reference of every byte ratio in the kit); `sim s`: simulated wall-clock seconds; `util`: the
+# share of that simulated time the islands spent computing rather than waiting for the link. The legend under the
+# table says the same. Runs on different corpora or token budgets are refused. Also written to
+# `compare.{json,txt,md,csv}`.
 
 # %%
 runs = {exp: load_run(d) for exp, d in dirs.items()}

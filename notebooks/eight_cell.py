@@ -42,7 +42,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
-frontier_file = "benchmarks/frontier-eight_cell-demo.json"  # the protocol's measured bpb-vs-bytes points (a checkout has them)
+frontier_file = "benchmarks/frontier-eight_cell-demo.json"  # the protocol's measured bpb-vs-bytes points (the wheel carries them too)
 # eight_cell knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
 exchanges_per_window = None  # E (sync.butterfly.exchanges_per_window): how many times each fragment is exchanged per window
@@ -135,4 +135,4 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 # %%
 from islands_kit.notebooks import show_frontier
 
-show_frontier(frontier_file, out, "eight_cell")
+frontier_drawn = show_frontier(frontier_file, out, "eight_cell")  # named: a bare call would echo True under the figure

@@ -26,7 +26,7 @@
 
 # %% tags=["parameters"]
 seed = 0
-out_dir = ""  # empty means runs/tour; the figures land here
+out_dir = ""  # figures + sample run; `islands-kit notebook tour` sets its --out (runs/notebook-tour); empty: runs/tour in the working folder
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob
 tiny_steps = 60  # training steps of the tiny MoE in the routing section
 race_steps = 150  # optimizer steps in the Shampoo vs Adam race

@@ -43,7 +43,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
-frontier_file = "benchmarks/frontier-demo.json"  # the protocol's measured bpb-vs-bytes points (a checkout has them)
+frontier_file = "benchmarks/frontier-demo.json"  # the protocol's measured bpb-vs-bytes points (the wheel carries them too)
 # two_site knobs; None means the preset value (islands_kit.presets)
 H = None  # inner steps per window
 n_fragments = None  # P: fragments, each synced once per window at its own offset
@@ -145,7 +145,7 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 # %%
 from islands_kit.notebooks import show_frontier
 
-show_frontier(frontier_file, out)
+frontier_drawn = show_frontier(frontier_file, out)  # named: a bare call would echo True under the figure
 
 # %% [markdown]
 # ## Decoupled islands: each site at its own pace

@@ -161,3 +161,59 @@ def test_corpora_command_fetches_and_verifies_the_registered_corpora(capsys):
         assert f"{name}: {src.bytes:,} bytes, sha256 {src.sha256} verified" in out
     assert main(["corpora", "tinystories"]) == 2
     assert "corpora: unknown corpus 'tinystories' (registered: enwiki, shakespeare)" in capsys.readouterr().err
+
+
+def test_did_you_mean_knows_common_synonyms_and_corpus_names(capsys, tmp_path):
+    assert main(["run", "two_site", "--set", "optim.learning_rate=0.01", "--out", str(tmp_path / "x")]) == 2
+    assert "optim.learning_rate: unknown key (did you mean optim.lr or" in capsys.readouterr().err
+    assert main(["run", "two_site", "--set", "model.num_experts=4", "--out", str(tmp_path / "x")]) == 2
+    assert "(did you mean model.n_experts" in capsys.readouterr().err
+    assert main(["run", "two_site", "--set", "data.corpus=shakespear", "--dry-run", "--out", str(tmp_path / "x")]) == 2
+    assert "did you mean shakespeare?" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_set_with_a_space_says_to_use_key_equals_value(capsys):
+    assert main(["run", "two_site", "--set", "sync.H", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "--set sync.H: use key=value, one word (--set sync.H=10)" in err and "unrecognized" not in err
+
+
+def test_sample_names_a_missing_folder_and_escapes_control_bytes(capsys, tmp_path):
+    from islands_kit.sampling import printable
+
+    assert main(["sample", str(tmp_path / "nope")]) == 2
+    assert f"the folder {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+    assert printable(b"ROMEO:\n\tto be\x1b[2J\x07\xff\xc3\xa9") == "ROMEO:\n\tto be\\x1b[2J\\x07\\xffé"
+    assert main(["run", "two_site", "--set", "steps=2", "--set", "threads=1", "--out", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(tmp_path / "r"), "--max-bytes", "200"]) == 0
+    out = capsys.readouterr().out
+    assert all(ch in "\n\t" or ch.isprintable() for ch in out)
+
+
+def test_help_has_no_rst_backticks_and_shows_defaults():
+    subs = build_parser()._subparsers._group_actions[0].choices
+    texts = {name: p.format_help() for name, p in subs.items()}
+    texts["islands-kit"] = build_parser().format_help()
+    assert not any("``" in t for t in texts.values())
+    sample = " ".join(texts["sample"].split())
+    assert "bytes to generate (default: 256)" in sample and "(default: 1.0)" in sample and "(default: 0)" in sample
+    assert "output format (default: table)" in " ".join(texts["compare"].split())
+
+
+def test_env_reports_versions_threads_device_cache_and_corpora(capsys, monkeypatch, tmp_path):
+    from islands_kit.envinfo import environment
+
+    monkeypatch.setenv("ISLANDS_KIT_CACHE", str(tmp_path / "cache"))
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    for field in ("python", "islands_kit", "torch", "device", "packages:", "threads:", "cache:", "corpora:"):
+        assert field in out
+    assert str(tmp_path / "cache") in out and "shakespeare not cached" in out
+    env = environment()
+    assert env["threads"]["OMP_NUM_THREADS"] == "1" and set(env["corpora"]) == {"shakespeare", "enwiki"}
+    assert not any(s.startswith("cached") for s in env["corpora"].values())  # the empty cache holds none
+    assert main(["env", "--short"]) == 0
+    short = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in short] == ["python", "islands_kit", "torch", "device", "triton"]

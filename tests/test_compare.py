@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from islands_kit import cli
-from islands_kit.compare import ComparisonError, compare_table, expand_run_dirs, render, report, seed_summary
+from islands_kit.compare import ComparisonError, compare_table, expand_run_dirs, ratio_words, render, report, seed_summary
 from islands_kit.tracking import load_result, write_json_atomic
 
 
@@ -74,24 +74,56 @@ def test_allow_mismatch_warns_and_marks_the_rows(capsys, tmp_path):
     assert "different token budget" in capsys.readouterr().out
 
 
-def test_one_reference_for_the_bytes_and_ratios_paired_by_seed():
-    runs = [result("two_site", 0, 3.3, sent=10_000), result("baseline", 0, 3.0, sent=4_000_000),
-            result("baseline", 1, 3.2, sent=4_000_000), result("two_site", 1, 3.36, sent=20_000),
-            result("eight_cell", 1, 3.6, sent=0)]
+def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
+    runs = [result("two_site", 0, 3.3, sent=10_000), result("baseline", 0, 3.0, sent=2_000_000),
+            result("baseline", 1, 3.2, sent=2_000_000), result("two_site", 1, 3.36, sent=20_000),
+            dict(result("eight_cell", 1, 3.6, sent=4_000_000), ddp_equivalent_bytes=14_000_000),
+            result("eight_cell", 2, 3.6, sent=0)]
     rows = compare_table(runs)
-    # the first baseline is the reference of every row's bytes: its bytes over the row's, not each row's own DDP
-    assert {r["reference"] for r in rows} == {"baseline s0"}
-    assert [r["x_fewer_bytes"] for r in rows] == [400.0, 1.0, 1.0, 200.0, math.inf]
+    # bytes: one reference, the fp32 all-reduce among the row's own islands (eight cells all-reduce more than two
+    # sites, so the eight_cell run sends fewer than its own all-reduce though more than the baseline run)
+    assert [r["x_fewer_bytes"] for r in rows] == [200.0, 1.0, 1.0, 100.0, 3.5, math.inf]
+    text = render(rows)
+    assert "bytes vs all-reduce" in text.splitlines()[0]
+    words = [ratio_words(r["x_fewer_bytes"]) for r in rows]
+    assert words == ["200x fewer", "same", "same", "100x fewer", "3.5x fewer", "none sent"]
+    assert ratio_words(0.5) == "2.0x more" and all(w in text for w in words)
     # bpb is divided by the baseline of the same seed
-    assert [r["paired_with"] for r in rows] == ["baseline s0", "baseline s0", "baseline s1", "baseline s1", "baseline s1"]
+    assert [r["paired_with"] for r in rows] == ["baseline s0", "baseline s0", "baseline s1", "baseline s1",
+                                                "baseline s1", "baseline s0"]
     assert rows[0]["bpb_vs_ref"] == pytest.approx(1.1) and rows[3]["bpb_vs_ref"] == pytest.approx(1.05)
     assert rows[4]["bpb_vs_ref"] == pytest.approx(3.6 / 3.2)
-    # another reference, by experiment or by run label
+    # another reference, by experiment or by run label: bpb ratios change, byte ratios do not
     rows = compare_table(runs, reference="two_site")
-    assert rows[1]["x_fewer_bytes"] == pytest.approx(10_000 / 4_000_000) and rows[1]["bpb_vs_ref"] == pytest.approx(3.0 / 3.3)
+    assert rows[1]["x_fewer_bytes"] == 1.0 and rows[1]["bpb_vs_ref"] == pytest.approx(3.0 / 3.3)
     assert compare_table(runs, reference="baseline s1")[0]["reference"] == "baseline s1"
     with pytest.raises(ComparisonError, match="reference: 'nope'"):
         compare_table(runs, reference="nope")
+
+
+def test_the_legend_explains_every_number_column():
+    text = report([result(), result("two_site", bpb=3.3, sent=10_000)])[2]
+    legend = text.split("\n\n")[-1]
+    for column in ("bpb:", "bpb / ref:", "bytes vs all-reduce:", "sim s: simulated wall-clock", "util: compute utilisation"):
+        assert column in legend
+    assert "ref = baseline s0" in legend
+
+
+def test_a_comparison_folder_with_side_runs_inside_a_run_compares_the_runs(tmp_path, capsys):
+    """The compare notebook's folder: OUT/<experiment>, and the two_site notebook's lock-step vs decoupled side runs
+    inside OUT/two_site (another token budget: comparing them with the rest would be refused)."""
+    nb = tmp_path / "nb"
+    base = write(nb, "baseline", result())
+    ts = write(nb, "two_site", result("two_site", bpb=3.3, sent=10_000))
+    side = [write(ts / "decoupled", n, result("two_site", steps=30)) for n in ("decoupled", "lockstep")]
+    assert expand_run_dirs([nb]) == [base, ts]
+    nested: list = []
+    expand_run_dirs([nb], nested)
+    assert nested == side
+    assert cli.main(["compare", str(nb)]) == 0
+    out, err = capsys.readouterr()
+    assert str(ts) in out and "left out 2 run(s) inside other runs' folders" in err and str(side[0]) in err
+    assert expand_run_dirs([side[0]]) == [side[0]]  # named, a side run is a run like any other
 
 
 def test_seed_summary_is_mean_and_sample_std_over_seeds():
@@ -118,9 +150,9 @@ def test_formats(tmp_path, capsys):
     rows = compare_table(runs)
     md = render(rows, "markdown").splitlines()
     assert md[0].startswith("| run | experiment | corpus | preset | tokens | seed | bpb |") and md[1].startswith("|---|")
-    assert len(md) == 4 and "| 100x |" in md[3]
+    assert len(md) == 4 and "| 200x fewer |" in md[3]
     back = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
-    assert back[1]["experiment"] == "two_site" and float(back[1]["x_fewer_bytes"]) == 100.0
+    assert back[1]["experiment"] == "two_site" and float(back[1]["x_fewer_bytes"]) == 200.0
     assert float(back[1]["final_val_bpb"]) == 3.3 and back[0]["diverged_at_step"] == ""
     assert json.loads(render(rows, "json")) == json.loads(json.dumps(rows))
     with pytest.raises(ComparisonError, match="format"):
@@ -166,3 +198,13 @@ def test_regime_columns_tokens_per_active_param_and_outer_steps():
     assert [c[outer] for c in cells] == ["—", "24..25", "30", "—"]
     back = list(csv.DictReader(io.StringIO(render(rows, "csv"))))
     assert back[1]["outer_steps_per_fragment"] == "25 24" and float(back[0]["tokens_per_active_param"]) == 20.48
+
+
+def test_a_runs_summary_states_its_bytes_against_the_same_reference_as_the_table():
+    from islands_kit.notebooks import result_summary
+
+    r = dict(result("eight_cell", sent=4_000_000), ddp_equivalent_bytes=14_000_000, val_bytes=100)
+    r["config"]["islands"] = [{"batch_size": 5}] * 8
+    text = result_summary(r)
+    assert "3.5x fewer than an fp32 gradient all-reduce every step among 8 islands" in text
+    assert ratio_words(compare_table([r])[0]["x_fewer_bytes"]) == "3.5x fewer"

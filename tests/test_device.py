@@ -230,8 +230,11 @@ def test_gpu_check_measurements_run_end_to_end_at_cpu_smoke_size(tmp_path):
                        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert set(s["runs"]) == {"baseline", "two_site", "eight_cell"}
-    assert all(r["tokens_per_s"] > 0 and r["device"] == "cpu" for r in s["runs"].values())
+    runs = s["runs"]["smoke"]
+    assert set(runs) == {"baseline", "two_site", "eight_cell"}
+    assert all(r["tokens_per_s"] > 0 and r["device"] == "cpu" for r in runs.values())
+    # the full preset's time is projected from the measured steps (smoke: 24 steps from 4)
+    assert all(r["projected_full_s"] == pytest.approx(r["wall_s"] / 4 * 24) and r["full_steps"] == 24 for r in runs.values())
     assert s["codec"]["gb_per_s"] > 0 and s["gemm"]["speedup"] > 0
     for row in ("kernel tests (native)", "SR codec kernel", "grouped expert GEMM, 64 experts", "MXFP8 vs bf16",
                 "smoke eight_cell"):

@@ -21,7 +21,7 @@ import pytest
 pytestmark = pytest.mark.slow  # every test here starts processes
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "islands_kit", "notebooks", "data_cards")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "islands_kit", "notebooks", "data_cards", "benchmarks")
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,21 @@ def test_wheel_carries_the_notebooks_and_data_cards(installed):
     for card in (ROOT / "data_cards").glob("*.md"):
         assert f"islands_kit/_resources/data_cards/{card.name}" in names
     assert not any(n.startswith("islands_kit/_resources/notebooks/") and n.endswith(".py") for n in names)
+    frontiers = sorted((ROOT / "benchmarks").glob("frontier-*.json"))
+    assert frontiers and all(f"islands_kit/_resources/benchmarks/{f.name}" in names for f in frontiers)
+    assert not any(n.startswith("islands_kit/_resources/benchmarks/") and n.endswith(".py") for n in names)
+
+
+def test_installed_wheel_finds_the_frontiers_the_notebooks_draw(installed, tmp_path):
+    _, bin_dir, env = installed
+    code = ("from islands_kit.notebooks import show_frontier\n"
+            "import sys\n"
+            "sys.exit(0 if show_frontier('benchmarks/frontier-demo.json', 'out') and "
+            "show_frontier('benchmarks/frontier-eight_cell-demo.json', 'out8', 'eight_cell') else 1)")
+    run = subprocess.run([str(bin_dir / "python"), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    assert (tmp_path / "out" / "frontier.png").is_file() and (tmp_path / "out8" / "frontier.png").is_file()
 
 
 def test_installed_wheel_runs_a_notebook_outside_the_checkout(installed, tmp_path):

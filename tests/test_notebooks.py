@@ -211,6 +211,22 @@ def test_decoupled_pair_is_lockstep_and_decoupled_with_a_slow_site_b():
             decoupled_pair(cfg, *args)
 
 
+def test_no_cell_ends_in_a_bare_call_that_returns_a_value():
+    """A cell's last bare expression is echoed as its output (``True`` under the frontier figure): helpers that return
+    a value are assigned."""
+    returning = {"show_frontier"}
+    for src in sorted((ROOT / "notebooks").glob("*.py")):
+        for cell in src.read_text().split("\n# %%")[1:]:
+            marker, _, code = cell.partition("\n")
+            if "[markdown]" in marker:
+                continue
+            body = ast.parse(code).body
+            last = body[-1] if body else None
+            if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+                name = getattr(last.value.func, "id", getattr(last.value.func, "attr", ""))
+                assert name not in returning, f"{src.name}: a cell ends in a bare {name}(...) call"
+
+
 def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp_path, capsys):
     from islands_kit.notebooks import show_frontier
 
@@ -363,7 +379,7 @@ def stream_text(path: Path, name: str = "stdout") -> list[str]:
 
 
 PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
-                           r"loss [\d.]+( \| val bpb (\d\.\d{3}) @(\d+))?$")
+                           r"train loss [\d.]+ nats/byte( \| val (\d\.\d{3}) bpb @(\d+))?$")
 
 
 @pytest.mark.slow

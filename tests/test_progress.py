@@ -42,8 +42,9 @@ def test_lines_off_a_terminal_say_step_tokens_rate_eta_and_bpb(clock):
     assert lines[0] == "[two_site s0] start: 100 steps x 1,000 tokens | preset demo"
     # one line per tenth of the run (steps 10 and 20) plus the first update, and one at the evaluation
     assert [int(re.search(r"step (\d+)/", x).group(1)) for x in lines[1:]] == [1, 10, 20, 20]
-    assert lines[-1] == ("[two_site s0] step 20/100 (20%) | 20.0k tokens | 2,000 tok/s | ETA 40.0s | loss 2.500 | "
-                         "val bpb 3.142 @20")
+    # units on both numbers: the training loss in nats per byte, the held-out score in bits per byte
+    assert lines[-1] == ("[two_site s0] step 20/100 (20%) | 20.0k tokens | 2,000 tok/s | ETA 40.0s | "
+                         "train loss 2.500 nats/byte | val 3.142 bpb @20")
     clock.t += 40
     p.end("final val bpb 3.0000")
     assert out.getvalue().splitlines()[-1] == "[two_site s0] done in 50.0s: final val bpb 3.0000"
@@ -60,7 +61,7 @@ def test_an_evaluation_step_gets_one_line(clock):
     steps = [re.search(r"step (\d+)/20 .*", x).group(0) for x in out.getvalue().splitlines()]
     assert [s.split("/")[0] for s in steps] == ["step 1", "step 2", "step 4", "step 6", "step 8", "step 10", "step 12",
                                                 "step 14", "step 16", "step 18", "step 20"]
-    assert steps[5].endswith("val bpb 1.900 @10") and steps[-1].endswith("val bpb 1.800 @20")
+    assert steps[5].endswith("val 1.900 bpb @10") and steps[-1].endswith("val 1.800 bpb @20")
 
 
 def test_a_terminal_gets_one_line_rewritten_in_place(clock):

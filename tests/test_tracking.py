@@ -2,7 +2,9 @@
 figures, artifact, summary), the same run id after --resume, and wandb modes that never leak between runs."""
 from __future__ import annotations
 
+import glob
 import json
+import math
 import os
 from pathlib import Path
 
@@ -11,7 +13,16 @@ import pytest
 from islands_kit.config import apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
-from islands_kit.tracking import WANDB_RUN_FILE, offline_run_records, resolve_wandb_mode
+from islands_kit.tracking import (
+    WANDB_RUN_FILE,
+    offline_run_dirs,
+    offline_run_records,
+    resolve_wandb_mode,
+    run_name,
+    run_tags,
+    sync_command,
+    wandb_off_note,
+)
 
 pytest.importorskip("wandb")
 
@@ -67,14 +78,20 @@ def test_offline_run_holds_history_metrics_table_figures_and_artifact(tmp_path, 
 
     (run,) = recs["run"]
     assert run["runId"] == info["id"] and run["jobType"] == "experiment" and run["runGroup"] == "g-test"
-    assert {"two_site", "preset:smoke", "corpus:shakespeare", "strategy:diloco"} <= set(run["tags"])
+    assert {"two_site", "preset:smoke", "corpus:shakespeare", "strategy:diloco", "sync_mode:lockstep",
+            "tokens:30720"} <= set(run["tags"])
+    assert run["displayName"] == f"two_site-smoke-s0-lockstep-30.7ktok-{tmp_path.name}"
     metrics = {m.get("name") or m.get("globName"): m for m in recs["metric"]}
     assert metrics["eval/bpb"]["stepMetric"] == "tokens" and metrics["eval_sim/*"]["stepMetric"] == "sim_time_s"
     assert metrics["link/*"]["stepMetric"] == "sim_time_s" and metrics["train/*"]["stepMetric"] == "tokens"
 
     hist = [items(h) for h in recs["history"]]
-    train = [h for h in hist if "train/loss" in h]
+    train = [h for h in hist if "train/loss_nats" in h]
     assert [h["step"] for h in train] == [4, 8, 12, 16, 20, 24]  # every log_every steps
+    # units in the names: nats per byte for the loss, bits per byte beside it (the same number over ln 2)
+    assert all(h["train/bpb"] == pytest.approx(h["train/loss_nats"] / math.log(2)) for h in train)
+    assert all({"train/loss_nats_island0", "train/loss_nats_island1"} <= set(h) for h in train)
+    assert not any("train/loss" in h for h in hist)
     assert all(h["tokens"] == h["step"] * 40 * 32 for h in train)
     assert all(h["train/tokens_per_s"] > 0 for h in train[1:])
     assert all(f"routing/balance_loss/layer{layer}" in h for h in train for layer in range(2))
@@ -112,21 +129,53 @@ def test_two_runs_in_one_process_keep_their_own_wandb_mode(tmp_path, no_wandb_en
     assert ids[0] != ids[1]
 
 
-def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env):
-    cfg = smoke("two_site", steps=8, checkpoint_every=4, wandb_mode="offline", log_every=2)
+@pytest.fixture(params=["same_second", "clock"])
+def wandb_start_clock(request, monkeypatch):
+    """wandb names an offline folder by its start second: ``same_second`` pins that clock so a run and its resume
+    collide (wandb then appends ``-1`` to the second folder), ``clock`` leaves the real clock."""
+    if request.param == "same_second":
+        import types
+
+        import wandb.sdk.wandb_init as wandb_init
+
+        monkeypatch.setattr(wandb_init, "time", types.SimpleNamespace(time=lambda: 1_700_000_000.0))
+    return request.param
+
+
+def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env, wandb_start_clock, capsys):
+    cfg = smoke("two_site", steps=8, checkpoint_every=4, wandb_mode="offline", log_every=2, progress=True)
     first = tmp_path / "first"
     run_experiment(cfg, first)
     first_id = json.loads((first / WANDB_RUN_FILE).read_text())["id"]
+    capsys.readouterr()
     run_experiment(cfg, first, resume=first)  # the same folder: a second offline folder, same run id
-    dirs = offline_dirs(first)
-    assert len(dirs) == 2 and all(d.name.endswith(first_id) for d in dirs)
+    dirs = offline_run_dirs(first, first_id)
+    assert len(dirs) == 2 and dirs == offline_run_dirs(first)
+    if wandb_start_clock == "same_second":
+        assert dirs[1].name == dirs[0].name + "-1"
+    # the upload command printed at the end of the resumed run matches both folders, and no other run's
+    cmd = next(line for line in capsys.readouterr().out.splitlines() if "wandb sync" in line)
+    pattern = cmd.split("wandb sync ", 1)[1].strip()
+    assert sorted(Path(p) for p in glob.glob(pattern)) == dirs
     recs = by_type(offline_run_records(dirs[-1]))
     assert recs["run"][0]["runId"] == first_id
-    train = [items(h) for h in recs["history"] if "train/loss" in items(h)]
+    train = [items(h) for h in recs["history"] if "train/loss_nats" in items(h)]
     assert [h["step"] for h in train] == [6, 8]  # continued after the checkpoint at step 4
     other = tmp_path / "elsewhere"  # resumed into another folder: the id comes from the checkpoint's folder
     run_experiment(cfg, other, resume=first / "checkpoint.pt")
     assert json.loads((other / WANDB_RUN_FILE).read_text())["id"] == first_id
+
+
+def test_offline_run_dirs_parse_the_id_and_order_resumed_folders(tmp_path):
+    names = ["offline-run-20250101_120000-abc12345-1", "offline-run-20250101_115959-abc12345",
+             "offline-run-20250101_120000-abc12345", "offline-run-20250101_120000-abc12345-2",
+             "offline-run-20250101_120000-zzz99999", "latest-run"]
+    for n in names:
+        (tmp_path / "wandb" / n).mkdir(parents=True)
+    got = [p.name for p in offline_run_dirs(tmp_path, "abc12345")]
+    assert got == [names[1], names[2], names[0], names[3]]
+    assert len(offline_run_dirs(tmp_path)) == 5 and offline_run_dirs(tmp_path / "none") == []
+    assert sync_command(tmp_path, "abc12345").endswith("offline-run-*-abc12345*")
 
 
 def test_offline_run_records_refuses_other_files(tmp_path):
@@ -200,6 +249,7 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     assert f"wandb sync {tmp_path / 'wandb'}/offline-run-*" in text and "group 'compare-x'" in text
     recs = by_type(offline_run_records(run_dir))
     assert recs["run"][0]["jobType"] == "comparison" and recs["run"][0]["runGroup"] == "compare-x"
+    assert recs["run"][0]["displayName"] == "compare-x"  # the group's name, not compare-compare-x
     (logged,) = [items(h) for h in recs["history"]]
     assert logged["comparison/_type"] == "table-file" and logged["comparison/nrows"] == 2
     table_file = run_dir / "files" / logged["comparison/path"]
@@ -209,3 +259,30 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     arts = {a["type"]: a for a in recs["artifact"]}
     names = {e["path"] for e in arts["comparison"]["manifest"]["contents"]}
     assert {"compare.json", "compare.md", "compare.csv", "compare.txt"} <= names
+
+
+def test_the_runs_of_the_two_site_notebook_get_distinct_names_saying_what_differs(tmp_path):
+    from islands_kit.notebooks import decoupled_pair
+
+    main = smoke("two_site")
+    pair = decoupled_pair(main, 2, 2.0)
+    names = [run_name(main, tmp_path / "nb" / "two_site")] + [
+        run_name(c, tmp_path / "nb" / "two_site" / "decoupled" / label) for label, c in pair.items()]
+    assert names == ["two_site-smoke-s0-lockstep-30.7ktok", "two_site-smoke-s0-lockstep-20.5ktok",
+                     "two_site-smoke-s0-decoupled-41ktok"]
+    tags = [set(run_tags(c)) for c in (main, *pair.values())]
+    assert len({frozenset(t) for t in tags}) == 3  # the tags tell them apart too
+    assert run_name(smoke("baseline", seed=3), tmp_path / "sweep" / "s3") == "baseline-smoke-s3-30.7ktok"
+
+
+def test_a_run_without_wandb_says_so(tmp_path, no_wandb_env, capsys, monkeypatch):
+    from islands_kit import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "baseline", "--preset", "smoke", "--set", "steps=2", "--set", "threads=1"]) == 0
+    assert "wandb: off (the smoke preset sets wandb_mode=disabled; --set wandb_mode=offline logs the run)" in \
+        capsys.readouterr().out
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_off_note(smoke("baseline", wandb_mode="offline")) == "wandb: off (WANDB_MODE=disabled in the environment)"
+    monkeypatch.delenv("WANDB_MODE")
+    assert wandb_off_note(smoke("baseline", wandb_mode="offline")) is None

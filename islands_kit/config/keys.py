@@ -25,11 +25,35 @@ MOVED_KEYS: dict[str, str] = {
 }
 
 
+# names other training code uses for the kit's fields (the last part of a dotted key)
+SYNONYMS: dict[str, str] = {
+    "learning_rate": "lr", "learningrate": "lr", "max_steps": "steps", "num_steps": "steps", "total_steps": "steps",
+    "n_steps": "steps", "iters": "steps", "batch": "batch_size", "bs": "batch_size", "hidden_size": "d_model",
+    "dim": "d_model", "num_layers": "n_layers", "layers": "n_layers", "num_experts": "n_experts",
+    "experts": "n_experts", "topk": "top_k", "num_heads": "n_heads", "block_size": "seq_len", "seq_length": "seq_len",
+    "context_length": "seq_len", "warmup": "warmup_steps", "dataset": "corpus", "eval_interval": "eval_every",
+    "optimizer": "name", "wd": "weight_decay", "sync_every": "H", "inner_steps": "H", "delay": "tau",
+}
+
+
 def nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
-    """' (did you mean X?)' for the valid keys closest to a mistyped one (difflib), else ''; a key that moved
-    (``MOVED_KEYS``) names its new place."""
+    """' (did you mean X?)' for the valid keys closest to a mistyped one, else ''. A key that moved (``MOVED_KEYS``)
+    names its new place; then, in the same section, a common synonym (``learning_rate`` -> ``lr``), an acronym of
+    the typed words (``learning_rate`` -> ``lr``) or a name containing / contained in the typed one; then the
+    closest spellings (difflib)."""
     if prefix + key in MOVED_KEYS:
         return f" (did you mean {MOVED_KEYS[prefix + key]}? the key moved there)"
     same_depth = [v for v in valid if v.count(".") == key.count(".")]
-    near = difflib.get_close_matches(key, same_depth, n=3, cutoff=0.6)
+    section, _, last = key.rpartition(".")
+    siblings = [v for v in same_depth if v.rpartition(".")[0] == section]
+    acronym = "".join(w[0] for w in last.split("_") if w)
+
+    def named_alike(v: str) -> bool:
+        name = v.rpartition(".")[2]
+        return (SYNONYMS.get(last.lower()) == name or (len(acronym) > 1 and acronym == name)
+                or (min(len(name), len(last)) >= 3 and (name in last or last in name)))
+
+    near = [v for v in siblings if named_alike(v)]
+    near += [v for v in difflib.get_close_matches(key, same_depth, n=3, cutoff=0.6) if v not in near]
+    near = near[:3]
     return f" (did you mean {' or '.join(prefix + n for n in near)}?)" if near else ""

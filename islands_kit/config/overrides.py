@@ -43,7 +43,7 @@ def parse_set(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: must have the form key=value (e.g. sync.H=100)")
+            raise ConfigError(f"--set {item!r}: must have the form key=value, one word (e.g. --set sync.H=100)")
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out

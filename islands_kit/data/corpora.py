@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import difflib
 import fnmatch
 import glob as globlib
+import importlib.metadata as md
 import os
 import posixpath
 import tarfile
@@ -145,8 +147,21 @@ def load_data_corpus(data_cfg: Any) -> Corpus:
                        revision=data_cfg.revision, streaming=data_cfg.streaming, max_bytes=data_cfg.max_bytes)
 
 
+def registered_cache_file(src: CorpusSource, cache_dir: Path) -> Path:
+    """Where a registered corpus's assembled bytes are cached (the sha256 in the name: a new pin, a new file)."""
+    return cache_dir / f"{src.name}-{src.sha256[:16]}.bin"
+
+
+def installed_version(package: str) -> str | None:
+    """The installed version of a distribution, or None when it is not installed."""
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:
+        return None
+
+
 def _load_registered(src: CorpusSource, cache_dir: Path) -> Corpus:
-    cache_file = cache_dir / f"{src.name}-{src.sha256[:16]}.bin"
+    cache_file = registered_cache_file(src, cache_dir)
     if cache_file.is_file():
         data = cache_file.read_bytes()
         if sha256_hex(data) == src.sha256:
@@ -179,8 +194,6 @@ def _join_members(src: CorpusSource, members: list[tuple[str, Callable[[], bytes
 
 def _installed_members(src: CorpusSource) -> list[tuple[str, Callable[[], bytes]]] | None:
     """Matching files of the installed distribution, or None if it is absent, another version, or incomplete."""
-    import importlib.metadata as md
-
     try:
         dist = md.distribution(src.package)
     except md.PackageNotFoundError:
@@ -314,8 +327,9 @@ def local_corpus_files(spec: str) -> list[str]:
         files = [str(p)]
     else:
         files = [f for f in globlib.glob(str(p), recursive=True) if os.path.isfile(f)]
+    near = difflib.get_close_matches(spec, list(CORPORA), n=1, cutoff=0.6)
     _check(len(files) > 0, "data.corpus",
            f"must be one of {'|'.join(CORPORA)}, hub:<name>[:<config>], or a path/directory/glob of .txt or .parquet "
-           "files (nothing matched)", spec)
+           "files (nothing matched" + (f"; did you mean {near[0]}?)" if near else ")"), spec)
     return sorted(files)
 

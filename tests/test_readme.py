@@ -1,0 +1,58 @@
+"""The README stays true: its quickstart output is what the command prints, its links lead somewhere, its commands
+exist, and the reference it points to lives in docs/."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from islands_kit import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def block(marker: str) -> str:
+    """The fenced block between ``<!-- marker -->`` and ``<!-- /marker -->``."""
+    m = re.search(rf"<!-- {marker} -->\n```\n(.*?)```\n<!-- /{marker} -->", README, re.S)
+    assert m, f"README: no {marker} block"
+    return m.group(1)
+
+
+def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, capsys):
+    cmd = re.search(r"^\.venv/bin/islands-kit (run two_site --preset smoke)\s", README, re.M)
+    assert cmd, "README: the quickstart command moved"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cli.main(shlex.split(cmd.group(1)) + ["--set", "threads=1"]) == 0
+    assert capsys.readouterr().out == block("quickstart-output")
+
+
+def test_smoke_sample_is_what_sample_prints(tmp_path, monkeypatch, capsys):
+    cmd = re.search(r"`islands-kit (sample runs/two_site-smoke-s0 [^`]*)`", README)
+    assert cmd, "README: the smoke sample command moved"
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "two_site", "--preset", "smoke", "--set", "threads=1"]) == 0
+    capsys.readouterr()
+    assert cli.main(shlex.split(cmd.group(1))) == 0
+    assert capsys.readouterr().out == block("smoke-sample")
+
+
+@pytest.mark.parametrize("target", sorted(set(re.findall(r"\]\(([^)#]+)\)", README))))
+def test_links_lead_to_files(target):
+    assert (ROOT / target).exists(), target
+
+
+def test_make_targets_named_in_the_readme_exist():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in sorted(set(re.findall(r"^make (\w+)", README, re.M))):
+        assert re.search(rf"^{target}:", makefile, re.M), f"Makefile has no {target} target"
+
+
+def test_reference_lives_in_docs_and_the_readme_says_what_smoke_is():
+    assert "plumbing check" in README and "Bits per byte" in README and "notebooks/tour.ipynb" in README
+    assert "turns wandb off" in README
+    threat = (ROOT / "docs" / "threat-model.md").read_text()
+    assert "Not defended: the rendezvous" in threat and "Threat model" not in README.split("## Documentation")[0]
