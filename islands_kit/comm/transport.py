@@ -180,18 +180,27 @@ class LocalTransport(Transport):
             raise ValueError(f"{channel!r}: payload from unknown island(s) {unknown}")
         return ids
 
-    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
-        the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
-        ids = self._members(channel, payloads)
+    def price_all_reduce(self, channel: str, nbytes: dict[int, int]) -> tuple[dict[int, float], dict[int, list[list[int]]]]:
+        """The wire's side of a ring all-reduce (``comm/ledger.py``) of payloads of ``nbytes[i]`` bytes posted by the
+        member islands at their clocks: every ring transfer goes through the link model into the ledger; returns when
+        each member's result is ready and the byte ranges the link left out of what it received from its predecessor.
+        Sizes are all it needs, so a projection without tensors prices a collective exactly as training does."""
+        ids = sorted(nbytes)
         n = len(ids)
         arrival = {i: self.clock.now[i] for i in ids}
         last_post = max(arrival.values())
         holes: dict[int, list[list[int]]] = {}
         for k, src in enumerate(ids if n > 1 else []):
             dst = ids[(k + 1) % n]
-            end, holes[dst] = self._send(channel, src, dst, ring_bytes(payloads[src].nbytes, n, k))
+            end, holes[dst] = self._send(channel, src, dst, ring_bytes(nbytes[src], n, k))
             arrival[dst] = max(arrival[dst], end, last_post)
+        return arrival, holes
+
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
+        the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
+        ids = self._members(channel, payloads)
+        arrival, holes = self.price_all_reduce(channel, {i: payloads[i].nbytes for i in ids})
         w = [weights[i] for i in ids]
         mean = weighted_mean([decode(payloads[i]) for i in ids], w)
         results = {i: mean for i in ids}
