@@ -7,7 +7,7 @@ whole-payload resend), side by side on the same seeds.
 
 Each repeat draws ``--transfers`` independent transfers (LinkModel seeds) per method and size, each on an idle link;
 the table shows the median over repeats of p50, p99 and p99/p50 (min–max of the ratio in brackets). Goal: chunked
-p99/p50 <= 1.2 for the ~1 GB fragment (32e9 params / 16 fragments at 4 bits + 16-bit block-128 scales).
+p99/p50 <= 1.2 for the ~1 GB fragment (32e9 params / 16 fragments at 4 bits + a float32 scale per block of 128, the int4 codec's size).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import argparse
 import statistics
 import time
 
+from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, closed_form_time, link_config, transfer_time_stats
-from islands_kit.projection import codec_bytes
 
 
 def run(preset: str, loss: float, nbytes: int, method: str, seeds: range) -> dict[str, float]:
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--preset", default="transpacific-25g")
     ap.add_argument("--fec", nargs="*", default=["32+3", "32+4", "16+3"], help="k+m: data+parity chunks per group")
     args = ap.parse_args()
-    sizes = {"fragment 32B/16 @4b": codec_bytes(32e9 / 16, 4, 128, 16), "small 64 MiB": 64 << 20}
+    sizes = {"fragment 32B/16 @4b": get_codec("int4", 128).nbytes(int(32e9 / 16)), "small 64 MiB": 64 << 20}
     print(f"link {args.preset}, chunk loss {args.loss}, {args.transfers} transfers x {args.repeats} repeats")
     methods = ["chunked", *(f"fec {g}" for g in args.fec), "naive"]
     print(f"{'payload':22s} {'method':10s} {'ideal s':>8s} {'p50 s':>8s} {'p99 s':>8s} {'max s':>8s} {'p99/p50':>8s} "

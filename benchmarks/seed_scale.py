@@ -5,8 +5,9 @@ gradient all-reduce every step) on the seed's wide-area link, side by side.
     python benchmarks/seed_scale.py [--seeds 3] [--windows 4]
 
 Every row simulates ``--windows`` H-step windows of streaming and a few DDP steps on the same link model (see
-islands_kit/projection.py for the assumptions: 32B total / 3B active params, 256 experts top-8, 48 layers, MFU 0.4,
-4M-token global batch, H=50, P=16, 4-bit fragments). "ceiling" is the utilisation on an infinitely fast link (the
+islands_kit/projection/seed_scale.py for the assumptions: 32B total / 3B active params, 256 experts top-8, 48 layers,
+the hardware table's peak and MFU, 4M-token global batch, H=50, P=16, int4 fragments; lock-step and DDP are priced by
+the training loop's clock, ledger and ring all-reduce, projection/lockstep.py). "ceiling" is the utilisation on an infinitely fast link (the
 compute balance between the sites); "link eff." = utilisation / ceiling isolates what the link costs. "decoupled"
 simulates the same span of the global schedule (``--windows`` x H steps of the faster site) with quorum = both sites
 unless the row says otherwise (τ does not apply: a site waits only when merge k-1 of a fragment has not reached it
@@ -22,16 +23,15 @@ import statistics
 import time
 from typing import Any
 
-from islands_kit.projection import A100_BF16_FLOPS, H100_BF16_FLOPS, seed_scale_projection
+from islands_kit.projection import seed_scale_projection
 
-H100x2 = (H100_BF16_FLOPS, H100_BF16_FLOPS)
-H100_A100 = (H100_BF16_FLOPS, A100_BF16_FLOPS)
+H100_A100 = ("h100", "a100")  # islands.HARDWARE profiles
 
 SCENARIOS: list[tuple[str, dict[str, Any]]] = [
     ("balanced H100+H100, tau=1", dict(batch_share="balanced")),
     ("3:2 H100+H100, tau=1 (default)", dict()),
-    ("3:2 H100+A100, tau=1", dict(peak_flops=H100_A100)),
-    ("balanced H100+A100, tau=1", dict(peak_flops=H100_A100, batch_share="balanced")),
+    ("3:2 H100+A100, tau=1", dict(hardware=H100_A100)),
+    ("balanced H100+A100, tau=1", dict(hardware=H100_A100, batch_share="balanced")),
     ("balanced, tau=0 (blocking)", dict(batch_share="balanced", tau=0)),
     ("balanced, tau=2", dict(batch_share="balanced", tau=2)),
     ("balanced, tau=5", dict(batch_share="balanced", tau=5)),
@@ -46,9 +46,9 @@ SCENARIOS: list[tuple[str, dict[str, Any]]] = [
     ("balanced, 1% chunk loss, FEC 32+4", dict(batch_share="balanced",
                                                link_overrides=dict(loss_prob=0.01, fec_group=32, fec_parity=4))),
     # decoupled only: a quorum of one site (the synchroniser's own), with and without a grace window for the other
-    ("3:2 H100+A100, 1% loss, quorum 1, grace 0", dict(peak_flops=H100_A100, quorum=1, grace_s=0.0,
+    ("3:2 H100+A100, 1% loss, quorum 1, grace 0", dict(hardware=H100_A100, quorum=1, grace_s=0.0,
                                                        schedules=("decoupled",), link_overrides=dict(loss_prob=0.01))),
-    ("3:2 H100+A100, 1% loss, quorum 1, grace 2s", dict(peak_flops=H100_A100, quorum=1, grace_s=2.0,
+    ("3:2 H100+A100, 1% loss, quorum 1, grace 2s", dict(hardware=H100_A100, quorum=1, grace_s=2.0,
                                                         schedules=("decoupled",), link_overrides=dict(loss_prob=0.01))),
     ("balanced, consumer-1g link, quorum 1, grace 0", dict(batch_share="balanced", link_preset="consumer-1g", quorum=1,
                                                            grace_s=0.0, schedules=("decoupled",))),
@@ -92,7 +92,7 @@ def main() -> None:
         print(f"{label:46s} {f'{st[0]:.3f}/{st[1]:.3f}':>13s} {cell(med('streaming.compute_utilization'), 11, '.4f')} "
               f"{cell(med('streaming.utilization_infinite_link'), 8, '.4f')} "
               f"{cell(med('streaming.link_efficiency'), 9, '.4f')} "
-              f"{cell(med('streaming.channels.fragment.p99_s'), 10, '.3f')} "
+              f"{cell(med('streaming.channels.fragments.p99_s'), 10, '.3f')} "
               f"{cell(med('decoupled.compute_utilization'), 9, '.4f')} {cell(med('decoupled.goodput'), 8, '.4f')} "
               f"{cell(med('decoupled.late_contributions'), 5, '.0f')} "
               f"{cell(med('decoupled.staleness_slack_s'), 8, '.2f')} "

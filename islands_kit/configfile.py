@@ -1,7 +1,7 @@
 """Configs people can read, write and find their way in: field help, the commented listing, config files.
 
 * ``field_help(cls)``: one line of help per dataclass field, taken from the comment that ends the field's line in
-  ``config.py`` (one place to document a field: where it is declared).
+  ``islands_kit/config/`` (one place to document a field: where it is declared).
 * ``format_config(cfg)``: the resolved config as commented YAML, every field with its default and its help; the
   output of ``islands-kit config`` is itself a valid config file.
 * ``load_config_file(path)``: a YAML or JSON config (a whole ``result.json`` is accepted: its ``config`` is used);

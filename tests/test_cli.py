@@ -31,7 +31,7 @@ def test_every_config_field_has_a_one_line_help(cls):
     helps = field_help(cls)
     assert set(helps) == {f.name for f in dataclasses.fields(cls)}
     missing = [k for k, v in helps.items() if not v]
-    assert not missing, f"{cls.__name__}: add a '# help' comment to {missing} in config.py"
+    assert not missing, f"{cls.__name__}: add a '# help' comment to {missing} in islands_kit/config/"
 
 
 def test_config_command_prints_a_loadable_commented_listing(capsys, tmp_path):

@@ -168,11 +168,12 @@ def _bench():
 
 
 def test_benchmark_arms_equal_time_and_equal_tokens_by_hand():
-    """demo: 300 lock-step steps, batches 24 and 16, site B 2x slower. Equal time: 600 ticks (A 600 steps, B 300).
-    Equal tokens: N·24 + (N/2)·16 = 300·40 -> N = 375."""
+    """demo: 1200 lock-step steps, batches 24 and 16, site B 2x slower. Equal time: 2400 ticks (A 2400 steps, B 1200).
+    Equal tokens: N·24 + (N/2)·16 = 1200·40 -> N = 1500."""
+    assert get_preset("two_site", "demo").steps == 1200
     arms = _bench().arms("demo", 2.0)
-    assert arms["decoupled_equal_time"][1]["steps"] == 600
-    assert arms["decoupled_equal_tokens"][1]["steps"] == 375
+    assert arms["decoupled_equal_time"][1]["steps"] == 2400
+    assert arms["decoupled_equal_tokens"][1]["steps"] == 1500
     assert arms["lockstep"][1] == {"faults.straggler_island": 1, "faults.straggler_factor": 2.0}
     assert arms["chaos_data_parallel"][0] == "baseline" and arms["chaos_decoupled"][1]["sync.mode"] == "decoupled"
     for _, sets in arms.values():  # every arm is a valid configuration

@@ -18,7 +18,7 @@ from islands_kit.codec_registry import CODECS
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import HEADER_BYTES, NonFiniteError, encode_bytes, get_codec
 from islands_kit.comm.peer import PayloadSpec, PeerError
-from islands_kit.comm.torch_dist import _WORLD_SCHEMA
+from islands_kit.comm.torch_dist.frames import WORLD_SCHEMA as _WORLD_SCHEMA
 from islands_kit.sync.decoupled import APPLY, APPLY_SCHEMA, CONTRIBUTION, CONTRIBUTION_SCHEMA, DECISION, DECISION_SCHEMA
 
 N = 250  # mutations per decoder

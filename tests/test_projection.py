@@ -1,107 +1,135 @@
-"""Seed-scale projection (islands_kit/projection.py): the event-driven schedule against hand-computed timelines, the
-Streaming DiLoCo send schedule against sync.diloco's, and the utilisation orderings the projection must show."""
+"""Projections without training (islands_kit/projection/): the lock-step replay priced exactly as a training run of the
+same config, against hand-computed timelines and the ring cost model; the decoupled event model against hand-computed
+schedules; the utilisation orderings the seed-scale projection must show."""
 from __future__ import annotations
 
 import pytest
 
-from islands_kit.comm.link import LinkModel, link_config
+from islands_kit.comm.codecs import get_codec
+from islands_kit.comm.link import LinkModel, link_config, transfer_time_stats
+from islands_kit.islands import HARDWARE
+from islands_kit.model import MoETransformer
+from islands_kit.presets import get_preset
 from islands_kit.projection import (
-    Send,
-    codec_bytes,
-    ddp_sends,
+    LockStepPlan,
     full_speed_steps,
     ideal_link,
-    routing_sends,
+    plan_for_config,
+    price_lock_step,
     seed_scale_projection,
     simulate_decoupled,
-    simulate_schedule,
-    streaming_sends,
+    summary,
 )
-from islands_kit.sync.diloco import streaming_schedule
+from islands_kit.run import run_experiment
+from islands_kit.sync.diloco import sync_schedule
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
 
 
-def test_one_blocking_send_idles_the_receiver_by_its_transfer_time() -> None:
+# --- lock-step: the training loop's clock and wire, replayed with sizes ----------------------------------------------
+
+
+@pytest.mark.parametrize("experiment, overrides", [
+    ("two_site", {}),  # Streaming DiLoCo, P = 2, tau = 1, int4, the jittery heavy-tailed transpacific link
+    ("two_site", {"sync": {"n_fragments": 1, "H": 5, "tau": 0, "codec": "int8"}, "link": {"loss_prob": 0.02}}),
+    ("baseline", {}),  # DDP: the fp32 gradient all-reduced and waited for every step
+])
+def test_projection_prices_a_training_run_exactly(experiment: str, overrides: dict) -> None:
+    """Same plan, same clock, same ledger, same link draws: a smoke training run and its projection agree on every
+    byte per channel and per directed link, on every island's busy and idle seconds (hence the simulated wall clock
+    and the utilisation) and on the fragment transfer times, to the last bit."""
+    d = get_preset(experiment, "smoke").to_dict()
+    for section, kv in overrides.items():
+        d[section].update(kv)
+    cfg = type(get_preset(experiment, "smoke")).from_dict(d)
+    res = run_experiment(cfg)
+    tr = price_lock_step(plan_for_config(cfg, MoETransformer(cfg.model)), LinkModel(cfg.link, seed=cfg.seed))
+    got = summary(tr)
+    assert tr.ledger.to_dict() == res.ledger
+    assert got["sim_wall_clock_s"] == res.sim_wall_clock_s and got["compute_utilization"] == res.compute_utilization
+    assert got["busy_s"] == [res.island_busy_s[i] for i in range(2)]
+    assert got["idle_s"] == [res.island_idle_s[i] for i in range(2)]
+    assert got["peak_link_bytes_per_s"] == res.peak_link_bytes_per_s
+    if experiment == "two_site":
+        assert transfer_time_stats(tr.ledger.durations("fragments")) == res.transfer_time_s
+        assert max(got["idle_s"]) > 0  # the link cost something: the agreement is not between two idle clocks
+
+
+def test_one_blocking_sync_idles_both_islands_by_its_transfer_time() -> None:
     nbytes, c, steps = 500 << 20, 1.0, 5
     d = 0.145 / 2 + nbytes * 8 / 25e9  # closed form of the quiet transpacific link
-    link = LinkModel(link_config("transpacific-25g", **QUIET), seed=0)
-    r = simulate_schedule([c, c], steps, [Send(0, nbytes, 1, 0, 1)], link)
-    assert r.idle_s == [pytest.approx(d, rel=1e-12), pytest.approx(d, rel=1e-12)]  # island 0 ends d before the wall
-    assert r.sim_wall_clock_s == pytest.approx(steps * c + d, rel=1e-12)
-    assert r.compute_utilization == pytest.approx(2 * steps * c / (2 * (steps * c + d)), rel=1e-12)
-    assert r.channels["fragment"]["idle_s"] == pytest.approx(d, rel=1e-12)
-    assert r.payload_bytes == nbytes and r.n_transfers == 1
-    # the same payload with two steps of slack (deadline 3) costs nothing
-    link = LinkModel(link_config("transpacific-25g", **QUIET), seed=0)
-    r = simulate_schedule([c, c], steps, [Send(0, nbytes, 3, 0, 1)], link)
-    assert r.compute_utilization == 1.0 and r.idle_s == [0.0, 0.0]
+    plan = LockStepPlan([c, c], steps, [nbytes], [(1, 0)], tau=0)
+    s = summary(price_lock_step(plan, LinkModel(link_config("transpacific-25g", **QUIET), seed=0)))
+    assert s["idle_s"] == [pytest.approx(d, rel=1e-12), pytest.approx(d, rel=1e-12)]  # each waits for the other's half
+    assert s["sim_wall_clock_s"] == pytest.approx(steps * c + d, rel=1e-12)
+    assert s["compute_utilization"] == pytest.approx(steps * c / (steps * c + d), rel=1e-12)
+    assert s["payload_bytes"] == 2 * nbytes and s["channels"]["fragments"]["transfers"] == 2
+    # the same payload with two steps of overlap (tau = 2) costs nothing
+    late = LockStepPlan([c, c], steps, [nbytes], [(1, 0)], tau=2)
+    s = summary(price_lock_step(late, LinkModel(link_config("transpacific-25g", **QUIET), seed=0)))
+    assert s["compute_utilization"] == 1.0 and s["idle_s"] == [0.0, 0.0]
 
 
-def test_schedule_validation() -> None:
-    link = LinkModel(ideal_link(), seed=0)
-    with pytest.raises(ValueError, match=r"sends\[0\]\.deadline_step: must be > step"):
-        simulate_schedule([1.0, 1.0], 4, [Send(2, 10, 2, 0, 1)], link)
-    with pytest.raises(ValueError, match=r"sends\[0\]: src and dst"):
-        simulate_schedule([1.0, 1.0], 4, [Send(0, 10, 1, 1, 1)], link)
-    with pytest.raises(ValueError, match="step_time_s"):
-        simulate_schedule([1.0, 0.0], 4, [], link)
-    with pytest.raises(ValueError, match="tau"):
-        streaming_sends(10, 5, 2, 5, 100, 2)
+def test_all_reduce_is_priced_as_the_ledgers_ring() -> None:
+    """Three islands: each sync sends 2 (n - 1) S bytes in all, only along the ring k -> k + 1 (an all-gather would
+    send n (n - 1) S, to every other island)."""
+    S = 3001
+    plan = LockStepPlan([1.0, 1.0, 1.0], 4, [S], [(2, 0), (4, 0)], tau=1, final_fragment_bytes=[S])
+    led = price_lock_step(plan, LinkModel(ideal_link(), 0)).ledger
+    assert led.bytes("fragments") == 2 * 2 * (3 - 1) * S  # the final sync is skipped: fragment 0 synced at the last step
+    assert sorted(led.links) == [(0, 1), (1, 2), (2, 0)]
 
 
-def test_streaming_sends_follow_the_diloco_schedule() -> None:
-    H, P, tau, steps = 50, 16, 2, 120
-    sends = streaming_sends(steps, H, P, tau, 1234, 2)
-    want = sorted(t - 1 for t, _ in streaming_schedule(H, P, steps))  # sync.diloco's 1-based (step, fragment) pairs
-    for a, b in ((0, 1), (1, 0)):  # both directions carry every fragment once
-        mine = [m for m in sends if (m.src, m.dst) == (a, b)]
-        assert sorted(m.step for m in mine) == want
-        assert all(m.deadline_step == m.step + 1 + tau and m.nbytes == 1234 for m in mine)
-    assert len(streaming_sends(100, 50, 1, 0, 1, 2)) == 4  # plain DiLoCo: after steps 50 and 100, both directions
-    three = ddp_sends(3, 7, 3)
-    assert len(three) == 3 * 6 and all(m.deadline_step == m.step + 1 for m in three)
-    assert all(m.deadline_step == m.step + 2 for m in routing_sends(4, 8, 2, tau=1))
+def test_routing_one_step_late_idles_only_the_faster_island() -> None:
+    # island 0 (0.3 s) waits after step t for the loads island 1 (0.5 s) posted after step t - 1: its clock reads
+    # (t - 1) * 0.5 from step 2 on; island 1 never waits
+    ca, cb, steps = 0.3, 0.5, 12
+    plan = LockStepPlan([ca, cb], steps, routing_bytes=4096, routing_delay=1)
+    s = summary(price_lock_step(plan, LinkModel(ideal_link(), seed=0)))
+    assert s["idle_s"] == [pytest.approx((steps - 1) * cb - steps * ca, abs=1e-9), 0.0]
+    assert s["compute_utilization"] == pytest.approx(steps * (ca + cb) / ((steps - 1) * cb + steps * cb), abs=1e-9)
 
 
-@pytest.mark.parametrize("routing_tau", [0, 1])
-def test_infinite_link_utilization_is_the_compute_balance(routing_tau: int) -> None:
-    H, P, steps = 10, 4, 40
-    sends = streaming_sends(steps, H, P, 1, 10 << 20, 2) + routing_sends(steps, 4096, 2, routing_tau)
-    r = simulate_schedule([0.5, 0.5], steps, sends, LinkModel(ideal_link(), seed=0))
-    assert r.compute_utilization == pytest.approx(1.0, abs=1e-9)
-    # unequal step times: the faster island idles at deadlines; the slower one never waits
-    r = simulate_schedule([0.5, 0.3], steps, sends, LinkModel(ideal_link(), seed=0))
-    assert r.compute_utilization == pytest.approx((0.5 + 0.3) / (2 * 0.5), abs=1e-9)
-    assert r.idle_s[0] == pytest.approx(0.0, abs=1e-9)
+def test_plan_validation() -> None:
+    with pytest.raises(ValueError, match="step_s: need one step time > 0"):
+        LockStepPlan([1.0, 0.0], 4)
+    with pytest.raises(ValueError, match=r"schedule: \(step, fragment\) pairs"):
+        LockStepPlan([1.0, 1.0], 4, [10], [(5, 0)])
+    with pytest.raises(ValueError, match="final_fragment_bytes: need one size per fragment"):
+        LockStepPlan([1.0, 1.0], 4, [10], [(2, 0)], final_fragment_bytes=[10, 10])
+    cfg = get_preset("eight_cell", "smoke")
+    with pytest.raises(ValueError, match="sync.strategy, sync.mode"):
+        plan_for_config(cfg, MoETransformer(cfg.model))
 
 
-def test_overlap_tau_hides_a_slow_link() -> None:
-    H, P, steps, frag = 10, 2, 60, 1_500_000_000  # ~0.5 s of serialisation per fragment at 25 Gbit/s
-    utils = {}
-    for tau in (0, 2):
-        sends = streaming_sends(steps, H, P, tau, frag, 2) + routing_sends(steps, 49152, 2, 1)
-        r = simulate_schedule([0.5, 0.5], steps, sends, LinkModel(link_config("transpacific-25g", loss_prob=0.01), 0))
-        utils[tau] = r.compute_utilization
-        again = simulate_schedule([0.5, 0.5], steps, sends, LinkModel(link_config("transpacific-25g", loss_prob=0.01), 0))
-        assert again == r  # deterministic for a seed
-    assert utils[0] < 0.95 * utils[2]
-    assert utils[0] < 0.9 < utils[2]
+def test_plan_follows_the_config() -> None:
+    cfg = get_preset("two_site", "smoke")
+    plan = plan_for_config(cfg, MoETransformer(cfg.model))
+    assert plan.schedule == sync_schedule(cfg.sync.H, cfg.sync.n_fragments, cfg.steps) and plan.tau == cfg.sync.tau
+    assert plan.routing_bytes == 4 * cfg.model.n_layers * cfg.model.n_experts
+    d = cfg.to_dict()
+    d["sync"]["codec"] = "fp32"
+    model = MoETransformer(cfg.model)
+    fp32 = plan_for_config(type(cfg).from_dict(d), model)
+    assert sum(fp32.fragment_bytes) == 4 * model.num_params()  # every parameter in exactly one fragment
 
 
 def test_seed_scale_projection_streaming_beats_ddp() -> None:
     r = seed_scale_projection(n_windows=1, ddp_steps=2)
-    a = r["assumptions"]
-    assert r["step_time_s"][0] == pytest.approx(6 * 3e9 * 2.4e6 / (160 * 989e12 * 0.4), rel=1e-12)
-    assert r["fragment_bytes"] == 32e9 / 16 * 4 / 8 + 32e9 / 16 / 128 * 2 == codec_bytes(2e9, 4, 128, 16)
+    a, h100 = r["assumptions"], HARDWARE["h100"]
+    flops_per_token = 6 * 3e9 + 12 * 48 * 2048 * 4096  # islands.step_flops: with attention
+    assert r["step_time_s"][0] == pytest.approx(flops_per_token * 2.4e6 / (160 * h100.peak_flops * h100.mfu), rel=1e-12)
+    # int4 with a float32 scale per block of 128, as the codec encodes it
+    assert r["fragment_bytes"] == 2e9 * 4 / 8 + 2e9 / 128 * 4 == get_codec("int4", 128).nbytes(2_000_000_000)
     assert r["routing_bytes"] == 48 * 256 * 4 and r["ddp_bytes_per_direction"] == 32e9 * 4
     assert a["batch_share"] == [0.6, 0.4]
     s, d = r["streaming"], r["ddp"]
-    assert s["utilization_infinite_link"] == pytest.approx((0.6 + 0.4) / (2 * 0.6), rel=1e-9)  # 3:2 on equal GPUs
+    assert s["channels"]["fragments"]["bytes"] == 16 * 2 * r["fragment_bytes"]  # one window: each fragment once each way
     assert d["compute_utilization"] < 0.05 < 0.9 < s["link_efficiency"]
     assert s["compute_utilization"] > 10 * d["compute_utilization"]
-    bal = seed_scale_projection(n_windows=1, ddp_steps=1, batch_share="balanced",
-                                peak_flops=(989e12, 312e12))
+    # 3:2 on equal GPUs: the faster site idles about a third of every step (less its last step, which waits for no one)
+    assert s["utilization_infinite_link"] == pytest.approx((0.6 + 0.4) / (2 * 0.6), rel=0.02)
+    bal = seed_scale_projection(n_windows=1, ddp_steps=1, batch_share="balanced", hardware=("h100", "a100"))
     assert bal["step_time_s"][0] == pytest.approx(bal["step_time_s"][1], rel=1e-12)
     assert bal["streaming"]["utilization_infinite_link"] == pytest.approx(1.0, abs=1e-9)
 
@@ -127,7 +155,7 @@ def test_decoupled_on_an_ideal_link_never_idles() -> None:
     assert [m.merged_s for m in r.merges] == pytest.approx([2.0, 4.0, 6.0, 8.0], abs=1e-9)  # 1000 B at 1e18 bit/s
     assert r.late_contributions == r.dropped_contributions == 0
     assert r.staleness_slack_s == pytest.approx(6.0 - 2.0, abs=1e-9)  # merge k-1 lands H = 4 steps before k is due
-    assert r.payload_bytes == 4 * 2 * 1000 and r.channels["fragment"]["transfers"] == 4 * 2  # 1 upload + 1 broadcast
+    assert r.payload_bytes == 4 * 2 * 1000 and r.channels["fragments"]["transfers"] == 4 * 2  # 1 upload + 1 broadcast
     three = simulate_decoupled([1.0, 2.0, 3.0], [1, 1, 1], 2, 4, 2, 1000, LinkModel(ideal_link(), 0))
     assert three.payload_bytes == 4 * 2 * (3 - 1) * 1000 and three.inner_steps == [8, 4, 2]  # 2(n-1)S per merge
     assert three.compute_utilization == 1.0 and all(m.on_time == (0, 1, 2) for m in three.merges)
@@ -171,7 +199,7 @@ def test_quorum_and_grace_decide_who_is_late() -> None:
 
 
 def test_seed_scale_decoupled_beside_lock_step() -> None:
-    for kw in ({}, dict(peak_flops=(989e12, 312e12))):  # 3:2 on equal GPUs, 3:2 H100 + A100
+    for kw in ({}, dict(hardware=("h100", "a100"))):  # 3:2 on equal GPUs, 3:2 H100 + A100
         r = seed_scale_projection(n_windows=1, schedules=("streaming", "decoupled"), **kw)
         s, dec = r["streaming"], r["decoupled"]
         assert dec["compute_utilization"] > s["compute_utilization"] and dec["utilization_infinite_link"] == 1.0

@@ -17,7 +17,7 @@ from fake_mailbox import contribution, synchroniser
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
 from islands_kit.comm.peer import ControlError, PayloadError, PayloadSpec
-from islands_kit.comm.torch_dist import _WORLD_SCHEMA
+from islands_kit.comm.torch_dist.frames import WORLD_SCHEMA as _WORLD_SCHEMA
 from islands_kit.sync.decoupled import CONTRIBUTION, CONTRIBUTION_SCHEMA
 
 DEEP = b"[" * 3000 + b"]" * 3000  # ~6 KB: past Python's recursion limit in the json parser

@@ -13,202 +13,28 @@ Simulated clock. Each island has a clock (seconds). ``compute(island, seconds)``
 advances the receiver's clock to the arrival if it is not there yet and records the wait as idle time — the only way an
 island ever idles. Utilisation = busy / (busy + idle).
 
-Ledger: one stated cost model per collective (``COST_MODEL``, recorded in result.json), used by the ledger of every
-transport and by ``sync.ddp.ddp_equivalent_bytes`` alike. Every byte is counted per channel and per directed link
-(src -> dst), from the sizes of the encoded payloads actually handed over (S bytes each):
-
-* ``all_reduce`` among n islands: a **ring all-reduce** (reduce-scatter, then all-gather; the standard accounting for
-  data-parallel training). The payload is cut into n chunks (sizes S // n, the first S % n one byte longer); the island
-  at ring position k sends its successor (position k + 1 mod n, islands in id order) every chunk but one in each
-  phase, ``2 S - c[k+1] - c[k+2]`` bytes (``ring_bytes``), as one transfer leaving at its own clock: 2 (n - 1) S bytes
-  in all, ``S`` per direction for two islands. An island's result is ready when the transfer from its predecessor has
-  arrived and every member has posted (a ring cannot finish before its last member joins). The *numbers* are not
-  those of a ring of quantised partial sums: every island decodes every payload and averages them in island-id order
-  (``weighted_mean``), so all replicas are bit-identical on every transport; the ring prices that exchange.
-* ``all_gather`` (robust aggregation needs every update, not their sum): each island sends its payload directly to
-  each of the n - 1 others, n (n - 1) S bytes in all.
-* ``exchange``: one payload per direction between the two partners.
+The byte ledger and its cost model per collective: ``comm/ledger.py``.
 """
 from __future__ import annotations
 
 import abc
 import contextlib
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
 from islands_kit.comm import control
+from islands_kit.comm.clock import Handle, SimClock
 from islands_kit.comm.codecs import Payload, get_codec
+from islands_kit.comm.ledger import COST_MODEL, Ledger, LedgerEntry, ring_bytes
+
+__all__ = ["COST_MODEL", "Delivery", "Handle", "Ledger", "LedgerEntry", "LocalTransport", "SimClock", "Transport",
+           "decode", "received_payload", "ring_bytes", "weighted_mean"]
 
 if TYPE_CHECKING:
     from islands_kit.comm.link import LinkModel
 
-
-@dataclass
-class LedgerEntry:
-    bytes: int = 0
-    messages: int = 0
-
-
-@dataclass
-class Ledger:
-    """Exact byte counts per channel and per directed link, plus the transfer timeline for peak-rate figures."""
-
-    channels: dict[str, LedgerEntry] = field(default_factory=dict)
-    links: dict[tuple[int, int], int] = field(default_factory=dict)
-    timeline: list[tuple[float, float, int, int, int, str]] = field(default_factory=list)  # (start, end, bytes, src, dst, channel)
-
-    def record(self, channel: str, src: int, dst: int, nbytes: int, start: float, end: float) -> None:
-        e = self.channels.setdefault(channel, LedgerEntry())
-        e.bytes += nbytes
-        e.messages += 1
-        self.links[(src, dst)] = self.links.get((src, dst), 0) + nbytes
-        self.timeline.append((start, end, nbytes, src, dst, channel))
-
-    def bytes(self, channel: str | None = None) -> int:
-        if channel is None:
-            return sum(e.bytes for e in self.channels.values())
-        return self.channels.get(channel, LedgerEntry()).bytes
-
-    def peak_link_bytes_per_s(self, window_s: float = 1.0) -> float:
-        """Highest average rate on any one directed link over a sliding window of ``window_s`` simulated seconds.
-
-        Each transfer's bytes are spread uniformly over [start, end]; windows start at transfer starts."""
-        best = 0.0
-        by_link: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
-        for s, e, b, src, dst, _ in self.timeline:
-            by_link.setdefault((src, dst), []).append((s, e, b))
-        for items in by_link.values():
-            items.sort()
-            starts = [s for s, _, _ in items]
-            for w0 in starts:
-                w1 = w0 + window_s
-                tot = 0.0
-                for s, e, b in items:
-                    if s >= w1:
-                        break
-                    if e <= w0:
-                        continue
-                    dur = max(e - s, 1e-12)
-                    tot += b * (min(e, w1) - max(s, w0)) / dur
-                best = max(best, tot / window_s)
-        return best
-
-    def durations(self, channel: str | None = None) -> list[float]:
-        return [e - s for s, e, _, _, _, c in self.timeline if channel is None or c == channel]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "channels": {k: {"bytes": v.bytes, "messages": v.messages} for k, v in sorted(self.channels.items())},
-            "links": {f"{s}->{d}": b for (s, d), b in sorted(self.links.items())},
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain lists and dicts (a checkpoint must load with ``torch.load(weights_only=True)``)."""
-        return {"channels": {k: [v.bytes, v.messages] for k, v in self.channels.items()},
-                "links": [[s, d, b] for (s, d), b in self.links.items()],
-                "timeline": [list(t) for t in self.timeline]}
-
-    @classmethod
-    def from_state(cls, d: dict[str, Any]) -> "Ledger":
-        led = cls()
-        led.channels = {str(k): LedgerEntry(int(b), int(m)) for k, (b, m) in d["channels"].items()}
-        led.links = {(int(s), int(t)): int(b) for s, t, b in d["links"]}
-        led.timeline = [(float(a), float(b), int(n), int(s), int(t), str(c)) for a, b, n, s, t, c in d["timeline"]]
-        return led
-
-
-class SimClock:
-    """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals."""
-
-    def __init__(self, islands: list[int]) -> None:
-        self.now = {i: 0.0 for i in islands}
-        self.busy = {i: 0.0 for i in islands}
-        self.idle = {i: 0.0 for i in islands}
-
-    def compute(self, island: int, seconds: float) -> None:
-        self.now[island] += seconds
-        self.busy[island] += seconds
-
-    def wait_until(self, island: int, t: float) -> None:
-        if t > self.now[island]:
-            self.idle[island] += t - self.now[island]
-            self.now[island] = t
-
-    def idle_beyond(self, island: int, busy_s: float) -> None:
-        """Count ``island``'s busy time beyond ``busy_s`` as idle: its clock ran on past the work it really did (a
-        lost island, mirrored from the config until the loss was noticed). ``now`` does not move."""
-        extra = self.busy[island] - busy_s
-        if extra > 0:
-            self.busy[island] = busy_s
-            self.idle[island] += extra
-
-    def utilization(self) -> float:
-        busy = sum(self.busy.values())
-        total = busy + sum(self.idle.values())
-        return busy / total if total > 0 else 1.0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle)}
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.now = {int(k): float(v) for k, v in d["now"].items()}
-        self.busy = {int(k): float(v) for k, v in d["busy"].items()}
-        self.idle = {int(k): float(v) for k, v in d["idle"].items()}
-
-
-class Handle:
-    """An operation in flight: ``wait(island)`` returns that island's result once the payloads it needs have arrived
-    (advancing its simulated clock to the arrival if needed)."""
-
-    def __init__(self, results: dict[int, Any], arrival: dict[int, float], clock: SimClock,
-                 finish: Callable[[], None] | None = None) -> None:
-        self._results = results
-        self.arrival = arrival
-        self._clock = clock
-        self._finish = finish
-
-    def wait(self, island: int) -> Any:
-        if self._finish is not None:  # a real transport completes its collective on first wait
-            self._finish()
-            self._finish = None
-        self._clock.wait_until(island, self.arrival[island])
-        return self._results[island]
-
-    def wait_result(self, island: int) -> Any:
-        """The result without touching the clock (used to checkpoint an operation still in flight)."""
-        if self._finish is not None:
-            self._finish()
-            self._finish = None
-        return self._results[island]
-
-    def state(self) -> tuple[dict[int, Any], dict[int, float]]:
-        """(results, arrival) of every island taking part, for a checkpoint of an operation still in flight."""
-        return {i: self.wait_result(i) for i in self.arrival}, dict(self.arrival)
-
-    @classmethod
-    def from_state(cls, results: dict[int, Any], arrival: dict[int, float], clock: SimClock) -> "Handle":
-        """The operation back from :meth:`state`: completed, each island's clock still to wait for its arrival."""
-        return cls({int(i): r for i, r in results.items()}, {int(i): float(a) for i, a in arrival.items()}, clock)
-
-
-COST_MODEL = "all_reduce=ring(2(n-1)S), all_gather=direct(n(n-1)S), exchange=direct(S per direction)"
-
-
-def ring_bytes(nbytes: int, n: int, position: int) -> int:
-    """Bytes the member at ring ``position`` (0..n-1) sends its successor in a ring all-reduce of ``nbytes``-byte
-    buffers among ``n`` members: all chunks but ``c[position + 1]`` in the reduce-scatter and all but
-    ``c[position + 2]`` in the all-gather (indices mod n), ``c[j] = nbytes // n + (j < nbytes % n)``. Summed over the
-    members: exactly ``2 (n - 1) nbytes``."""
-    if n < 2:
-        return 0
-    q, r = divmod(nbytes, n)
-
-    def chunk(j: int) -> int:
-        return q + (1 if j % n < r else 0)
-
-    return 2 * nbytes - chunk(position + 1) - chunk(position + 2)
 
 
 def weighted_mean(decoded: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
@@ -354,18 +180,27 @@ class LocalTransport(Transport):
             raise ValueError(f"{channel!r}: payload from unknown island(s) {unknown}")
         return ids
 
-    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
-        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
-        the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
-        ids = self._members(channel, payloads)
+    def price_all_reduce(self, channel: str, nbytes: dict[int, int]) -> tuple[dict[int, float], dict[int, list[list[int]]]]:
+        """The wire's side of a ring all-reduce (``comm/ledger.py``) of payloads of ``nbytes[i]`` bytes posted by the
+        member islands at their clocks: every ring transfer goes through the link model into the ledger; returns when
+        each member's result is ready and the byte ranges the link left out of what it received from its predecessor.
+        Sizes are all it needs, so a projection without tensors prices a collective exactly as training does."""
+        ids = sorted(nbytes)
         n = len(ids)
         arrival = {i: self.clock.now[i] for i in ids}
         last_post = max(arrival.values())
         holes: dict[int, list[list[int]]] = {}
         for k, src in enumerate(ids if n > 1 else []):
             dst = ids[(k + 1) % n]
-            end, holes[dst] = self._send(channel, src, dst, ring_bytes(payloads[src].nbytes, n, k))
+            end, holes[dst] = self._send(channel, src, dst, ring_bytes(nbytes[src], n, k))
             arrival[dst] = max(arrival[dst], end, last_post)
+        return arrival, holes
+
+    def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
+        """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
+        the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
+        ids = self._members(channel, payloads)
+        arrival, holes = self.price_all_reduce(channel, {i: payloads[i].nbytes for i in ids})
         w = [weights[i] for i in ids]
         mean = weighted_mean([decode(payloads[i]) for i in ids], w)
         results = {i: mean for i in ids}

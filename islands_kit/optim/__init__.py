@@ -1,4 +1,4 @@
-"""Inner optimizers: Shampoo (Distributed Shampoo variant) and its matrix functions."""
+"""Inner optimizers: Shampoo (Distributed Shampoo variant), its block layout and its matrix functions."""
 from islands_kit.optim.matrix_functions import inverse_roots_or_previous, matrix_inverse_root
 from islands_kit.optim.shampoo import GRAFTING_TYPES, Shampoo
 

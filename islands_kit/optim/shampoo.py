@@ -1,6 +1,4 @@
 """Shampoo with grafting and block ownership across ranks (a Distributed Shampoo variant).
-(Over 400 lines because the update rule is stated in full below, and one optimizer class holds the blocking, the
-grafting, the inverse roots and the rank ownership that share its per-parameter state.)
 
 Papers: Shampoo (Gupta, Koren & Singer 2018, arXiv:1802.09568); Distributed Shampoo (Shi et al. 2023,
 arXiv:2309.06497), whose names and defaults we follow. For a gradient block ``G`` (m x n) of a matrix parameter:
@@ -20,10 +18,9 @@ Treatment of shapes (documented choices):
   * 0-D and 1-D parameters (norm gains, biases, the router bias): the grafting optimizer alone.
   * 2-D (m, n): one matrix.  k-D with k >= 3, shape (*S, m, n): a stack of prod(S) independent matrices -- an MoE expert
     weight (E, d, f) gives E blocks, each expert preconditioned on its own, and all of them are batched in one bmm/eigh.
-  * Each matrix dimension larger than ``max_preconditioner_dim`` is split into ``ceil(dim / max)`` nearly equal blocks
-    of size ``ceil(dim / nb)`` <= max; the last one is zero-padded to that size (padding is exact: zero rows of G give
-    zero rows of L, which do not couple to the real rows, and the padded outputs are cropped).  Every block of a
-    parameter thus has one shape (bs_m, bs_n) and its factors are stored stacked: L (k, bs_m, bs_m), R (k, bs_n, bs_n).
+  * Each matrix dimension larger than ``max_preconditioner_dim`` is split into nearly equal, zero-padded blocks
+    (``optim/blocking.py``); every block of a parameter has one shape (bs_m, bs_n) and its factors are stored stacked:
+    L (k, bs_m, bs_m), R (k, bs_n, bs_n).
 
 Schedule: steps count from 1 per parameter. Factors accumulate from step 1; the Shampoo direction is used from step
 ``start_preconditioning_step`` on; roots are (re)computed at that first step and whenever ``step % precondition_frequency
@@ -51,13 +48,13 @@ group size and rank.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from islands_kit.optim.blocking import BlockLayout, build_layouts
 from islands_kit.optim.matrix_functions import inverse_roots_or_previous
 
 __all__ = ["Shampoo", "GRAFTING_TYPES"]
@@ -69,49 +66,6 @@ _FP32_STATE_KEYS = ("factor_L", "factor_R", "root_L", "root_R")  # kept in float
 def _require(cond: bool, name: str, rule: str, value: Any) -> None:
     if not cond:
         raise ValueError(f"{name}: {rule} (got {value!r})")
-
-
-@dataclass
-class _Layout:
-    """How one matrix parameter of shape (*S, m, n) is cut into k = prod(S) * nb_m * nb_n blocks of (bs_m, bs_n)."""
-
-    stack: int  # prod(S)
-    m: int
-    n: int
-    nb_m: int
-    nb_n: int
-    bs_m: int
-    bs_n: int
-    owners: Tensor  # (k,) rank that owns each block
-    owned: Tensor  # (k_own,) indices of the blocks this rank owns, ascending
-
-    @property
-    def k(self) -> int:
-        return self.stack * self.nb_m * self.nb_n
-
-    def block(self, x: Tensor) -> Tensor:
-        """(*S, m, n) -> (k, bs_m, bs_n), zero-padding the trailing edge."""
-        x = x.reshape(self.stack, self.m, self.n)  # (S, m, n)
-        pm, pn = self.nb_m * self.bs_m - self.m, self.nb_n * self.bs_n - self.n
-        if pm or pn:
-            x = torch.nn.functional.pad(x, (0, pn, 0, pm))  # (S, nb_m*bs_m, nb_n*bs_n)
-        if self.nb_m == 1 and self.nb_n == 1:
-            return x  # (k=S, bs_m, bs_n): a view when unpadded
-        x = x.reshape(self.stack, self.nb_m, self.bs_m, self.nb_n, self.bs_n).permute(0, 1, 3, 2, 4)
-        return x.reshape(self.k, self.bs_m, self.bs_n)  # (S*nb_m*nb_n, bs_m, bs_n)
-
-    def unblock(self, xb: Tensor, shape: torch.Size) -> Tensor:
-        """(k, bs_m, bs_n) -> parameter shape (*S, m, n), cropping the padding."""
-        if self.nb_m > 1 or self.nb_n > 1:
-            xb = xb.reshape(self.stack, self.nb_m, self.nb_n, self.bs_m, self.bs_n).permute(0, 1, 3, 2, 4)
-        xb = xb.reshape(self.stack, self.nb_m * self.bs_m, self.nb_n * self.bs_n)[:, : self.m, : self.n]
-        return xb.reshape(shape)
-
-
-def _split(dim: int, max_dim: int) -> tuple[int, int]:
-    """Number of blocks and block size for one dimension: nb = ceil(dim / max), bs = ceil(dim / nb) <= max."""
-    nb = -(-dim // max_dim)
-    return nb, -(-dim // nb)
 
 
 class Shampoo(torch.optim.Optimizer):
@@ -159,7 +113,7 @@ class Shampoo(torch.optim.Optimizer):
             exponent_override=exponent_override, inv_root_dtype=inv_root_dtype,
             decoupled_weight_decay=decoupled_weight_decay,
         )
-        self._layouts: dict[Tensor, _Layout] | None = None
+        self._layouts: dict[Tensor, BlockLayout] | None = None
         if process_group is None:
             self._rank, self._world = 0, 1
         else:
@@ -198,37 +152,7 @@ class Shampoo(torch.optim.Optimizer):
         self._validate(self.param_groups[-1])
         self._layouts = None  # rebuilt (and ownership re-balanced) at the next step
 
-    # ---------------------------------------------------------------- layout and ownership
-    def _build_layouts(self) -> dict[Tensor, _Layout]:
-        plans: list[tuple[Tensor, int, int, int, int, int, int, int]] = []
-        for g in self.param_groups:
-            if g["start_preconditioning_step"] == math.inf:
-                continue  # Shampoo off for this group: grafting only, no blocks
-            for p in g["params"]:
-                if p.ndim < 2:
-                    continue
-                m, n = p.shape[-2], p.shape[-1]
-                nb_m, bs_m = _split(m, int(g["max_preconditioner_dim"]))
-                nb_n, bs_n = _split(n, int(g["max_preconditioner_dim"]))
-                plans.append((p, p.numel() // (m * n), m, n, nb_m, nb_n, bs_m, bs_n))
-        # Greedy longest-processing-time assignment; cost ~ eigh (n^3) + per-step matmuls (m n (m + n)).
-        blocks = []
-        for i, (_, stack, _, _, nb_m, nb_n, bs_m, bs_n) in enumerate(plans):
-            cost = bs_m**3 + bs_n**3 + 2 * bs_m * bs_n * (bs_m + bs_n)
-            blocks += [(-cost, i, j) for j in range(stack * nb_m * nb_n)]
-        load = [0] * self._world
-        owners = [torch.zeros(pl[1] * pl[4] * pl[5], dtype=torch.long) for pl in plans]
-        for neg_cost, i, j in sorted(blocks):
-            r = min(range(self._world), key=lambda q: (load[q], q))
-            load[r] -= neg_cost
-            owners[i][j] = r
-        return {
-            p: _Layout(stack, m, n, nb_m, nb_n, bs_m, bs_n, owners[i].to(p.device),
-                       (owners[i] == self._rank).nonzero().flatten().to(p.device))
-            for i, (p, stack, m, n, nb_m, nb_n, bs_m, bs_n) in enumerate(plans)
-        }
-
-    def _init_state(self, p: Tensor, g: dict[str, Any], lay: _Layout | None) -> dict[str, Any]:
+    def _init_state(self, p: Tensor, g: dict[str, Any], lay: BlockLayout | None) -> dict[str, Any]:
         st = self.state[p]
         st["step"] = 0
         if g["betas"][0] > 0:
@@ -254,7 +178,7 @@ class Shampoo(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         if self._layouts is None:
-            self._layouts = self._build_layouts()
+            self._layouts = build_layouts(self.param_groups, self._rank, self._world)
 
         work = []  # (p, group, state, layout, grad, filtered grad M, grafting direction)
         for g in self.param_groups:

@@ -148,7 +148,7 @@ class SyncStrategy(abc.ABC):
 
     def rejoin(self, island: int) -> None:
         """A returning island takes the current shared state. Only strategies with a global state can do that
-        (config.py allows preemption with diloco only)."""
+        (the config allows preemption with diloco only)."""
         raise NotImplementedError(f"{self.name}: an island cannot rejoin (no global state to rejoin from)")
 
     def finalize(self, step: int) -> None:

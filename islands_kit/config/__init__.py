@@ -1,0 +1,51 @@
+"""Typed experiment configuration: dataclasses, eager validation, named links, dotted overrides.
+
+Every field is validated in ``__post_init__`` (or ``ExperimentConfig.validate``) so a bad value fails before any
+work starts, with a message that names the field and the rule it broke (``ConfigError``). One file per section:
+
+  rules.py       ConfigError, the scalar type check, shared bounds
+  model.py       model.*, optim.*
+  sync.py        sync.* (what every strategy shares), with diloco.py (sync.diloco.*, sync.decoupled.*) and
+                 butterfly.py (sync.butterfly.*)
+  link.py        link.* and the named links
+  data.py, faults.py   data.*, faults.*
+  experiment.py  islands, top-level fields and the rules that span sections
+  coerce.py      mappings -> dataclasses;  keys.py  did-you-mean;  overrides.py  --set key=value
+"""
+from islands_kit.codec_registry import CODECS
+from islands_kit.config.butterfly import ButterflyConfig
+from islands_kit.config.coerce import from_dict
+from islands_kit.config.data import DataConfig
+from islands_kit.config.diloco import DecoupledConfig, DiLoCoConfig
+from islands_kit.config.experiment import (
+    EXPERIMENTS,
+    PRECISIONS,
+    ExperimentConfig,
+    IslandConfig,
+    check_device_spelling,
+)
+from islands_kit.config.faults import ATTACKS, DEFENSES, FaultConfig
+from islands_kit.config.keys import MOVED_KEYS, SYNONYMS
+from islands_kit.config.link import LINK_PRESETS, LinkConfig, link_config
+from islands_kit.config.model import ModelConfig, OptimConfig
+from islands_kit.config.overrides import apply_overrides, parse_set
+from islands_kit.config.rules import (
+    INT_MAX,
+    MAX_CHUNK_FAILURE,
+    MAX_LR,
+    MAX_SENDS_PER_CHUNK,
+    MAX_THREADS,
+    SEED_MAX,
+    STEPS_MAX,
+    ConfigError,
+    _check,
+)
+from islands_kit.config.sync import SyncConfig
+
+__all__ = [
+    "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",
+    "MAX_SENDS_PER_CHUNK", "MAX_THREADS", "MOVED_KEYS", "PRECISIONS", "SYNONYMS", "SEED_MAX", "STEPS_MAX", "ButterflyConfig",
+    "ConfigError", "DataConfig", "DecoupledConfig", "DiLoCoConfig", "ExperimentConfig", "FaultConfig", "IslandConfig",
+    "LinkConfig", "ModelConfig", "OptimConfig", "SyncConfig", "_check", "apply_overrides",
+    "check_device_spelling", "from_dict", "link_config", "parse_set",
+]

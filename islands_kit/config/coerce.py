@@ -1,0 +1,71 @@
+"""Config dataclasses from mappings (files, ``--set`` strings): each value coerced to its field's annotated type."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import fields
+from typing import Any
+
+from islands_kit.config.keys import nearest
+from islands_kit.config.rules import ConfigError, _check, _finite, _show
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    """Coerce ``value`` to the annotated type ``tp`` (bool/int/float/str, lists of dataclasses) or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        _check(isinstance(value, dict), path, f"must be a mapping of {tp.__name__} fields", value)
+        return build(tp, value, path + ".")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str):  # from the command line: --set 'islands=[{"batch_size": 40, ...}]'
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be a list (on the command line a JSON list) (got {value!r})") from None
+        _check(isinstance(value, (list, tuple)), path, "must be a list", value)
+        return [_coerce(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        _check(isinstance(value, bool), path, "must be a boolean (true/false)", value)
+        return value
+    if tp is int:
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be an integer (got {_show(value)})") from None
+        _check(isinstance(value, int) and not isinstance(value, bool), path, "must be an integer", value)
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{path}: must be a number (got {_show(value)})") from None
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), path, "must be a number", value)
+        _check(_finite(value), path, "must be a finite number", value)
+        return float(value)
+    if tp is str:
+        _check(isinstance(value, str), path, "must be a string", value)
+        return value
+    return value
+
+
+def from_dict(cls: type, d: dict[str, Any], prefix: str = "") -> Any:
+    """A config dataclass ``cls`` from a mapping read from a file: unknown keys, wrong types and broken rules raise
+    ConfigError naming ``prefix`` + the field."""
+    return build(cls, d, prefix)
+
+
+def build(cls: type, d: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls) if f.init}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key{nearest(unknown[0], names, prefix)} "
+                          f"(valid keys: {', '.join(sorted(names))})")
+    kwargs = {k: _coerce(hints[k], v, prefix + k) for k, v in d.items()}
+    return cls(**kwargs)

@@ -1,0 +1,99 @@
+"""The wide-area link section (``link.*``) and the named links (``LINK_PRESETS``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from islands_kit.config.rules import MAX_CHUNK_FAILURE, MAX_SENDS_PER_CHUNK, _check, _check_fields
+
+
+@dataclass
+class LinkConfig:
+    """Wide-area link between islands; see islands_kit/comm/link.py for the model and ``LINK_PRESETS`` below for the
+    named links."""
+
+    preset: str = "transpacific-25g"  # named link (comm/link.py); setting it sets every link field
+    bandwidth_bps: float = 25e9  # bits per second
+    rtt_s: float = 0.145  # base round-trip time
+    jitter_sigma: float = 0.25  # log-normal body of the per-transfer extra latency (relative to rtt)
+    tail_prob: float = 0.01  # probability that a chunk/transfer hits the heavy (Pareto) tail
+    tail_alpha: float = 1.5  # Pareto shape of the tail
+    tail_scale_s: float = 0.2  # Pareto scale (seconds)
+    loss_prob: float = 0.0  # per-chunk loss probability
+    corrupt_prob: float = 0.0  # per-chunk corruption probability (detected by checksum)
+    n_connections: int = 8  # parallel connections a chunked transfer spreads over
+    warm: bool = True  # keep connections warm (no slow start)
+    idle_timeout_s: float = 1.0  # an idle connection falls back to cold after this long
+    init_cwnd_bytes: int = 14600  # TCP initial window (10 MSS)
+    pacing_bps: float = 0.0  # 0 = no pacing cap
+    chunk_bytes: int = 4 << 20  # chunk size of a chunked transfer
+    method: str = "chunked"  # chunked | naive
+    contact_period_s: float = 0.0  # >0: intermittent contact (LEO); link up for contact_fraction of each period
+    contact_fraction: float = 1.0  # share of each contact period the link is up
+    fec_group: int = 16  # chunked + FEC: data chunks per erasure-coded group
+    fec_parity: int = 0  # parity chunks per group (any fec_group of the group's chunks rebuild it); 0 = no FEC
+
+    def __post_init__(self) -> None:
+        p = "link."
+        _check_fields(self, p)
+        _check(self.bandwidth_bps > 0, p + "bandwidth_bps", "must be > 0", self.bandwidth_bps)
+        _check(self.rtt_s >= 0, p + "rtt_s", "must be >= 0", self.rtt_s)
+        _check(0 <= self.jitter_sigma <= 4, p + "jitter_sigma", "must be >= 0 and <= 4 (the late-chunk threshold "
+               "rtt/2 x e^(3 sigma) is already 1.6e5 round trips at 4)", self.jitter_sigma)
+        _check(0 <= self.tail_prob <= 1, p + "tail_prob", "must be in [0, 1]", self.tail_prob)
+        _check(self.tail_alpha >= 1, p + "tail_alpha", "must be >= 1 (a Pareto tail with alpha < 1 has an infinite "
+               "mean delay)", self.tail_alpha)
+        _check(self.tail_scale_s >= 0, p + "tail_scale_s", "must be >= 0", self.tail_scale_s)
+        _check(0 <= self.loss_prob < 1, p + "loss_prob", "must be in [0, 1)", self.loss_prob)
+        _check(0 <= self.corrupt_prob < 1, p + "corrupt_prob", "must be in [0, 1)", self.corrupt_prob)
+        _check(self.loss_prob + self.corrupt_prob <= MAX_CHUNK_FAILURE, p + "loss_prob",
+               f"loss_prob + corrupt_prob must be <= {MAX_CHUNK_FAILURE} (a chunk is resent at most "
+               f"{MAX_SENDS_PER_CHUNK} times; beyond that bound a transfer can run out of resends)",
+               self.loss_prob + self.corrupt_prob)
+        _check(1 <= self.n_connections <= 1024, p + "n_connections", "must be >= 1 and <= 1024 (parallel connections of "
+               "one direction)", self.n_connections)
+        _check(self.idle_timeout_s >= 0, p + "idle_timeout_s", "must be >= 0", self.idle_timeout_s)
+        _check(self.init_cwnd_bytes >= 1, p + "init_cwnd_bytes", "must be >= 1", self.init_cwnd_bytes)
+        _check(self.pacing_bps >= 0, p + "pacing_bps", "must be >= 0 (0 = no cap)", self.pacing_bps)
+        _check(self.chunk_bytes >= 1, p + "chunk_bytes", "must be >= 1", self.chunk_bytes)
+        _check(self.method in ("chunked", "naive"), p + "method", "must be one of chunked|naive", self.method)
+        _check(self.contact_period_s >= 0, p + "contact_period_s", "must be >= 0", self.contact_period_s)
+        _check(0 < self.contact_fraction <= 1, p + "contact_fraction", "must be in (0, 1]", self.contact_fraction)
+        _check(self.fec_group >= 1, p + "fec_group", "must be >= 1", self.fec_group)
+        _check(self.fec_parity >= 0, p + "fec_parity", "must be >= 0 (0 = no FEC)", self.fec_parity)
+        _check(self.fec_group + self.fec_parity <= 255, p + "fec_parity",
+               "fec_group + fec_parity must be <= 255 (a Reed-Solomon code over GF(2^8))", self.fec_group + self.fec_parity)
+        _check(self.fec_parity == 0 or self.method == "chunked", p + "fec_parity", "needs method=chunked",
+               self.fec_parity)
+
+
+# Field overrides of LinkConfig per named link. The figures are round, plausible numbers, not measurements.
+LINK_PRESETS: dict[str, dict[str, Any]] = {
+    # The seed's link: 25 Gbit/s across ~14,500 km of fibre, 145 ms round trip at best; moderate jitter, a heavy tail.
+    # Identical to the LinkConfig defaults, so LinkConfig() is this link.
+    "transpacific-25g": dict(bandwidth_bps=25e9, rtt_s=0.145, jitter_sigma=0.25, tail_prob=0.01, tail_alpha=1.5,
+                             tail_scale_s=0.2, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=4 << 20,
+                             contact_period_s=0.0, contact_fraction=1.0),
+    # Inside one data centre: 400 Gbit/s, 50 us round trip, tiny jitter, rare millisecond stalls.
+    "intra-dc": dict(bandwidth_bps=400e9, rtt_s=50e-6, jitter_sigma=0.1, tail_prob=1e-4, tail_alpha=2.0,
+                     tail_scale_s=1e-3, loss_prob=0.0, corrupt_prob=0.0, n_connections=8, chunk_bytes=16 << 20,
+                     contact_period_s=0.0, contact_fraction=1.0),
+    # A home / small-office line: 1 Gbit/s, 30 ms, noisy, some loss.
+    "consumer-1g": dict(bandwidth_bps=1e9, rtt_s=0.030, jitter_sigma=0.5, tail_prob=0.02, tail_alpha=1.5,
+                        tail_scale_s=0.1, loss_prob=0.005, corrupt_prob=1e-4, n_connections=4, chunk_bytes=1 << 20,
+                        contact_period_s=0.0, contact_fraction=1.0),
+    # An intermittent low-earth-orbit link (illustrative): 200 Mbit/s, 40 ms, noisy, 1.5% chunk loss, and contact
+    # only during the first half of every minute (think of passes over a ground station, compressed in time).
+    "leo-satellite": dict(bandwidth_bps=200e6, rtt_s=0.040, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
+                          tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
+                          contact_period_s=60.0, contact_fraction=0.5),
+}
+
+
+def link_config(preset: str, **overrides: Any) -> LinkConfig:
+    """A validated ``LinkConfig`` for a named link (``LINK_PRESETS``) with field overrides; errors name the field."""
+    _check(preset in LINK_PRESETS, "link.preset", "must be one of " + "|".join(LINK_PRESETS), preset)
+    names = sorted(f.name for f in fields(LinkConfig) if f.name != "preset")
+    for key in overrides:
+        _check(key in names, f"link.{key}", "unknown link field (valid: " + ", ".join(names) + ")", key)
+    return LinkConfig(preset=preset, **{**LINK_PRESETS[preset], **overrides})

@@ -1,0 +1,93 @@
+"""The model and inner-optimizer sections (``model.*``, ``optim.*``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from islands_kit.config.rules import MAX_LR, _check, _check_fields
+
+
+@dataclass
+class ModelConfig:
+    """Byte-level decoder-only MoE transformer (vocabulary 256)."""
+
+    vocab_size: int = 256  # bytes: always 256
+    seq_len: int = 128  # bytes per training sequence (context length)
+    d_model: int = 128  # residual stream width
+    n_layers: int = 4  # transformer blocks
+    n_heads: int = 4  # attention heads
+    n_experts: int = 16  # 1 = dense control (a plain MLP)
+    top_k: int = 2  # experts each token is routed to
+    d_expert: int = 256  # hidden width of one expert
+    n_shared_experts: int = 0  # always-on experts added to the routed output
+    aux_loss_coef: float = 0.01  # Switch-style load-balancing loss
+    z_loss_coef: float = 1e-3  # router z-loss (ST-MoE)
+    bias_balancing: bool = True  # aux-loss-free balancing bias, used for expert *selection* only
+    bias_update_rate: float = 1e-3  # u: step of the aux-loss-free bias per training step
+    rope_theta: float = 10000.0  # RoPE base frequency
+    init_std: float = 0.02  # std of the normal weight initialisation
+    dispatch: str = "grouped"  # grouped | loop (the plain per-expert reference)
+    mxfp8: bool = False  # MXFP8 quantise-dequantise emulation on the expert matmuls
+    kernels: str = "auto"  # auto | torch | triton
+    compile: bool = False  # torch.compile every replica in place (Module.compile); off by default
+
+    def __post_init__(self) -> None:
+        p = "model."
+        _check_fields(self, p)
+        _check(self.vocab_size == 256, p + "vocab_size", "must be 256 for a byte-level model", self.vocab_size)
+        for name in ("seq_len", "d_model", "n_layers", "n_heads", "n_experts", "top_k", "d_expert"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 1, p + name, "must be an integer >= 1", v)
+        _check(self.d_model % self.n_heads == 0, p + "d_model", f"must be divisible by model.n_heads={self.n_heads}", self.d_model)
+        _check((self.d_model // self.n_heads) % 2 == 0, p + "d_model", "d_model/n_heads must be even for RoPE", self.d_model)
+        _check(self.top_k <= self.n_experts, p + "top_k", f"must be <= model.n_experts={self.n_experts}", self.top_k)
+        _check(self.n_shared_experts >= 0, p + "n_shared_experts", "must be >= 0", self.n_shared_experts)
+        for name in ("aux_loss_coef", "z_loss_coef", "bias_update_rate"):
+            _check(getattr(self, name) >= 0, p + name, "must be >= 0", getattr(self, name))
+        _check(self.rope_theta > 0, p + "rope_theta", "must be > 0 (the base of the rotary frequencies)", self.rope_theta)
+        _check(self.init_std > 0, p + "init_std", "must be > 0 (the std of the normal initialisation)", self.init_std)
+        _check(self.dispatch in ("grouped", "loop"), p + "dispatch", "must be one of grouped|loop", self.dispatch)
+        _check(self.kernels in ("auto", "torch", "triton"), p + "kernels", "must be one of auto|torch|triton", self.kernels)
+
+
+@dataclass
+class OptimConfig:
+    """Inner optimizer (per island) and its schedule: linear warm-up then cosine decay to min_lr_ratio * lr."""
+
+    name: str = "adamw"  # adamw | shampoo | sgd (plain SGD: the reference for equivalence tests)
+    lr: float = 2e-3  # peak inner learning rate
+    min_lr_ratio: float = 0.1  # cosine decay ends at min_lr_ratio * lr
+    warmup_steps: int = 50  # linear warm-up steps
+    weight_decay: float = 0.1  # decoupled weight decay
+    beta1: float = 0.9  # first-moment decay (Adam)
+    beta2: float = 0.95  # second-moment decay (Adam)
+    eps: float = 1e-8  # Adam epsilon
+    grad_clip: float = 1.0  # 0 disables clipping
+    # Shampoo (Distributed Shampoo variant; see islands_kit/optim/shampoo.py)
+    precondition_frequency: int = 10  # Shampoo: recompute the inverse roots every N steps
+    start_preconditioning_step: int = 50  # Shampoo: grafted steps before preconditioning starts
+    max_preconditioner_dim: int = 1024  # Shampoo: larger dimensions are split into blocks
+    shampoo_epsilon: float = 1e-12  # Shampoo: added to the factors' eigenvalues before the inverse root
+    shampoo_beta2: float = 1.0  # 1.0 = plain sums of G G^T (original Shampoo)
+    grafting: str = "adam"  # adam | adagrad | rmsprop | sgd
+
+    def __post_init__(self) -> None:
+        p = "optim."
+        _check_fields(self, p)
+        _check(self.name in ("adamw", "shampoo", "sgd"), p + "name", "must be one of adamw|shampoo|sgd", self.name)
+        _check(0 < self.lr <= MAX_LR, p + "lr", f"must be > 0 and <= {MAX_LR:g}", self.lr)
+        _check(0 <= self.min_lr_ratio <= 1, p + "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
+        _check(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0", self.warmup_steps)
+        _check(self.weight_decay >= 0, p + "weight_decay", "must be >= 0", self.weight_decay)
+        _check(self.lr * self.weight_decay < 1, p + "weight_decay", f"optim.lr x weight_decay must be < 1 (decoupled "
+               f"decay scales the weights by 1 - lr x weight_decay each step; optim.lr={self.lr})", self.weight_decay)
+        _check(0 <= self.beta1 < 1, p + "beta1", "must be in [0, 1)", self.beta1)
+        _check(0 <= self.beta2 < 1, p + "beta2", "must be in [0, 1)", self.beta2)
+        _check(self.eps > 0, p + "eps", "must be > 0", self.eps)
+        _check(self.grad_clip >= 0, p + "grad_clip", "must be >= 0 (0 disables)", self.grad_clip)
+        _check(self.precondition_frequency >= 1, p + "precondition_frequency", "must be >= 1", self.precondition_frequency)
+        _check(self.start_preconditioning_step >= 0, p + "start_preconditioning_step", "must be >= 0", self.start_preconditioning_step)
+        _check(1 <= self.max_preconditioner_dim <= 8192, p + "max_preconditioner_dim", "must be >= 1 and <= 8192 (a block "
+               "of dimension d holds d x d factors and their inverse roots)", self.max_preconditioner_dim)
+        _check(self.shampoo_epsilon > 0, p + "shampoo_epsilon", "must be > 0", self.shampoo_epsilon)
+        _check(0 < self.shampoo_beta2 <= 1, p + "shampoo_beta2", "must be in (0, 1]", self.shampoo_beta2)
+        _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
