@@ -185,14 +185,25 @@ def test_bf16_autocast_on_cpu_trains_within_half_a_percent_of_fp32(experiment):
 
 # -- GPU presets ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("preset", ["gpu-small", "gpu"])
-def test_gpu_presets_train_on_the_gpu_in_bf16_with_shampoo_and_gpu_hardware_profiles(preset):
+def test_gpu_presets_train_on_the_gpu_in_bf16_with_adamw_in_the_methods_regime(preset):
+    """bf16 on cuda with GPU hardware profiles; AdamW (eight replicas' Shampoo roots would dominate the budget); at
+    least 20 tokens per active parameter and 80 outer steps per fragment."""
     from islands_kit.islands import HARDWARE
+    from islands_kit.model import ByteTransformer
     from islands_kit.presets import get_preset
+    from islands_kit.sync.diloco import sync_schedule
 
     for experiment in ("baseline", "two_site", "eight_cell"):
         cfg = get_preset(experiment, preset)
-        assert (cfg.device, cfg.precision, cfg.optim.name) == ("cuda", "bf16", "shampoo")
+        assert (cfg.device, cfg.precision, cfg.optim.name) == ("cuda", "bf16", "adamw")
         assert all(HARDWARE[i.hardware].gpu_names for i in cfg.islands)  # GPU profiles, not cpu-*
+        with torch.device("meta"):
+            active = ByteTransformer(cfg.model).num_active_params()
+        tokens = cfg.steps * sum(i.batch_size for i in cfg.islands) * cfg.model.seq_len
+        assert tokens / active >= 20, (preset, tokens / active)
+        if experiment == "two_site":
+            syncs = sync_schedule(cfg.sync.H, cfg.sync.n_fragments, cfg.steps)
+            assert min(sum(1 for _, f in syncs if f == p) for p in range(cfg.sync.n_fragments)) >= 80
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's error")

@@ -25,6 +25,9 @@ def write_outputs(exp: Experiment, out: Path, res: Result, tracker: Tracker | No
         atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in exp.link_timeline).encode())
         if tracker is not None:
             tracker.draw_figures(res, exp.history, exp.link_timeline)
-    exp.transport.barrier()  # torch.distributed: every rank's replicas are on disk before the run is marked finished
+    # torch.distributed: every rank's replicas are on disk before the run is marked finished; a run that went on
+    # without a lost island cannot wait for that island's ranks (dead or hung), and its result stands without them
+    if not exp.strategy.lost():
+        exp.transport.barrier()
     if exp.is_writer:
         write_json_atomic(out / RESULT_FILE, dict(res))
