@@ -136,11 +136,13 @@ SPARSELOCO: dict[str, str] = {
 
 
 def two_site_m1_control(preset: str = "demo") -> dict[str, str]:
-    """DiLoCo with M = 1 (``--set`` keys on top of the two_site preset): site A alone with the whole global batch of
-    40 (its 2 ranks x 20), every sync setting of two_site kept (H, fragments, tau, codec, outer lr and momentum). One
+    """DiLoCo with M = 1 (``--set`` keys on top of the two_site preset): site A alone with the whole global batch
+    (40 on the CPU presets: its 2 ranks x 20), every sync setting of two_site kept (H, fragments, tau, codec, outer lr and momentum). One
     replica has no one to average with, so what it measures against the baseline is the outer optimizer alone (the
     DiLoCo scaling-law paper finds M = 1 with Nesterov ahead of synchronous training); no byte crosses a link."""
-    site_a = dict(_islands("two_site", preset)[0], batch_size=40, micro_batch_size=20)
+    sites = _islands("two_site", preset)
+    batch = sum(s["batch_size"] for s in sites)  # the global batch (x the preset's _BATCH_SCALE)
+    site_a = dict(sites[0], batch_size=batch, micro_batch_size=batch // sites[0]["dp_ranks"])
     return {"islands": json.dumps([site_a])}
 
 

@@ -88,6 +88,7 @@ def test_lockstep_radial_directional_differs_from_the_mean_and_is_deterministic(
     assert torch.allclose(same_rd, same_mean, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_lockstep_radial_directional_end_to_end():
     base = apply_overrides(get_preset("two_site", "smoke"), {"threads": 1})
     mean = run_experiment(base)

@@ -84,6 +84,7 @@ def test_fp32_deltas_merge_like_fp32_weights(merge, opts):
         assert list(bd.refs) == [bd.ref_version] and bd.ref_version == 3 * H
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["int8", "int4"])
 def test_error_feedback_conserves_the_cell_sum_with_a_lossy_codec(codec):
     """Σ_i θ_i + ½ Σ_i e_i is what the local steps alone make it (delay-aware merges are doubly stochastic): the cell
@@ -136,6 +137,7 @@ def test_delta_payloads_need_a_common_start_and_a_known_payload():
         ButterflyConfig(payload="deltas")
 
 
+@pytest.mark.slow
 def test_resume_mid_run_with_delta_payloads_is_bit_identical(tmp_path):
     """Smoke eight_cell with int8 deltas, error feedback and an exact average inside the run: the checkpoint after
     step 7 holds exchanges in flight, the residuals and the reference; resuming gives the uninterrupted run's numbers."""

@@ -88,6 +88,7 @@ def test_config_file_errors_name_the_file_and_the_rule(capsys, tmp_path):
     assert "experiment: name one" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_result_json_reruns_exactly_through_yaml_and_json(tmp_path, capsys):
     a = tmp_path / "a"
     assert main(["run", "two_site", "--set", "steps=10", "--set", "sync.tau=2", "--set", "sync.codec=int8",
@@ -120,6 +121,7 @@ def test_dry_run_trains_nothing(tmp_path, capsys):
     assert "data.corpus" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resume_restores_the_config_from_the_checkpoint(tmp_path, capsys):
     a = tmp_path / "a"
     assert main(["run", "two_site", "--set", "steps=16", "--set", "checkpoint_every=8", "--set", "sync.tau=2",
@@ -179,6 +181,7 @@ def test_set_with_a_space_says_to_use_key_equals_value(capsys):
     assert "--set sync.H: use key=value, one word (--set sync.H=10)" in err and "unrecognized" not in err
 
 
+@pytest.mark.slow
 def test_sample_names_a_missing_folder_and_escapes_control_bytes(capsys, tmp_path):
     from islands_kit.sampling import printable
 

@@ -168,6 +168,7 @@ def test_formats(tmp_path, capsys):
         expand_run_dirs([tmp_path / "b" / "nothing-here"] if (tmp_path / "b" / "nothing-here").mkdir() is None else [])
 
 
+@pytest.mark.slow
 def test_cli_seed_sweep_runs_each_seed_and_reports_mean_and_spread(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["run", "two_site", "--seeds", "0", "1", "--set", "steps=6", "--set", "threads=1", "--quiet", "--out", str(out)]

@@ -83,6 +83,7 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
     assert marker.exists()
 
 
+@pytest.mark.slow
 def test_checkpoints_are_plain_data(tmp_path):
     """Every checkpoint a run writes loads with weights_only=True (the loader uses exactly that)."""
     from islands_kit.config import apply_overrides

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ---- pinned corpora ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORPORA))
 def test_registered_corpus_matches_registry(name: str, tmp_path: Path) -> None:
     c = load_corpus(name, cache_dir=tmp_path)
@@ -214,6 +215,7 @@ def test_data_card_front_matter_matches_registry(name: str) -> None:
 # ---- local files and the hub ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_txt_files_by_glob_and_directory(tmp_path: Path) -> None:
     (tmp_path / "b.txt").write_bytes(b"second file\nno newline at the end")
     (tmp_path / "a.txt").write_bytes("héllo\nworld\n".encode())

@@ -31,6 +31,7 @@ def _two_site(**sets):
     return apply_overrides(get_preset("two_site", "smoke"), {"threads": 1, "progress": False, **sets})
 
 
+@pytest.mark.slow
 def test_equal_speeds_instant_link_matches_lockstep():
     """Equal step times, a link that takes no time, fp32 and no routing channel: every contribution arrives at once,
     every merge lands before the next step, and the decoupled schedule is lock-step DiLoCo (tau = 0) exactly."""
@@ -46,6 +47,7 @@ def test_equal_speeds_instant_link_matches_lockstep():
     assert r_dec["val_curve"] == r_lock["val_curve"]  # bit for bit
 
 
+@pytest.mark.slow
 def test_straggler_changes_steps_tokens_and_numbers():
     fast = run_experiment(_two_site(**{"sync.mode": "decoupled", "link.preset": "intra-dc"}))
     slow = run_experiment(_two_site(**{"sync.mode": "decoupled", "link.preset": "intra-dc",
@@ -65,6 +67,7 @@ def test_straggler_changes_steps_tokens_and_numbers():
     assert slow["goodput"] > 0.7 and lock["goodput"] < 0.6
 
 
+@pytest.mark.slow
 def test_quorum_grace_late_carry_and_drop():
     base = {"sync.mode": "decoupled", "link.preset": "intra-dc"}
     patient = run_experiment(_two_site(**base, **{"sync.grace_s": 1.0}))
@@ -87,6 +90,7 @@ def test_quorum_grace_late_carry_and_drop():
     assert both["final_val_bpb"] == patient["final_val_bpb"]
 
 
+@pytest.mark.slow
 def test_lossy_link_changes_which_contributions_make_it():
     sets = {"sync.mode": "decoupled", "link.preset": "intra-dc", "sync.grace_s": 5e-5}
     clean = run_experiment(_two_site(**sets))
@@ -96,6 +100,7 @@ def test_lossy_link_changes_which_contributions_make_it():
     assert lossy["final_val_bpb"] != clean["final_val_bpb"]
 
 
+@pytest.mark.slow
 def test_preempted_island_leaves_the_quorum_and_rejoins():
     r = run_experiment(_two_site(**{"sync.mode": "decoupled", "link.preset": "intra-dc", "faults.preempt_island": 1,
                                     "faults.preempt_start": 4, "faults.preempt_steps": 10}))
@@ -108,6 +113,7 @@ def test_preempted_island_leaves_the_quorum_and_rejoins():
     assert math.isfinite(r["final_val_bpb"])
 
 
+@pytest.mark.slow
 def test_lockstep_reports_per_island_counts_and_goodput():
     r = run_experiment(_two_site(**{"faults.preempt_island": 1, "faults.preempt_start": 2,
                                     "faults.preempt_steps": 3}))
@@ -134,6 +140,7 @@ def test_bad_decoupled_settings_name_the_field(sets, field):
         apply_overrides(get_preset("two_site", "smoke"), sets)
 
 
+@pytest.mark.slow
 def test_data_parallel_stalls_for_a_preempted_island():
     """Synchronous data parallelism cannot train without the island: the job idles until it is back, misses no step,
     and its simulated time grows by the outage (preempt_steps of the slowest step) — goodput falls accordingly."""

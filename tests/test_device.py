@@ -47,6 +47,7 @@ def test_explicit_cuda_without_cuda_fails_before_any_work(spec, tmp_path, monkey
     assert resolve_device("auto") == torch.device("cpu")  # auto never fails: the CPU where there is no GPU
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only numbers")
 @pytest.mark.parametrize("experiment", ["baseline", "two_site", "eight_cell"])
 def test_device_cpu_matches_the_golden_fixture_and_records_the_device(experiment, tmp_path):
@@ -98,6 +99,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_training_evaluation_and_sync_keep_every_tensor_on_the_device(case, monkeypatch):
     """On a stand-in accelerator that refuses device mixing, a run trains, syncs and evaluates through every step
@@ -164,6 +166,7 @@ def test_the_stand_in_device_refuses_mixing():
 
 
 # -- precision ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["baseline", "two_site"])
 def test_bf16_autocast_on_cpu_trains_within_half_a_percent_of_fp32(experiment):
     """bf16 autocast changes the numbers (it is really on) but a smoke run lands within 0.5% bpb of fp32; the
@@ -269,6 +272,7 @@ REPLAY = {"faults.attack": "replay", "faults.attack_start": 2, "faults.defense":
 
 @pytest.mark.parametrize("experiment,at,extra", [("two_site", 4, {}), ("eight_cell", 5, {}),  # transfers in flight
                                                  ("two_site", 8, REPLAY)])  # the attacker's and defence's state
+@pytest.mark.slow
 def test_a_cpu_checkpoint_resumes_on_the_device(experiment, at, extra, tmp_path, monkeypatch):
     """Checkpoints load onto the CPU (map_location); resuming one on the device moves the replicas, optimizer and
     strategy state (residuals, transfers in flight, the routing channel, a replay attacker's stored payloads, the
@@ -283,6 +287,7 @@ def test_a_cpu_checkpoint_resumes_on_the_device(experiment, at, extra, tmp_path,
     assert res["final_val_bpb"] == pytest.approx(full["final_val_bpb"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_model_compile_trains_like_the_eager_model():
     """model.compile=true (torch.compile, in place: parameter names unchanged) gives the eager run's bpb to float
     rounding; the grouped expert matmul stays eager inside the compiled model."""

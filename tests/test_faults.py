@@ -325,6 +325,7 @@ def test_install_sets_the_hooks_only_when_asked():
 
 # -- end to end (smoke) ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_islands", [2, 4])
 def test_clean_run_has_no_false_positive(n_islands):
     cfg_c, clean = smoke_run(n_islands)
@@ -334,6 +335,7 @@ def test_clean_run_has_no_false_positive(n_islands):
         assert guarded["val_curve"] == clean["val_curve"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_islands", [2, 4])
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_each_attack_is_caught_in_one_window_and_the_model_stays_clean(attack, n_islands):
@@ -346,6 +348,7 @@ def test_each_attack_is_caught_in_one_window_and_the_model_stays_clean(attack, n
     assert abs(res["final_val_bpb"] - clean["final_val_bpb"]) < 0.01 * clean["final_val_bpb"]
 
 
+@pytest.mark.slow
 def test_without_defence_the_damage_is_visible():
     _, clean = smoke_run(2)
     _, scaled = smoke_run(2, "scale", "none")
@@ -359,6 +362,7 @@ def test_without_defence_the_damage_is_visible():
     assert [bool(torch.isfinite(g).all()) for g in exp.strategy.global_params] == [False, True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["int4", "fp32"])
 def test_an_undefended_nan_island_stops_the_run_and_still_writes_its_result(codec, tmp_path):
     """The NaN lands in fragment 0's global copy after step 13 and reaches the local replicas through the merge: the

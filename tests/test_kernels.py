@@ -212,6 +212,7 @@ def test_grouped_mm_triton_matches_reference_fwd_bwd(interpreted, sizes, k, n):
     assert torch.count_nonzero(outs["triton"][2][empty]) == 0  # empty experts get a zero weight gradient
 
 
+@pytest.mark.slow
 def test_grouped_mm_triton_bf16_and_mxfp8(interpreted):
     torch.manual_seed(1)
     gs = torch.tensor([7, 0, 9], device=DEV)

@@ -57,6 +57,7 @@ def test_one_replica_with_nesterov_is_not_training_alone():
     assert transport.ledger.bytes() == 0
 
 
+@pytest.mark.slow
 def test_m1_control_end_to_end():
     """The preset control: site A alone with the global batch of 40; plain averaging equals the same island trained
     without DiLoCo (sync.strategy=ddp on one island: no collective), Nesterov moves the number."""

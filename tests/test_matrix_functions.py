@@ -52,7 +52,9 @@ def test_ill_conditioned_stays_finite_and_accurate() -> None:
     X = matrix_inverse_root(A, 4, epsilon=1e-12)
     assert torch.isfinite(X).all()
     expected = (Q * (lam + 1e-12).pow(-0.25)) @ Q.T
-    torch.testing.assert_close(X, expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
+    # entries near zero carry the eigenvectors' rounding (LAPACK's path differs by CPU): within 1e-5 of the largest
+    # entry, far inside the cond * eps = 2e-4 a float64 eigendecomposition of this matrix may lose
+    torch.testing.assert_close(X, expected, rtol=1e-6, atol=1e-5 * expected.abs().max().item())
     # float32 input, float64 decomposition (the optimizer's path): still finite and symmetric positive definite
     X32 = matrix_inverse_root(A.float(), 4, epsilon=1e-12)
     assert torch.isfinite(X32).all()

@@ -51,6 +51,7 @@ def test_marked_block_refuses_a_lone_marker(tmp_path):
     assert doc.read_text() == before  # nothing written
 
 
+@pytest.mark.slow
 def test_run_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     old = os.umask(0o022)

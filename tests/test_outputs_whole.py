@@ -45,6 +45,7 @@ def test_result_json_is_the_last_output_written(tmp_path, monkeypatch):
     assert {"model.pt", "model.island0.pt", "model.island1.pt", "history.jsonl", LINK_TIMELINE} <= set(order[:-1])
 
 
+@pytest.mark.slow
 def test_a_run_stopped_before_its_end_leaves_no_result_json(tmp_path, monkeypatch):
     def killed(*a, **kw):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt("stopped while writing the final weights")

@@ -169,6 +169,7 @@ def test_bpb_band_draws_mean_and_one_std_over_seeds():
         plots.bpb_band({"x": [[]]})
 
 
+@pytest.mark.slow
 def test_teaching_figures(tmp_path):
     fig = plots.bpb_bars({"uniform": 8.0, "xz": 2.76})
     assert_readable(fig, 1)

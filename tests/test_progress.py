@@ -105,6 +105,7 @@ def test_format_duration():
     assert [format_duration(s) for s in (3.21, 75.2, 3725, float("nan"))] == ["3.2s", "1m15s", "1h02m", "?"]
 
 
+@pytest.mark.slow
 def test_a_run_prints_start_progress_and_end(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("ISLANDS_KIT_QUIET", raising=False)
     cfg = apply_overrides(get_preset("baseline", "smoke"), {"threads": 1, "progress": True, "steps": 12})

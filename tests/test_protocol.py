@@ -64,6 +64,7 @@ def test_a_finished_run_is_not_run_again(protocol, tmp_path):
     assert protocol.run_one(tmp_path, "baseline", "baseline", sets, 0, "demo", NoRun())["final_val_bpb"] == 2.0
 
 
+@pytest.mark.slow
 def test_every_arm_has_its_baselines_budget_and_valid_settings(protocol):
     from islands_kit.config import apply_overrides
     from islands_kit.presets import get_preset
@@ -158,6 +159,7 @@ def test_m1_control_rows_run_one_replica_with_the_tuned_sync(protocol):
         assert [getattr(cfg.sync, k) for k in same] == [getattr(tuned.sync, k) for k in same]
 
 
+@pytest.mark.slow
 def test_a_frontier_point_remade_from_its_overrides_reproduces_its_bpb(protocol, tmp_path):
     """A real smoke-preset run behind one frontier point: the point holds the overrides and seed of that run, and
     running it again from them alone (``--remake-point``) gives the same bpb bit for bit."""

@@ -21,6 +21,7 @@ def block(marker: str) -> str:
     return m.group(1)
 
 
+@pytest.mark.slow
 def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, capsys):
     cmd = re.search(r"^\.venv/bin/islands-kit (run two_site --preset smoke)\s", README, re.M)
     assert cmd, "README: the quickstart command moved"
@@ -30,6 +31,7 @@ def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, c
     assert capsys.readouterr().out == block("quickstart-output")
 
 
+@pytest.mark.slow
 def test_smoke_sample_is_what_sample_prints(tmp_path, monkeypatch, capsys):
     cmd = re.search(r"`islands-kit (sample runs/two_site-smoke-s0 [^`]*)`", README)
     assert cmd, "README: the smoke sample command moved"

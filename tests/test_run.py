@@ -46,6 +46,7 @@ def test_result_contract_and_files(two_site_result):
     assert set(res.compressor_bpb) == {"gzip", "bz2", "xz"}
 
 
+@pytest.mark.slow
 def test_regime_figures_count_what_happened(two_site_result):
     """tokens per active parameter, and the syncs each fragment took, counted by the strategy as they happened."""
     res, out = two_site_result
@@ -77,6 +78,7 @@ def test_two_site_ledger(two_site_result):
     assert 0 < res.compute_utilization <= 1 and res.sim_wall_clock_s > 0
 
 
+@pytest.mark.slow
 def test_same_seed_identical_different_seed_differs(tmp_path):
     a = run_experiment(smoke("baseline", steps=6))
     b = run_experiment(smoke("baseline", steps=6))
@@ -90,6 +92,7 @@ def test_baseline_ledger_is_the_ddp_formula():
     assert res.gradient_bytes == res.ddp_equivalent_bytes == 8 * res.params_total * 3
 
 
+@pytest.mark.slow
 def test_preempted_island_rejoins(tmp_path):
     res = run_experiment(smoke("two_site", steps=16, faults__preempt_island=1, faults__preempt_start=4,
                                faults__preempt_steps=5))
@@ -180,6 +183,7 @@ def _with_link(cfg, repair: bool):
     return res, (link.lost, link.holes)
 
 
+@pytest.mark.slow
 def test_lost_and_corrupted_chunks_cost_only_time_because_they_are_resent():
     """The link carries the payload bytes: a chunk that is neither resent nor rebuilt stays a hole (zeros) in what the
     receiver decodes. With resends the run equals the clean one; the same faults without resends change the numbers,
@@ -197,6 +201,7 @@ def test_lost_and_corrupted_chunks_cost_only_time_because_they_are_resent():
     assert unrepaired.val_curve != clean.val_curve and math.isfinite(unrepaired.final_val_bpb)  # different numbers
 
 
+@pytest.mark.slow
 def test_fec_alone_rebuilds_the_payload():
     """No re-requests at all: 4 parity chunks per 4 data chunks rebuild every group at 5% loss, so the run equals the
     clean one; without the parity the same losses leave holes and change the result."""
@@ -231,6 +236,7 @@ def test_attack_needs_diloco_before_any_work(tmp_path):
         smoke("eight_cell", faults__attack="sign_flip")
 
 
+@pytest.mark.slow
 def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     cfg = smoke("two_site", steps=16, checkpoint_every=8, faults__attack="scale", faults__attack_start=4,
                 faults__defense="auto")
@@ -253,6 +259,7 @@ def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     ("two_site", 12, 8, {}, "pending"),
     ("eight_cell", 12, 7, {}, "pending"),  # butterfly exchanges still in flight (merge delay)
 ])
+@pytest.mark.slow
 def test_resume_with_transfers_in_flight_is_bit_identical(tmp_path, experiment, steps, every, overrides, held):
     from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment

@@ -56,6 +56,7 @@ def test_baseline_replicas_are_the_deployed_model(tmp_path):
         assert all(torch.equal(s[k], g[k]) for k in g)
 
 
+@pytest.mark.slow
 def test_generate_follows_the_logits(two_site_run):
     model, _ = load_model(two_site_run)
     prompt = b"ROMEO:"

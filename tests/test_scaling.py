@@ -27,6 +27,7 @@ def test_point_config_resizes_the_preset():
     assert cfg.optim.lr == 1e-3 and cfg.optim.warmup_steps == 4 and cfg.eval_every == 5
 
 
+@pytest.mark.slow
 def test_study_runs_resumes_and_tables(tmp_path):
     lines: list[str] = []
     kw = dict(preset="smoke", lengths=[8, 16], widths=[16, 32], width_at=32, length_at=8, seeds=[0],

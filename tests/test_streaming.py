@@ -311,6 +311,7 @@ def test_qsr_windows_by_hand():
     assert sync_schedule(4, 2, 10, [(0, 4), (4, 6)]) == [(2, 0), (4, 1), (7, 0), (10, 1)]
 
 
+@pytest.mark.slow
 def test_qsr_with_h_base_always_winning_is_the_constant_schedule():
     from islands_kit.config import apply_overrides
     from islands_kit.presets import get_preset

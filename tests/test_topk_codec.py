@@ -56,6 +56,7 @@ def test_round_to_nearest_matches_a_plain_loop(name):
     torch.testing.assert_close(got, reference(x, every, 128, qmax, offset), atol=0, rtol=0)
 
 
+@pytest.mark.slow
 def test_stochastic_rounding_unbiased_on_kept_values():
     c = get_codec("top16_int2", 128)
     x = torch.randn(256, generator=torch.Generator().manual_seed(2))

@@ -27,6 +27,8 @@ from islands_kit.config import ConfigError, apply_overrides, parse_set
 from islands_kit.distributed import RankLayout
 from islands_kit.presets import get_preset
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 FAULTY = Path(__file__).with_name("faulty_transport.py")  # the CLI with the test-only fault-injecting transport
 FAST = ["steps=8", "eval_every=4"]  # eval at step 4 runs while a fragment / exchange is still in flight
 SHAMPOO = ["optim.name=shampoo", "optim.start_preconditioning_step=2", "optim.precondition_frequency=2"]
@@ -188,8 +190,6 @@ from islands_kit.comm import control
 from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
 from islands_kit.distributed import RankLayout, init_from_env
 from islands_kit.presets import get_preset
-
-pytestmark = pytest.mark.slow  # every test here starts processes
 
 class MakesMarker:
     def __reduce__(self):

@@ -66,6 +66,7 @@ def test_resolve_wandb_mode(monkeypatch):
     assert resolve_wandb_mode("online") == "online"
 
 
+@pytest.mark.slow
 def test_offline_run_holds_history_metrics_table_figures_and_artifact(tmp_path, no_wandb_env, capsys):
     cfg = smoke(wandb_mode="offline", wandb_group="g-test", log_every=4, progress=True)
     res = run_experiment(cfg, tmp_path)
@@ -119,6 +120,7 @@ def test_offline_run_holds_history_metrics_table_figures_and_artifact(tmp_path, 
     assert recs["exit"][0].get("exitCode", 0) == 0
 
 
+@pytest.mark.slow
 def test_two_runs_in_one_process_keep_their_own_wandb_mode(tmp_path, no_wandb_env):
     for name, mode in (("a", "offline"), ("b", "disabled"), ("c", "offline")):
         run_experiment(smoke("baseline", steps=4, wandb_mode=mode), tmp_path / name)
@@ -142,6 +144,7 @@ def wandb_start_clock(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_wandb_run(tmp_path, no_wandb_env, wandb_start_clock, capsys):
     cfg = smoke("two_site", steps=8, checkpoint_every=4, wandb_mode="offline", log_every=2, progress=True)
     first = tmp_path / "first"
