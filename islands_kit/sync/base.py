@@ -132,6 +132,8 @@ class SyncStrategy(abc.ABC):
     # can training go on while an island is away? Synchronous data parallelism cannot: its global batch needs every
     # island, so the whole job waits for a preempted one
     needs_every_island: bool = False
+    # can the run end without some islands' ranks (lost: dead or hung) and still write its result?
+    outlives_lost_islands: bool = False
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         self.models = models
@@ -197,6 +199,7 @@ class ClockedStrategy(SyncStrategy):
     """A strategy whose islands step on their own simulated clocks (module doc); ``tick_s`` is the global schedule's
     step T_ref."""
 
+    outlives_lost_islands = True  # a lost island is dropped and the rest trains on (sync/decoupled.py)
     tick_s: float
 
     @abc.abstractmethod

@@ -25,9 +25,10 @@ def write_outputs(exp: Experiment, out: Path, res: Result, tracker: Tracker | No
         atomic_write_bytes(out / LINK_TIMELINE, "".join(dumps_strict(r) + "\n" for r in exp.link_timeline).encode())
         if tracker is not None:
             tracker.draw_figures(res, exp.history, exp.link_timeline)
-    # torch.distributed: every rank's replicas are on disk before the run is marked finished; a run that went on
-    # without a lost island cannot wait for that island's ranks (dead or hung), and its result stands without them
-    if not exp.strategy.lost():
+    # torch.distributed: every rank's replicas are on disk before the run is marked finished; a strategy that goes on
+    # without lost islands cannot wait for their ranks (dead or hung, and not every survivor knows which), so there
+    # the writer marks the run finished once its own files are written
+    if not exp.strategy.outlives_lost_islands:
         exp.transport.barrier()
     if exp.is_writer:
         write_json_atomic(out / RESULT_FILE, dict(res))
