@@ -177,7 +177,7 @@ def run_one(out: Path, arm: str, experiment: str, sets: dict[str, str], seed: in
     d.mkdir(parents=True, exist_ok=True)
     (d / "settings.json").write_text(json.dumps({"arm": arm, "experiment": experiment, "sets": sets, "seed": seed}))
     all_sets = {**sets, "seed": str(seed), "threads": "1", "data.tune_fraction": str(TUNE_FRACTION),
-                "wandb_mode": "disabled", "progress": "false"}
+                "data.score_tune": "true", "wandb_mode": "disabled", "progress": "false"}
     cmd = [sys.executable, "-m", "islands_kit", "run", experiment, "--preset", preset, "--out", str(d)]
     for k, v in all_sets.items():
         cmd += ["--set", f"{k}={v}"]

@@ -126,8 +126,9 @@ class Experiment:
                                   f"bytes; must leave both more than model.seq_len={T} (got {cfg.data.tune_fraction})")
             tune = self.train[-n_tune:].clone()
             self.train = self.train[:-n_tune].clone()
-            tx, ty = eval_windows(tune, T, cfg.data.final_eval_bytes)
-            self.tune_windows = (tx.to(self.device), ty.to(self.device))
+            if cfg.data.score_tune:  # only a tuner reads final_tune_bpb: otherwise the split is held out, not scored
+                tx, ty = eval_windows(tune, T, cfg.data.final_eval_bytes)
+                self.tune_windows = (tx.to(self.device), ty.to(self.device))
         self.final_tune_bpb: float | None = None
         self.eval_x, self.eval_y = (w.to(self.device) for w in eval_windows(self.val, T, cfg.data.eval_bytes))
         final_x, final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
@@ -209,7 +210,8 @@ class Experiment:
 
     def evaluate(self, final: bool = False) -> float:
         """bpb of the deployed model (the strategy's evaluation parameters) on the validation windows; at the end
-        also on the tuning split when there is one (``final_tune_bpb``: what hyperparameter choices are made on)."""
+        also on the tuning split when ``data.score_tune`` asks (``final_tune_bpb``: what hyperparameter choices are
+        made on; None otherwise)."""
         self.check_eval_state()
         m = self._load_eval_model()
         x, y = (self.final_x, self.final_y) if final else (self.eval_x, self.eval_y)
