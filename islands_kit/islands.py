@@ -91,12 +91,13 @@ def lr_lambda(step: int, cfg: OptimConfig, total_steps: int) -> float:
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> torch.optim.Optimizer:
     """Inner optimizer, its state on the model's device (float32, like the weights). Weight decay applies to matrices
-    only (not norms, router bias or other 1-D tensors). AdamW is the fused kernel on CUDA and torch's default on CPU."""
+    only (not norms, router bias or other 1-D tensors). AdamW is torch's fused kernel where torch has one for the
+    device (``device.use_fused_adamw``), else torch's default."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if cfg.name == "adamw":
-        fused = use_fused_adamw(next(model.parameters()).device) or None  # None: torch's default (CPU: unchanged)
+        fused = use_fused_adamw(next(model.parameters()).device) or None  # None: torch's default
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
