@@ -4,8 +4,10 @@ What is compared, side by side in one run:
   * kit   — ``Experiment.train_step()`` of the experiment's preset: every island's forward/backward, routing sync,
             the strategy (gradient all-reduce, DiLoCo fragments, butterfly exchanges), clipping, the inner optimizer
             of every replica and its schedule;
-  * plain — one copy of the same model on the same global batch cut into the same micro-batches (so the matrix
-            shapes are the kit's), loss + aux loss, backward, ``torch.optim.AdamW`` step, ``zero_grad``; nothing else.
+  * plain — the models the experiment trains, written as a plain loop: one model on the global batch for the
+            baseline (data-parallel training is one model), one replica per island for two_site and eight_cell, each
+            on the kit's micro-batches (so the matrix shapes are the kit's): loss + aux loss, backward,
+            ``torch.optim.AdamW`` step, ``zero_grad``; nothing else (no clipping, schedule, routing or sync).
             ``plain`` uses torch's default AdamW (what a user writes; on the CPU the per-tensor loop), ``plain-fused``
             the fused kernel, so the kit's overhead beyond the choice of kernel shows too.
 The three arms alternate block by block (the order rotating each repeat), so load drifts on a shared machine hit them
@@ -44,23 +46,29 @@ def _config(experiment: str, preset: str, steps: int | None = None) -> Experimen
 
 
 def plain_step(exp: Experiment, fused: bool) -> Callable[[], None]:
-    """A plain training step on one copy of the experiment's model: the global batch (the sum of the islands'
-    batches, drawn like the kit's) cut into the islands' micro-batches, gradients accumulated as their mean."""
+    """A plain training step of the models the experiment trains: one model for the baseline (data-parallel training
+    is one model on the global batch, all islands' micro-batches), one per island otherwise (each replica on its
+    island's batch and micro-batches). Each: forward, backward (gradients accumulated as the batch mean), AdamW."""
     cfg = exp.cfg
-    model = copy.deepcopy(exp.islands[0].model).train()
     o = cfg.optim
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
-                            weight_decay=o.weight_decay, fused=fused or None)
-    sizes = [ic.micro_batch_size for ic in cfg.islands for _ in range(ic.batch_size // ic.micro_batch_size)]
-    stream = BatchStream(exp.train, sum(sizes), cfg.model.seq_len, seed=cfg.seed + 1, stream_id=0)
+    per_island = [[ic.micro_batch_size] * (ic.batch_size // ic.micro_batch_size) for ic in cfg.islands]
+    groups = [sum(per_island, [])] if cfg.sync.strategy == "ddp" else per_island
+    replicas = []
+    for k, sizes in enumerate(groups):
+        model = copy.deepcopy(exp.islands[0].model).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                                weight_decay=o.weight_decay, fused=fused or None)
+        stream = BatchStream(exp.train, sum(sizes), cfg.model.seq_len, seed=cfg.seed + 1, stream_id=k)
+        replicas.append((model, opt, stream, sizes))
 
     def step() -> None:
-        x, y = stream.next()  # (B, T)
-        for xc, yc in zip(x.split(sizes), y.split(sizes)):
-            out = model(xc, yc)
-            ((out.loss + out.aux_loss) * (xc.shape[0] / x.shape[0])).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        for model, opt, stream, sizes in replicas:
+            x, y = stream.next()  # (B, T)
+            for xc, yc in zip(x.split(sizes), y.split(sizes)):
+                out = model(xc, yc)
+                ((out.loss + out.aux_loss) * (xc.shape[0] / x.shape[0])).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
     return step
 
