@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 from torch import nn
@@ -87,6 +88,22 @@ def lr_lambda(step: int, cfg: OptimConfig, total_steps: int) -> float:
     span = max(1, total_steps - cfg.warmup_steps)
     prog = min(1.0, (step - cfg.warmup_steps) / span)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
+
+
+def clip_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_``, bit for bit, without its multiply by 1.0 where nothing is clipped on the CPU
+    (most of a run: the gradient norm falls below the bound early), which would rewrite every gradient for nothing.
+    On a GPU the multiply stays: deciding to skip it would cost a device-to-host sync every step. torch before 2.6 has
+    no separate norm, and clips as torch does."""
+    params = list(params)
+    if not hasattr(torch.nn.utils, "get_total_norm"):
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads)
+    if grads and grads[0].device.type == "cpu" and bool(max_norm / (total + 1e-6) >= 1.0):
+        return  # torch's clip coefficient, clamped to 1.0: the multiply would change no bit
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> torch.optim.Optimizer:
@@ -181,7 +198,7 @@ class Island:
 
     def optimizer_step(self) -> None:
         if self.optim_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_cfg.grad_clip)
+            clip_grad_norm(self.model.parameters(), self.optim_cfg.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
