@@ -223,7 +223,8 @@ def run_dir(out: Path, arm: str, sets: dict[str, str], seed: int) -> Path:
 
 
 # what every protocol run sets besides its arm's settings and its seed (one thread: bit-reproducible per seed)
-RUN_SETS = {"threads": "1", "data.tune_fraction": str(TUNE_FRACTION), "wandb_mode": "disabled", "progress": "false"}
+RUN_SETS = {"threads": "1", "data.tune_fraction": str(TUNE_FRACTION), "data.score_tune": "true", "wandb_mode": "disabled",
+            "progress": "false"}
 
 
 def overrides(sets: dict[str, str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -90,14 +90,31 @@ def lr_lambda(step: int, cfg: OptimConfig, total_steps: int) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
 
 
+def clip_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_``, bit for bit, without its multiply by 1.0 where nothing is clipped on the CPU
+    (most of a run: the gradient norm falls below the bound early), which would rewrite every gradient for nothing.
+    On a GPU the multiply stays: deciding to skip it would cost a device-to-host sync every step. torch before 2.6 has
+    no separate norm, and clips as torch does."""
+    params = list(params)
+    if not hasattr(torch.nn.utils, "get_total_norm"):
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads)
+    if grads and grads[0].device.type == "cpu" and bool(max_norm / (total + 1e-6) >= 1.0):
+        return  # torch's clip coefficient, clamped to 1.0: the multiply would change no bit
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+
+
 def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> torch.optim.Optimizer:
     """Inner optimizer, its state on the model's device (float32, like the weights). Weight decay applies to matrices
-    only (not norms, router bias or other 1-D tensors). AdamW is the fused kernel on CUDA and torch's default on CPU."""
+    only (not norms, router bias or other 1-D tensors). AdamW is torch's fused kernel where torch has one for the
+    device (``device.use_fused_adamw``), else torch's default."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if cfg.name == "adamw":
-        fused = use_fused_adamw(next(model.parameters()).device) or None  # None: torch's default (CPU: unchanged)
+        fused = use_fused_adamw(next(model.parameters()).device) or None  # None: torch's default
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr)
@@ -185,7 +202,7 @@ class Island:
 
     def optimizer_step(self) -> None:
         if self.optim_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_cfg.grad_clip)
+            clip_grad_norm(self.model.parameters(), self.optim_cfg.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -13,7 +13,17 @@ from islands_kit import config
 from islands_kit.codec_registry import CODEC_SPECS, SPARSE_CODECS
 from islands_kit.codec_registry import CODECS as ALL_CODECS
 from islands_kit.codec_registry import DENSE_CODECS as CODECS  # the sparse ones: tests/test_topk_codec.py
-from islands_kit.comm.codecs import FP4_E2M1_GRID, FP4_E3M0_GRID, HEADER_BYTES, ErrorFeedback, Payload, decode_bytes, encode_bytes, get_codec
+from islands_kit.comm.codecs import (
+    FP4_E2M1_GRID,
+    FP4_E3M0_GRID,
+    HEADER_BYTES,
+    ErrorFeedback,
+    Payload,
+    decode_bytes,
+    encode_bytes,
+    fp32_codec,
+    get_codec,
+)
 
 QUANTISED = [c for c in CODECS if c not in ("fp32", "bf16")]
 LOSSY = [c for c in CODECS if c != "fp32"]
@@ -163,6 +173,24 @@ def test_fp32_roundtrip_is_bitwise_and_passes_non_finite() -> None:
     c = get_codec("fp32")
     out = c.decode(c.encode(x.view(7, 1), stochastic=True, generator=gen(0)))
     assert torch.equal(out.view(torch.int32), x.view(torch.int32))
+
+
+def test_fp32_wrap_sends_the_tensor_s_own_bytes_and_read_values_reads_them_in_place() -> None:
+    """The no-copy pair the gradient all-reduce uses: ``wrap`` gives encode's bytes over the tensor's own storage,
+    ``read_values`` gives decode's values without copying; anything they cannot serve as such is refused or copied."""
+    c = fp32_codec()
+    x = torch.randn(9, generator=gen(3))
+    p = c.wrap(x)
+    assert torch.equal(p.data, c.encode(x).data) and p.data.data_ptr() == x.data_ptr()
+    v = c.read_values(p)
+    assert torch.equal(v, c.decode(p)) and v.data_ptr() == x.data_ptr()
+    unaligned = Payload("fp32", 9, 128, torch.cat([torch.zeros(1, dtype=torch.uint8), p.data])[1:])
+    assert torch.equal(c.read_values(unaligned), x) and c.read_values(unaligned).data_ptr() != unaligned.data.data_ptr()
+    q = get_codec("int8")
+    assert torch.equal(q.read_values(q.encode(x)), q.decode(q.encode(x)))  # a codec whose bytes are not the values decodes
+    for bad in (x.double(), x.view(3, 3), x[::2]):  # not float32, not 1-D, not contiguous
+        with pytest.raises(ValueError, match="fp32.wrap: x must be a 1-D contiguous float32"):
+            c.wrap(bad)
 
 
 def test_bf16_rtn_equals_torch_cast() -> None:

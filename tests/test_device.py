@@ -3,6 +3,7 @@ the training loop, evaluation, strategies and codecs (checked with a stand-in de
 tests/devicecheck.py), bf16 autocast close to fp32, and what result.json records."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -16,7 +17,8 @@ from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.config import CODECS, ConfigError, apply_overrides
 from islands_kit.device import resolve_device
 from islands_kit.golden import fixture_diff, golden_config, pinned, read_run_files
-from islands_kit.islands import Island
+from islands_kit.islands import Island, build_optimizer, clip_grad_norm, lr_lambda
+from islands_kit.model import ByteTransformer
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.diloco import DiLoCo
@@ -163,6 +165,53 @@ def test_the_stand_in_device_refuses_mixing():
             a + torch.ones(3)
         with pytest.raises(DeviceMixError):
             torch.zeros(()).add_(a.sum())  # written into a CPU scalar: CUDA refuses
+
+
+# -- the inner optimizer's kernel ----------------------------------------------------------------------------------
+def test_inner_adamw_is_fused_on_the_cpu_and_equals_torch_s_foreach_adamw():
+    """Where torch has a fused CPU AdamW the islands use it, and it makes torch.optim.AdamW's foreach update (decoupled
+    weight decay on matrices only, the warm-up and cosine schedule) to float rounding: the same gradients for 30
+    steps leave the two copies of a real model within float32 rounding."""
+    cfg = golden_config("baseline").optim
+    torch.manual_seed(0)
+    model = ByteTransformer(golden_config("baseline").model)
+    ref_model = copy.deepcopy(model)
+    fused = build_optimizer(model, cfg)
+    assert [g["fused"] for g in fused.param_groups] == [True, True]
+    ref = torch.optim.AdamW([{**g, "params": [dict(zip(map(id, model.parameters()), ref_model.parameters()))[id(p)]
+                                              for p in g["params"]]} for g in fused.param_groups], foreach=True, fused=None)
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: lr_lambda(s, cfg, 30)) for o in (fused, ref)]
+    g = torch.Generator().manual_seed(1)
+    for _ in range(30):
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        for o, sch in zip((fused, ref), scheds):
+            o.step()
+            sch.step()
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])  # gradient norms about 0.002, 2 and 2000; the bound is 1
+def test_gradient_clipping_equals_torch_s_and_skips_the_identity_multiply_on_the_cpu(scale, monkeypatch):
+    """``islands.clip_grad_norm`` leaves gradients bit for bit as ``torch.nn.utils.clip_grad_norm_`` does; where torch
+    would multiply by a coefficient clamped to 1.0 it does not touch them at all."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (7, 300, 64)]
+    grads = [torch.randn(p.shape, generator=g) * scale / 10 for p in params]
+    ref = [torch.nn.Parameter(torch.zeros_like(p)) for p in params]
+    for p, q, x in zip(params, ref, grads):
+        p.grad, q.grad = x.clone(), x.clone()
+    torch.nn.utils.clip_grad_norm_(ref, 1.0)
+    calls = []
+    real = torch.nn.utils.clip_grads_with_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grads_with_norm_", lambda *a, **k: calls.append(1) or real(*a, **k))
+    clip_grad_norm(iter(params), 1.0)
+    for p, q in zip(params, ref):
+        assert torch.equal(p.grad, q.grad)
+    total = float(torch.linalg.vector_norm(torch.cat(grads)))
+    assert calls == ([] if total < 0.99 else [1])
 
 
 # -- precision ---------------------------------------------------------------------------------------------------

@@ -87,6 +87,17 @@ def test_same_seed_identical_different_seed_differs(tmp_path):
     assert c.final_val_bpb != a.final_val_bpb
 
 
+def test_the_tuning_split_is_scored_only_when_asked():
+    """``data.tune_fraction`` holds the split out of training either way; only ``data.score_tune`` scores it, so a
+    run nobody tunes spends no final pass on it — and the training and validation numbers do not depend on it."""
+    held = run_experiment(smoke("baseline", steps=2, data__tune_fraction=0.05))
+    scored = run_experiment(smoke("baseline", steps=2, data__tune_fraction=0.05, data__score_tune="true"))
+    assert held.final_tune_bpb is None and math.isfinite(scored.final_tune_bpb)
+    assert held.final_val_bpb == scored.final_val_bpb and held.val_curve == scored.val_curve
+    with pytest.raises(ConfigError, match="data.score_tune: needs a tuning split"):
+        smoke("baseline", data__score_tune="true").validate()
+
+
 def test_baseline_ledger_is_the_ddp_formula():
     res = run_experiment(smoke("baseline", steps=3, sync__routing_sync="false"))
     assert res.gradient_bytes == res.ddp_equivalent_bytes == 8 * res.params_total * 3

@@ -105,6 +105,28 @@ def test_ddp_replicas_equal_single_model_on_summed_batch():
     assert torch.equal(flat(models[0]), flat(models[1]))
 
 
+def test_ddp_gives_every_replica_its_own_copy_of_the_mean_gradient():
+    """The all-reduce reads the flattened gradients in place and copies the mean into each replica's gradients: the
+    replicas never share gradient storage (clipping one in place must not touch another), also when a parameter had
+    no gradient, and the reused flat buffers give the right mean again on the next step."""
+    models = make_replicas(2)
+    ddp = DDP(models, LocalTransport(2))
+    for step, batch in enumerate(batches(2, 2), start=1):
+        for i, m in models.items():
+            m.zero_grad(set_to_none=True)
+            x, y = batch[i]
+            ((m(x) - y) ** 2).mean().backward()
+        models[1].head.bias.grad = None  # reads as zeros
+        expected = [(models[0].get_parameter(n).grad + (models[1].get_parameter(n).grad
+                     if models[1].get_parameter(n).grad is not None else 0)) * 0.5 for n, _ in models[0].named_parameters()]
+        ddp.reduce_gradients(step, {0: 4, 1: 4})
+        for (n, p0), p1, e in zip(models[0].named_parameters(), models[1].parameters(), expected):
+            assert torch.allclose(p0.grad, e, atol=1e-7) and torch.equal(p0.grad, p1.grad), n
+            assert p0.grad.data_ptr() != p1.grad.data_ptr(), n
+        models[0].blocks[0].weight.grad.mul_(0.0)
+        assert models[1].blocks[0].weight.grad.abs().sum() > 0
+
+
 def local_sgd_step(models, opts, batch) -> None:
     """One inner SGD step on every replica (no communication)."""
     for i, m in models.items():

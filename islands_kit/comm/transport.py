@@ -26,11 +26,11 @@ import torch
 
 from islands_kit.comm import control
 from islands_kit.comm.clock import Handle, SimClock
-from islands_kit.comm.codecs import Payload, get_codec
+from islands_kit.comm.codecs import Payload, fp32_codec, get_codec
 from islands_kit.comm.ledger import COST_MODEL, Ledger, LedgerEntry, ring_bytes
 
 __all__ = ["COST_MODEL", "Delivery", "Handle", "Ledger", "LedgerEntry", "LocalTransport", "SimClock", "Transport",
-           "decode", "received_payload", "ring_bytes", "weighted_mean"]
+           "decode", "read_values", "received_payload", "ring_bytes", "weighted_mean"]
 
 if TYPE_CHECKING:
     from islands_kit.comm.link import LinkModel
@@ -108,9 +108,11 @@ class Transport(abc.ABC):
         return Delivery(end, decode(received_payload(payload, holes)))
 
     def all_reduce_tensor(self, channel: str, tensors: dict[int, torch.Tensor], weights: dict[int, float]) -> Handle:
-        """Convenience: fp32 all-reduce of plain tensors (routing statistics, DDP gradients)."""
-        codec = get_codec("fp32")
-        return self.all_reduce(channel, {i: codec.encode(t.detach().reshape(-1)) for i, t in tensors.items()}, weights)
+        """Convenience: fp32 all-reduce of plain tensors (routing statistics, DDP gradients). The tensors are sent as
+        they are, not copied (``Fp32Codec.wrap``): they must not change until every result has been waited for."""
+        codec = fp32_codec()
+        return self.all_reduce(channel, {i: codec.wrap(t.detach().reshape(-1).to(torch.float32).contiguous())
+                                         for i, t in tensors.items()}, weights)
 
     def compute(self, island: int, seconds: float) -> None:
         self.clock.compute(island, seconds)
@@ -202,7 +204,7 @@ class LocalTransport(Transport):
         ids = self._members(channel, payloads)
         arrival, holes = self.price_all_reduce(channel, {i: payloads[i].nbytes for i in ids})
         w = [weights[i] for i in ids]
-        mean = weighted_mean([decode(payloads[i]) for i in ids], w)
+        mean = weighted_mean([read_values(payloads[i]) for i in ids], w)
         results = {i: mean for i in ids}
         for k, dst in enumerate(ids):
             if holes.get(dst):  # dst decodes its ring predecessor's payload as it arrived
@@ -261,6 +263,11 @@ class Delivery:
 def decode(p: Payload) -> torch.Tensor:
     """The tensor a payload carries (its codec's decode)."""
     return get_codec(p.codec, p.block_size).decode(p)
+
+
+def read_values(p: Payload) -> torch.Tensor:
+    """What ``decode`` returns, for reading only (``Codec.read_values``: an fp32 payload is read in place, not copied)."""
+    return get_codec(p.codec, p.block_size).read_values(p)
 
 
 def received_payload(p: Payload, holes: list[list[int]]) -> Payload:

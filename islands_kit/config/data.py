@@ -17,14 +17,18 @@ class DataConfig:
     revision: str = ""  # hub: the dataset revision to pin (commit sha, tag or branch); "" = the default branch
     streaming: bool = False  # hub: stream the rows instead of downloading the dataset; needs max_bytes
     max_bytes: int = 0  # use only the first max_bytes bytes of the corpus (0 = all)
-    # the tuning split: held out of training, scored at the end as final_tune_bpb; hyperparameters are chosen on it
+    # the tuning split: held out of training; hyperparameters are chosen on its score (final_tune_bpb) when a tuner
+    # (benchmarks/protocol.py) asks for it with score_tune; otherwise the final evaluation spares that pass
     tune_fraction: float = 0.0  # fraction of the bytes just before the validation tail held out for tuning (0 = none)
+    score_tune: bool = False  # score the tuning split at the end (final_tune_bpb); off: held out, never scored
 
     def __post_init__(self) -> None:
         _check_fields(self, "data.")
         _check(0.05 <= self.val_fraction < 0.5, "data.val_fraction", "must be in [0.05, 0.5)", self.val_fraction)
         _check(self.eval_bytes >= 0, "data.eval_bytes", "must be >= 0 (0 = all validation bytes)", self.eval_bytes)
         _check(0.0 <= self.tune_fraction < 0.5, "data.tune_fraction", "must be in [0, 0.5)", self.tune_fraction)
+        _check(not self.score_tune or self.tune_fraction > 0, "data.score_tune",
+               "needs a tuning split to score (data.tune_fraction > 0)", self.score_tune)
         _check(self.final_eval_bytes >= 0, "data.final_eval_bytes", "must be >= 0 (0 = all validation bytes)", self.final_eval_bytes)
         hub = isinstance(self.corpus, str) and self.corpus.startswith("hub:")
         _check(isinstance(self.text_field, str) and self.text_field.strip() != "", "data.text_field",

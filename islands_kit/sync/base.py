@@ -65,14 +65,25 @@ class FragmentView:
             p.copy_(flat[off:off + n].view_as(p))
             off += n
 
-    def flat_grad(self) -> torch.Tensor:
-        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in self.params])
+    @torch.no_grad()
+    def flat_grad(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The gradients as one fp32 vector (a missing gradient reads as zeros), written into ``out`` when given: a
+        buffer reused every step spares allocating (and page-faulting) a fresh model-sized vector."""
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                          for p in self.params], out=out)
 
+    @torch.no_grad()
     def assign_grad(self, flat: torch.Tensor) -> None:
+        """Set the gradients to ``flat``'s values, copied into the existing gradient tensors (new ones only where a
+        parameter has none), so the replica never shares storage with ``flat`` or with another replica."""
         off = 0
         for p in self.params:
             n = p.numel()
-            p.grad = flat[off:off + n].view_as(p).clone()
+            src = flat[off:off + n].view_as(p)
+            if p.grad is None:
+                p.grad = src.clone()
+            else:
+                p.grad.copy_(src)
             off += n
 
 

@@ -211,16 +211,15 @@ class Butterfly(LockstepStrategy):
 
     def _exchange(self, step: int, p: int, r: int) -> None:
         payloads = {}
+        keep_sent = self.cfg.butterfly.merge == "delay_aware" and self.cfg.tau > 0
         for i in self.ids:
-            x = self.views[i][p].flat()
-            if self.delta:
-                x = x - self.refs[self.ref_version][p].to(x.device)
+            snapshot = self.views[i][p].flat()  # a fresh copy, which compress only reads
+            x = snapshot - self.refs[self.ref_version][p].to(snapshot.device) if self.delta else snapshot
             payloads[i], _ = self.ef.compress((i, p), x, self.codec,
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
+            if keep_sent:  # delay-aware merges mix the fragment as it was sent
+                self.sent[(i, p, step)] = snapshot
         handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
-        if self.cfg.butterfly.merge == "delay_aware" and self.cfg.tau > 0:
-            for i in self.ids:
-                self.sent[(i, p, step)] = self.views[i][p].flat()
         self.pending.push(step + self.cfg.tau, p, handle, sent_at=step)
 
     def _apply_due(self, step: int) -> None:

@@ -29,11 +29,14 @@ class DDP(LockstepStrategy):
         super().__init__(models, transport)
         names = [n for n, _ in next(iter(models.values())).named_parameters()]
         self.views = {i: FragmentView(m, names) for i, m in models.items()}
+        # each island's flattened gradient, reused every step: the all-reduce reads it in place, so a step allocates
+        # no model-sized vector beyond the mean itself
+        self.flat = {i: torch.empty(v.numel, dtype=torch.float32, device=v.device) for i, v in self.views.items()}
 
     def reduce_gradients(self, step: int, tokens: dict[int, int]) -> None:
         if self.transport.n_islands == 1:  # a group of one: the collective is skipped
             return
-        grads = {i: v.flat_grad() for i, v in self.views.items()}
+        grads = {i: v.flat_grad(out=self.flat[i]) for i, v in self.views.items()}
         handle = self.transport.all_reduce_tensor("gradients", grads, {i: float(tokens[i]) for i in self.ids})
         for i in self.ids:
             self.views[i].assign_grad(handle.wait(i))

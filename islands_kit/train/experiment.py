@@ -61,8 +61,9 @@ class Experiment:
                                   f"bytes; must leave both more than model.seq_len={T} (got {cfg.data.tune_fraction})")
             tune = self.train[-n_tune:].clone()
             self.train = self.train[:-n_tune].clone()
-            tx, ty = eval_windows(tune, T, cfg.data.final_eval_bytes)
-            tune_windows = (tx.to(self.device), ty.to(self.device))
+            if cfg.data.score_tune:  # only a tuner reads final_tune_bpb: otherwise the split is held out, not scored
+                tx, ty = eval_windows(tune, T, cfg.data.final_eval_bytes)
+                tune_windows = (tx.to(self.device), ty.to(self.device))
         self.final_tune_bpb: float | None = None
         ex, ey = (w.to(self.device) for w in eval_windows(self.val, T, cfg.data.eval_bytes))
         final_x, final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)

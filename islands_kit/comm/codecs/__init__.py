@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from islands_kit.comm.codecs.base import Bf16Codec, Codec, Fp32Codec
 from islands_kit.comm.codecs.block import BlockCodec, Fp4Codec, Fp8E4M3Codec, UniformCodec, minifloat_magnitudes
-from islands_kit.comm.codecs.factory import get_codec
+from islands_kit.comm.codecs.factory import fp32_codec, get_codec
 from islands_kit.comm.codecs.feedback import ErrorFeedback
 from islands_kit.comm.codecs.grids import BF16_MAX, FP4_E2M1_GRID, FP4_E3M0_GRID
 from islands_kit.comm.codecs.payload import NonFiniteError, Payload
@@ -84,5 +84,5 @@ from islands_kit.comm.codecs.wire import HEADER_BYTES, decode_bytes, encode_byte
 __all__ = [
     "BF16_MAX", "FP4_E2M1_GRID", "FP4_E3M0_GRID", "HEADER_BYTES", "Bf16Codec", "BlockCodec", "Codec", "ErrorFeedback",
     "Fp32Codec", "Fp4Codec", "Fp8E4M3Codec", "NonFiniteError", "Payload", "TopKCodec", "UniformCodec", "decode_bytes",
-    "encode_bytes", "get_codec", "minifloat_magnitudes", "read_header",
+    "encode_bytes", "fp32_codec", "get_codec", "minifloat_magnitudes", "read_header",
 ]

@@ -69,6 +69,11 @@ class Codec:
         and the divergence check handle."""
         return None
 
+    def read_values(self, p: Payload) -> torch.Tensor:
+        """What ``decode`` returns, for a reader that only reads it (an average): a codec whose bytes are the values
+        (fp32) hands them over without a copy, so the result must not be written to."""
+        return self.decode(p)
+
     def _noise(self, xf: torch.Tensor, stochastic: bool, generator: torch.Generator | None,
                noise: torch.Tensor | None) -> torch.Tensor | None:
         if not stochastic or self.spec.kind == "fp32":
@@ -100,6 +105,21 @@ class Fp32Codec(Codec):
 
     def _decode(self, data: torch.Tensor, n: int) -> torch.Tensor:
         return data.view(torch.float32).clone()
+
+    def read_values(self, p: Payload) -> torch.Tensor:
+        """The payload's float32 values read in place, without a copy (the bytes are checked as ``decode`` checks
+        them; unaligned storage is copied)."""
+        if p.codec != self.name or p.block_size != self.block_size or p.nbytes != self.nbytes(p.numel) \
+                or p.data.storage_offset() % 4:
+            return self.decode(p)
+        return p.data.view(torch.float32)
+
+    def wrap(self, x: torch.Tensor) -> Payload:
+        """The payload of ``x`` (1-D contiguous float32) over x's own storage, without a copy: the bytes of
+        ``encode(x)``, for a tensor the caller leaves unchanged while the payload is in use."""
+        if x.dtype != torch.float32 or x.dim() != 1 or not x.is_contiguous():
+            raise ValueError(f"fp32.wrap: x must be a 1-D contiguous float32 tensor, got {x.dtype} of shape {tuple(x.shape)}")
+        return self._payload(x.numel(), x.detach().view(torch.uint8))
 
 
 class Bf16Codec(Codec):

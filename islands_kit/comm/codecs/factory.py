@@ -16,6 +16,11 @@ def _codec_class(spec: CodecSpec) -> type[Codec]:
             "chunk_topk": TopKCodec}[spec.kind]
 
 
+def fp32_codec(block_size: int = 128) -> Fp32Codec:
+    """The ``fp32`` codec, typed as such (for ``Fp32Codec.wrap``)."""
+    return Fp32Codec(CODEC_SPECS["fp32"], block_size)
+
+
 def get_codec(name: str, block_size: int = 128) -> Codec:
     """The codec named ``name`` (one of ``codec_registry.CODECS``); unknown names raise a ConfigError naming
     ``sync.codec``."""
