@@ -9,23 +9,18 @@ import math
 
 import pytest
 import torch
-from torch import nn
+from vector_replicas import Vec, inner_direction, sync
 
 from islands_kit import codec_registry
 from islands_kit.codec_registry import CodecSpec
 from islands_kit.comm.codecs import ErrorFeedback, TopKCodec, get_codec
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ConfigError, DiLoCoConfig, SyncConfig, apply_overrides
+from islands_kit.config import ConfigError, SyncConfig, apply_overrides
 from islands_kit.presets import SPARSELOCO, get_preset
 from islands_kit.sync.diloco import DiLoCo
 
 P, H, DIM, CHUNK = 2, 5, 150, 64  # two fragments of 150 values: chunks of 64, 64 and a partial 22
 TOKENS = {0: 3, 1: 2}
-
-
-def sync(**kw) -> SyncConfig:
-    own = {f: kw.pop(f) for f in list(kw) if f in DiLoCoConfig.__dataclass_fields__}
-    return SyncConfig(**kw, diloco=DiLoCoConfig(**own))
 
 
 def paper(beta: float = 0.95, alpha: float = 1.0, **kw) -> SyncConfig:
@@ -34,17 +29,6 @@ def paper(beta: float = 0.95, alpha: float = 1.0, **kw) -> SyncConfig:
     return sync(strategy="diloco", H=H, n_fragments=P, tau=0, codec="ctop32_int2", codec_block_size=CHUNK,
                 stochastic_rounding=False, error_feedback=True, error_feedback_decay=beta, outer_lr=alpha,
                 outer_momentum=0.0, merge="alpha", alpha=0.0, **kw)
-
-
-class Vec(nn.Module):
-    def __init__(self, init: torch.Tensor) -> None:
-        super().__init__()
-        for p in range(P):
-            self.register_parameter(f"b{p}", nn.Parameter(init[p].clone()))
-
-
-def inner_direction(i: int, t: int) -> torch.Tensor:
-    return torch.randn(P, DIM, generator=torch.Generator().manual_seed(1000 * i + t))
 
 
 def run_strategy(cfg: SyncConfig, steps: int, codec=None, lr: float = 0.05):
@@ -58,7 +42,7 @@ def run_strategy(cfg: SyncConfig, steps: int, codec=None, lr: float = 0.05):
         with torch.no_grad():
             for i, m in models.items():
                 for p in range(P):
-                    getattr(m, f"b{p}").sub_(lr * inner_direction(i, t)[p])
+                    getattr(m, f"b{p}").sub_(lr * inner_direction(i, t, P, DIM)[p])
         strat.after_inner_step(t, TOKENS)
     strat.finalize(steps)
     return strat, models, tr
@@ -109,7 +93,7 @@ def reference(beta: float, alpha: float, k_of: int, steps: int, lr: float = 0.05
 
     for t in range(1, steps + 1):
         for i in TOKENS:
-            replica[i] = replica[i] - lr * inner_direction(i, t)
+            replica[i] = replica[i] - lr * inner_direction(i, t, P, DIM)
             for p in range(P):
                 since[(i, p)] += TOKENS[i]
         for p in range(P):

@@ -8,10 +8,10 @@ import copy
 
 import pytest
 import torch
-from torch import nn
+from vector_replicas import Vec, inner_direction, sync
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ConfigError, DiLoCoConfig, SyncConfig
+from islands_kit.config import ConfigError, SyncConfig
 from islands_kit.model import ByteTransformer
 from islands_kit.presets import PRESETS, get_preset
 from islands_kit.sync.base import strided_fragments
@@ -19,27 +19,6 @@ from islands_kit.sync.diloco import DiLoCo, fragment_offsets
 
 P, H, DIM = 3, 6, 5
 TOKENS = {0: 3, 1: 2}  # the seed's 3:2 sites
-
-
-def sync(**kw) -> SyncConfig:
-    """A diloco SyncConfig from one flat set of keywords: DiLoCoConfig's fields go to ``sync.diloco``."""
-    own = {f: kw.pop(f) for f in list(kw) if f in DiLoCoConfig.__dataclass_fields__}
-    return SyncConfig(**kw, diloco=DiLoCoConfig(**own))
-
-
-class Vec(nn.Module):
-    """P parameter vectors, one per fragment: the 'model' of the reference."""
-
-    def __init__(self, init: torch.Tensor) -> None:
-        super().__init__()
-        for p in range(P):
-            self.register_parameter(f"b{p}", nn.Parameter(init[p].clone()))
-
-
-def inner_direction(i: int, t: int) -> torch.Tensor:
-    """A fixed, island- and step-dependent inner update (P, DIM), so replicas drift apart deterministically."""
-    g = torch.Generator().manual_seed(1000 * i + t)
-    return torch.randn(P, DIM, generator=g)
 
 
 def run_strategy(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[DiLoCo, dict[int, Vec]]:
@@ -50,7 +29,7 @@ def run_strategy(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[DiLoCo,
         with torch.no_grad():
             for i, m in models.items():
                 for p in range(P):
-                    getattr(m, f"b{p}").sub_(lr * inner_direction(i, t)[p])
+                    getattr(m, f"b{p}").sub_(lr * inner_direction(i, t, P, DIM)[p])
         strat.after_inner_step(t, TOKENS)
     strat.finalize(steps)
     return strat, models
@@ -111,7 +90,7 @@ def reference(cfg: SyncConfig, steps: int, lr: float = 0.05) -> tuple[list[torch
 
     for t in range(1, steps + 1):
         for i in TOKENS:
-            theta[i] = theta[i] - lr * inner_direction(i, t)
+            theta[i] = theta[i] - lr * inner_direction(i, t, P, DIM)
             for p in range(P):
                 since[i][p] += TOKENS[i]
         due(t)
@@ -209,7 +188,7 @@ def test_lossless_final_sync_lands_the_exact_average():
             with torch.no_grad():
                 for i, m in models.items():
                     for p in range(P):
-                        getattr(m, f"b{p}").sub_(0.05 * inner_direction(i, t)[p])
+                        getattr(m, f"b{p}").sub_(0.05 * inner_direction(i, t, P, DIM)[p])
             strat.after_inner_step(t, TOKENS)
         before = {i: [getattr(models[i], f"b{p}").detach().clone() for p in range(P)] for i in TOKENS}
         strat.finalize(steps)
@@ -268,7 +247,7 @@ def test_inner_optimizer_state_is_untouched_by_an_outer_sync():
                    sync(**{**BASE, "tau": 0}), seed=0)
     for t in range(1, fragment_offsets(H, P)[0] + 1):
         for i, m in models.items():
-            loss = sum(((getattr(m, f"b{p}") - inner_direction(i, t)[p]) ** 2).sum() for p in range(P))
+            loss = sum(((getattr(m, f"b{p}") - inner_direction(i, t, P, DIM)[p]) ** 2).sum() for p in range(P))
             loss.backward()
             opts[i].step()
             opts[i].zero_grad()
