@@ -1,6 +1,8 @@
 """Top-k codecs: per block only the largest magnitudes cross the wire, as (in-block index, value) pairs."""
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 
 from islands_kit.codec_registry import CODEC_SPECS, CodecSpec
@@ -108,24 +110,18 @@ class TopKCodec(Codec):
             return "scales: a block scale is negative or not finite"
         if self.values is None and not bool(torch.isfinite(data[s_len + i_len:].clone().view(torch.float32)).all()):
             return "values: a kept value is not finite"
-        bits = stream_bits(p.data[s_len: s_len + i_len])  # (8 * i_len,)
-        if bool(bits[K * self.index_bits:].any()):
+        try:
+            idx = self._read_indices(p.data[s_len: s_len + i_len], K)  # (K,)
+        except ValueError:
             return "indices: the index stream's pad bits are not zero"
-        idx = self._read_indices(p.data[s_len: s_len + i_len], K)  # (K,)
-        off_k, b0 = 0, 0
-        for _start, length, k in self._blocks(p.numel):
-            L = min(length, self.block_size)
-            nblk = length // L
-            ib = idx[off_k: off_k + nblk * k].view(nblk, k)  # (nblk, k) in-block positions
+        for _start, L, _off_k, b0, ib in self._block_indices(idx, p.numel):
             bad = (ib >= L).any(dim=1)
-            if k > 1:
+            if ib.shape[1] > 1:
                 bad |= (ib[:, 1:] <= ib[:, :-1]).any(dim=1)
             if bool(bad.any()):
                 b = int(bad.nonzero()[0])
                 return (f"indices: block {b0 + b} holds in-block indices {ib[b].tolist()[:8]}"
-                        f"{'...' if k > 8 else ''}: each must be < {L} (the block's length) and they must ascend")
-            off_k += nblk * k
-            b0 += nblk
+                        f"{'...' if ib.shape[1] > 8 else ''}: each must be < {L} (the block's length) and they must ascend")
         if self.values is None:
             return None
         return off_grid(self.values.spec, unpack(p.data[s_len + i_len:], self.bits, K))
@@ -145,11 +141,8 @@ class TopKCodec(Codec):
         if bool((scale < 0).any()):
             raise ValueError(f"{self.name}.decode: corrupted payload: a block scale is negative")
         out = torch.zeros(n, dtype=torch.float32, device=data.device)
-        off_k, b0 = 0, 0
-        for start, length, k in self._blocks(n):
-            L = min(length, self.block_size)
-            nblk = length // L
-            ib = idx[off_k: off_k + nblk * k].view(nblk, k)  # (nblk, k) in-block positions
+        for start, L, off_k, b0, ib in self._block_indices(idx, n):
+            nblk, k = ib.shape
             if bool((ib >= L).any()):
                 raise ValueError(f"{self.name}.decode: corrupted payload: an in-block index is >= the block's "
                                  f"{L} values")
@@ -157,9 +150,18 @@ class TopKCodec(Codec):
                 raise ValueError(f"{self.name}.decode: corrupted payload: in-block indices must be strictly ascending")
             blk = torch.arange(nblk, device=data.device).repeat_interleave(k)  # (nblk * k,)
             out[start + blk * L + ib.reshape(-1)] = q[off_k: off_k + nblk * k] * scale[b0 + blk]
+        return out
+
+    def _block_indices(self, idx: torch.Tensor, n: int) -> Iterator[tuple[int, int, int, int, torch.Tensor]]:
+        """For each group of equal blocks (``_blocks``): its start, block length L, offset of its first kept value in
+        ``idx``, index of its first block, and its in-block positions (nblk, k) as read (unchecked)."""
+        off_k, b0 = 0, 0
+        for start, length, k in self._blocks(n):
+            L = min(length, self.block_size)
+            nblk = length // L
+            yield start, L, off_k, b0, idx[off_k: off_k + nblk * k].view(nblk, k)
             off_k += nblk * k
             b0 += nblk
-        return out
 
     def _read_indices(self, data: torch.Tensor, K: int) -> torch.Tensor:
         """The K packed indices as int64; the stream's pad bits must be zero."""
