@@ -10,7 +10,7 @@ from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
-from islands_kit.sync.decoupled import Contribution, merge_weights
+from islands_kit.sync.quorum import Contribution, merge_weights
 
 
 def _c(island, tokens, steps, delta=(0.0,)):

@@ -12,14 +12,14 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from fake_mailbox import contribution, synchroniser
+from lone_synchroniser import contribution, from_island_1, synchroniser
 
 from islands_kit.codec_registry import CODECS
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import HEADER_BYTES, NonFiniteError, encode_bytes, get_codec
+from islands_kit.comm.messages import APPLY, APPLY_SCHEMA, CONTRIBUTION, CONTRIBUTION_SCHEMA, DECISION, DECISION_SCHEMA
 from islands_kit.comm.peer import PayloadSpec, PeerError
 from islands_kit.comm.torch_dist.frames import WORLD_SCHEMA as _WORLD_SCHEMA
-from islands_kit.sync.decoupled import APPLY, APPLY_SCHEMA, CONTRIBUTION, CONTRIBUTION_SCHEMA, DECISION, DECISION_SCHEMA
 
 N = 250  # mutations per decoder
 PEER = 7
@@ -141,7 +141,7 @@ def test_contribution_mutations_reach_the_synchroniser_as_a_drop_or_a_merge() ->
         lambda c, d: (_mutate_json(c, rng), d), lambda c, d: (c, _mutate_payload(d, rng))]
     for _ in range(30):
         s, box, tick = synchroniser()
-        box.inbox.append(rng.choice(mutate)(*contribution(s, tick)))
+        from_island_1(box, rng.choice(mutate)(*contribution(s, tick)))
         try:
             s.after_tick(tick)
         except NonFiniteError:

@@ -1,7 +1,7 @@
 """A compromised island on the wire: every value it sends is typed, finite, bounded and attributed before it is used
 (``comm/peer.py``, ``comm/control.py``). In process: the decoders directly, and the decoupled synchroniser reading
-from a fake mailbox that applies the transport's policy (a refused island is dropped). The torchrun check that every
-rank names the peer is the last test."""
+island 1's raw bytes from the in-process wire with the transport's policy (a refused island is dropped). The torchrun
+check that every rank names the peer is the last test."""
 from __future__ import annotations
 
 import os
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import torch
-from fake_mailbox import contribution, synchroniser
+from lone_synchroniser import contribution, from_island_1, synchroniser
 
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
+from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
 from islands_kit.comm.peer import ControlError, PayloadError, PayloadSpec
 from islands_kit.comm.torch_dist.frames import WORLD_SCHEMA as _WORLD_SCHEMA
-from islands_kit.sync.decoupled import CONTRIBUTION, CONTRIBUTION_SCHEMA
 
 DEEP = b"[" * 3000 + b"]" * 3000  # ~6 KB: past Python's recursion limit in the json parser
 
@@ -148,7 +148,7 @@ def test_a_peers_clock_is_finite_non_negative_and_not_far_ahead(t):
 
 def test_an_honest_contribution_is_merged():
     s, box, tick = synchroniser()
-    box.inbox.append(contribution(s, tick))
+    from_island_1(box, contribution(s, tick))
     s.after_tick(tick)
     assert not box.lost and s.merge_log[0]["on_time"] == [0, 1]
 
@@ -170,7 +170,7 @@ def test_an_honest_contribution_is_merged():
 ])
 def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, match):
     s, box, tick = synchroniser()
-    box.inbox.append(hostile(s, tick))
+    from_island_1(box, hostile(s, tick))
     s.after_tick(tick)  # no exception: the synchroniser goes on without island 1 (quorum 1)
     assert set(box.lost) == {1} and re.search(match, box.lost[1]) and "\n" not in box.lost[1], box.lost
     rec = s.merge_log[0]
@@ -180,7 +180,7 @@ def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, ma
 def test_a_topk_contribution_with_a_bad_index_drops_the_island():
     s, box, tick = synchroniser(codec="top16_int4", codec_block_size=64)
     p = s.codec.encode(torch.randn(136, generator=torch.Generator().manual_seed(0)))
-    box.inbox.append((contribution(s, tick)[0], _with_index(p, 3, 100)))
+    from_island_1(box, (contribution(s, tick)[0], _with_index(p, 3, 100)))
     s.after_tick(tick)
     assert "from rank 1: indices: block 0 holds in-block indices" in box.lost[1]
 

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import warnings
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from islands_kit.comm import control
+from islands_kit.comm import control, peer
 from islands_kit.comm.clock import Handle, SimClock
-from islands_kit.comm.codecs import Payload, fp32_codec, get_codec
+from islands_kit.comm.codecs import Payload, encode_bytes, fp32_codec, get_codec
 from islands_kit.comm.ledger import COST_MODEL, Ledger, LedgerEntry, ring_bytes
 
 __all__ = ["COST_MODEL", "Delivery", "Handle", "Ledger", "LedgerEntry", "LocalTransport", "SimClock", "Transport",
@@ -56,7 +58,13 @@ class Transport(abc.ABC):
     process, ``is_writer`` (the one process that writes result.json), ``island_group`` (the process group of this
     island's data-parallel ranks; None when the island lives in one process), ``gather_control`` (pickle-free control
     messages, see ``comm/control.py``), ``barrier``, ``world_view`` (the whole world's ledger and clock),
-    ``transfer_stats`` and ``state_dict`` / ``load_state_dict`` (plain data, for checkpoints)."""
+    ``transfer_stats`` and ``state_dict`` / ``load_state_dict`` (plain data, for checkpoints).
+
+    Point-to-point messages (decoupled mode, ``comm/messages.py``): ``post`` / ``receive`` carry a control message
+    plus an optional payload between two islands, encoded to bytes by the sender and decoded and checked by the
+    receiver (``comm.peer``) on every transport; a transport supplies only how the bytes travel (``_post_bytes`` /
+    ``_next_bytes``). A peer that sends what the wire refuses, dies or stays silent is *lost* (``lost_islands``,
+    ``drop``): nothing goes to or is awaited from it again."""
 
     n_islands: int
     local_islands: list[int]
@@ -67,6 +75,8 @@ class Transport(abc.ABC):
     world_size: int = 1
     is_writer: bool = True
     island_group: Any = None
+    timeout_s: float = 0.0  # the bound on one ``receive`` (in one process a message is there or never will be)
+    lost: dict[int, str]  # island -> why it is lost (one line)
 
     @abc.abstractmethod
     def all_reduce(self, channel: str, payloads: dict[int, Payload], weights: dict[int, float]) -> Handle:
@@ -113,6 +123,79 @@ class Transport(abc.ABC):
         codec = fp32_codec()
         return self.all_reduce(channel, {i: codec.wrap(t.detach().reshape(-1).to(torch.float32).contiguous())
                                          for i, t in tensors.items()}, weights)
+
+    # -- point-to-point messages ------------------------------------------------------------------------------------
+    def post(self, src: int, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None:
+        """Send island ``dst`` a control message of ``kind`` from the local island ``src``, plus ``payload``, without
+        waiting; nothing goes to a lost island."""
+        self._check_local(src, kind)
+        if dst in self.lost:
+            return
+        self._post_bytes(src, dst, kind, control.encode(kind, body),
+                         encode_bytes(payload) if payload is not None else b"")
+
+    def receive(self, dst: int, src: int, kind: str, schema: Any, expect: "peer.PayloadSpec | None" = None,
+                timeout_s: float | None = None, required: bool = False) -> tuple[Any, Payload | None] | None:
+        """The next message from island ``src`` to the local island ``dst``: (control body checked against
+        ``schema``, payload or None; a payload must match ``expect``, and none may come without it). Waits at most
+        ``timeout_s`` (default ``timeout_s``). A peer that died, stayed silent or sent what the wire refuses
+        (another kind, out of sequence, malformed: ``comm.peer``) is lost and None comes back; with ``required``
+        the run ends instead, with an error naming the peer and the field."""
+        self._check_local(dst, kind)
+        if src in self.lost:
+            if required:
+                raise self._wire_error(self.lost[src])
+            return None
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        got = self._next_bytes(dst, src, kind, wait, required)
+        if got is None:
+            return None
+        raw, data, sender = got
+        try:
+            return peer.read_message(raw, data, kind, schema, expect, sender, f"message {kind!r} from island {src}")
+        except peer.PeerError as e:
+            self._refused(src, self._on_this_side(str(e)), required)
+            return None
+
+    def lost_islands(self) -> set[int]:
+        """Islands whose messages the wire refused, or whose process died or stopped answering."""
+        return set(self.lost)
+
+    def drop(self, island: int, why: str) -> None:
+        """Go on without ``island``; ``why`` says why, in one line. Nothing is sent to or read from it again."""
+        if island not in self.lost:
+            self.lost[island] = why
+            warnings.warn(f"islands_kit: island {island} is lost, the run goes on without it ({why})",
+                          RuntimeWarning, stacklevel=3)
+
+    def finish_messages(self) -> None:
+        """Complete every send still in flight (bounded; a peer that fails them is lost)."""
+
+    def _check_local(self, island: int, kind: str) -> None:
+        if island not in self.local_islands:
+            raise ValueError(f"message {kind!r}: island {island} is not held by this process "
+                             f"(local islands {self.local_islands})")
+
+    def _post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no point-to-point messages")
+
+    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float,
+                    required: bool) -> tuple[bytes, bytes, int] | None:
+        """The next message's (control bytes, payload bytes, sender id for errors) from ``src``; None when
+        ``src`` was lost on the way (already dropped, or raised when ``required``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no point-to-point messages")
+
+    def _wire_error(self, why: str) -> Exception:
+        return peer.PeerError(why, -1, "message")
+
+    def _on_this_side(self, why: str) -> str:
+        return why
+
+    def _refused(self, src: int, why: str, required: bool) -> None:
+        """A message from ``src`` the wire refused: the run ends (``required``) or ``src`` is dropped."""
+        if required:
+            raise self._wire_error(why)
+        self.drop(src, why)
 
     def compute(self, island: int, seconds: float) -> None:
         self.clock.compute(island, seconds)
@@ -163,6 +246,8 @@ class LocalTransport(Transport):
         self.ledger = Ledger()
         self.clock = SimClock(self.local_islands)
         self.link = link
+        self.lost = {}
+        self._mail: dict[tuple[int, int], deque[tuple[bytes, bytes]]] = {}  # (src, dst) -> messages in order
 
     def _send(self, channel: str, src: int, dst: int, nbytes: int,
               start: float | None = None) -> tuple[float, list[list[int]]]:
@@ -244,6 +329,24 @@ class LocalTransport(Transport):
             results[dst] = decode(received_payload(payloads[src], holes))
         return Handle(results, arrival, self.clock)
 
+
+    def _post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
+        self.post_bytes(src, dst, kind, raw, data)
+
+    def post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
+        """Queue a message exactly as bytes from ``src`` to ``dst`` (what ``post`` sends; tests put a hostile peer's
+        bytes here)."""
+        self._mail.setdefault((src, dst), deque()).append((raw, data))
+
+    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float,
+                    required: bool) -> tuple[bytes, bytes, int] | None:
+        queue = self._mail.get((src, dst))
+        if not queue:  # in one process a message not yet posted never will be: the schedule is out of step
+            self._refused(src, f"islands_kit: expected message {kind!r} from island {src} to island {dst}: none "
+                               "was posted", required)
+            return None
+        raw, data = queue.popleft()
+        return raw, data, src
 
     def send(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> "Delivery":
         for i in (src, dst):

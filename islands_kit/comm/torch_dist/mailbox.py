@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from islands_kit.comm import control, peer
-from islands_kit.comm.codecs import Payload, encode_bytes
+from islands_kit.comm import control
 from islands_kit.comm.layout import RankLayout
 from islands_kit.comm.torch_dist.errors import DistributedError
 from islands_kit.comm.torch_dist.frames import channel_id, irecv
@@ -29,6 +28,7 @@ class PairMailbox:
     _in_seq: list[int]
     _outbox: dict[int, list[tuple[list[Any], list[torch.Tensor]]]]
     _pair_groups: dict[int, Any]
+    _refused: Callable[[int, str, bool], None]  # Transport's policy: end the run or drop the peer
 
     def _error(self, what: str, e: BaseException) -> DistributedError:
         cause = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -36,10 +36,6 @@ class PairMailbox:
             f"islands_kit.distributed: {what} failed on rank {self.rank} (island {self.island}): a peer process "
             f"exited, never arrived or stopped answering (timeout {self.timeout_s:g} s, ISLANDS_KIT_DIST_TIMEOUT_S). "
             f"Cause: {type(e).__name__}: {cause}")
-
-    def lost_islands(self) -> set[int]:
-        """Islands whose process died or stopped answering (decoupled mode): never awaited again."""
-        return set(self.lost)
 
     def _lose(self, island: int, what: str, e: BaseException, required: bool) -> None:
         err = self._error(what, e)
@@ -55,14 +51,9 @@ class PairMailbox:
             warnings.warn(f"islands_kit.distributed: island {island} is lost, the run goes on without it ({why})",
                           RuntimeWarning, stacklevel=3)
 
-    def post(self, dst: int, kind: str, body: Any, payload: Payload | None = None) -> None:
-        """Send island ``dst`` a control message of ``kind`` (plus ``payload``) without waiting; nothing to a lost
-        island. A send that fails loses ``dst``."""
-        if dst in self.lost:
-            return
+    def _post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
+        """Send the message's header and bytes without waiting; a send that fails loses ``dst``."""
         group = self._pair_group(dst)
-        raw = control.encode(kind, body)
-        data = encode_bytes(payload) if payload is not None else b""
         seq = self._out_seq[dst]
         self._out_seq[dst] += 1
         head = torch.tensor([seq, channel_id(kind), len(raw), len(data)], dtype=torch.int64)
@@ -97,19 +88,12 @@ class PairMailbox:
         for island in list(self._outbox):
             self._finish_sends(island, required=False, wait=timedelta(seconds=self.timeout_s))
 
-    def receive(self, src: int, kind: str, schema: Any, expect: "peer.PayloadSpec | None" = None,
-                timeout_s: float | None = None, required: bool = False) -> tuple[Any, Payload | None] | None:
-        """The next message from island ``src``: (control body checked against ``schema``, payload or None; a
-        payload must match ``expect``, and none may come without it). Waits at most ``timeout_s`` (default
-        ``ISLANDS_KIT_DIST_TIMEOUT_S``). A peer that died, stayed silent, or sent a message the wire refuses
-        (another kind, out of sequence, malformed: ``comm.peer``) is lost and None comes back; with ``required`` the
-        run ends instead with a ``DistributedError`` naming the peer and the field."""
-        if src in self.lost:
-            if required:  # a post to it failed earlier
-                raise DistributedError(self.lost[src])
-            return None
+    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float,
+                    required: bool) -> tuple[bytes, bytes, int] | None:
+        """The next message from ``src``: its header (sequence, kind, lengths) checked, then its bytes; errors name
+        the sender's rank."""
         group = self._pair_group(src)
-        wait = timedelta(seconds=self.timeout_s if timeout_s is None else timeout_s)
+        wait = timedelta(seconds=timeout_s)
         self._finish_sends(src, required, wait)  # everything we said before: src reads it before answering
         if src in self.lost:
             return None
@@ -127,8 +111,8 @@ class PairMailbox:
         if (got_seq, kind_id) != (seq, channel_id(kind)) or not (0 < n_raw <= control.MAX_BYTES and
                                                                     0 <= n_data <= control.MAX_BYTES):
             self._refused(src, f"islands_kit.distributed: protocol desync on rank {self.rank} (island "
-                                      f"{self.island}): expected {what} (rank {rank}), got header "
-                                      f"{[got_seq, kind_id, n_raw, n_data]}", required)
+                               f"{self.island}): expected {what} (rank {rank}), got header "
+                               f"{[got_seq, kind_id, n_raw, n_data]}", required)
             return None
         msg = torch.empty(n_raw + n_data, dtype=torch.uint8)
         try:
@@ -137,16 +121,10 @@ class PairMailbox:
             self._lose(src, what, e, required)
             return None
         b = msg.numpy().tobytes()
-        try:
-            body, payload = peer.read_message(b[:n_raw], b[n_raw:], kind, schema, expect, rank, what)
-        except peer.PeerError as e:
-            self._refused(src, f"islands_kit.distributed: on rank {self.rank}: {e}", required)
-            return None
-        return body, payload
+        return b[:n_raw], b[n_raw:], rank
 
-    def _refused(self, src: int, why: str, required: bool) -> None:
-        """A message from ``src`` the wire refused: the run ends (``required``: the synchroniser) or ``src`` is
-        dropped."""
-        if required:
-            raise DistributedError(why)
-        self.drop(src, why)
+    def _on_this_side(self, why: str) -> str:
+        return f"islands_kit.distributed: on rank {self.rank}: {why}"
+
+    def _wire_error(self, why: str) -> Exception:
+        return DistributedError(why)
