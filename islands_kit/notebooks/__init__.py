@@ -1,0 +1,56 @@
+"""Execute the kit's notebooks with papermill, and the helpers the notebooks call (they hold no core logic), so that
+the notebooks themselves stay parameters, calls and plots.
+
+Where each piece lives (import them all from ``islands_kit.notebooks``):
+
+- ``runner``: ``run_notebook`` (used by ``islands-kit notebook``) and its parameter checks
+- ``configs``: ``notebook_config`` turns a notebook's parameters into a validated ``ExperimentConfig``,
+  ``resolve_out_dir`` picks the output folder; ``decoupled_pair``, ``poisoned_island_setup`` and
+  ``check_scaling_parameters`` validate the runs of the two_site, poisoned-island and scaling notebooks
+- ``tables``: ``config_summary``, ``result_summary`` and the plain-text tables (``format_rows``,
+  ``decoupled_table``, ``poisoned_island_table``)
+- ``runs``: ``load_run`` reads a finished run back; ``seed_groups``, ``ddp_bytes_per_step`` and ``show_frontier``
+  feed the figures
+- ``comparison``: the compare notebook's setup, runs (``run_comparison``), report and wandb log
+"""
+from __future__ import annotations
+
+from islands_kit.notebooks.comparison import (
+    comparison_report,
+    comparison_setup,
+    comparison_to_wandb,
+    run_comparison,
+    sweep_seeds,
+    wandb_locations,
+)
+from islands_kit.notebooks.configs import (
+    POISONED_RUNS,
+    check_overrides,
+    check_scaling_parameters,
+    decoupled_pair,
+    notebook_config,
+    poisoned_island_setup,
+    resolve_out_dir,
+)
+from islands_kit.notebooks.runner import (
+    EXPERIMENT_NOTEBOOKS,
+    KERNEL_QUIET,
+    NOTEBOOK_DIR,
+    NotebookError,
+    check_parameters,
+    notebook_parameters,
+    notebook_path,
+    parse_cli_parameters,
+    run_notebook,
+)
+from islands_kit.notebooks.runs import ddp_bytes_per_step, load_run, seed_groups, show_frontier
+from islands_kit.notebooks.tables import config_summary, decoupled_table, format_rows, poisoned_island_table, result_summary
+
+__all__ = [
+    "EXPERIMENT_NOTEBOOKS", "KERNEL_QUIET", "NOTEBOOK_DIR", "POISONED_RUNS", "NotebookError", "check_overrides",
+    "check_parameters", "check_scaling_parameters", "comparison_report", "comparison_setup", "comparison_to_wandb",
+    "config_summary", "ddp_bytes_per_step", "decoupled_pair", "decoupled_table", "format_rows", "load_run",
+    "notebook_config", "notebook_parameters", "notebook_path", "parse_cli_parameters", "poisoned_island_setup",
+    "poisoned_island_table", "result_summary", "resolve_out_dir", "run_comparison", "run_notebook", "seed_groups",
+    "show_frontier", "sweep_seeds", "wandb_locations",
+]

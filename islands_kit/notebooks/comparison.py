@@ -1,0 +1,135 @@
+"""The compare notebook: validate every experiment's config with shared parameters, run the experiment notebooks
+(once per seed), write the comparison table and log it to wandb, and say where the wandb runs are."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from islands_kit.config import _check
+from islands_kit.notebooks.configs import check_overrides, notebook_config, resolve_out_dir
+from islands_kit.notebooks.runner import EXPERIMENT_NOTEBOOKS, run_notebook
+
+
+def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: int, corpus: str, link: str,
+                     wandb_mode: str, wandb_project: str, wandb_group: str, out_dir: str | Path,
+                     overrides: Mapping[str, Any] | None = None,
+                     seeds: Sequence[int] | None = None) -> tuple[dict[str, Any], Path]:
+    """Validate a comparison before any training: every experiment's config is built with the shared values (same
+    preset, hence the same total tokens) for every seed (``seeds``, or ``[seed]`` when empty), so a bad value fails
+    here naming its field. Returns the shared notebook parameters (``overrides``, any dotted config key, passed to
+    every experiment notebook) and the output folder (default ``runs/compare-<preset>-s<seed>``, or
+    ``...-seeds-<s1>-<s2>...`` for a sweep).
+
+    ``wandb_group`` defaults to ``compare-<preset>-<date>-<time>``: one group per comparison run (one ``make demo``),
+    so two invocations never mix in wandb's grouped view."""
+    _check(isinstance(experiments, (list, tuple)) and len(experiments) >= 1, "experiments",
+           "must be a non-empty list", experiments)
+    for exp in experiments:
+        _check(exp in EXPERIMENT_NOTEBOOKS, "experiments", "each must be one of " + "|".join(EXPERIMENT_NOTEBOOKS), exp)
+    seeds = sweep_seeds(seed, seeds)
+    group = wandb_group or f"compare-{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    shared: dict[str, Any] = dict(preset=preset, seed=seeds[0], steps=steps, corpus=corpus, link=link,
+                                  wandb_mode=wandb_mode, wandb_project=wandb_project, wandb_group=group,
+                                  overrides=check_overrides(overrides))
+    for exp in experiments:
+        for s in seeds:
+            notebook_config(exp, preset, s, steps, {"data.corpus": corpus, "link.preset": link, "wandb_mode": wandb_mode,
+                                                    "wandb_project": wandb_project, "wandb_group": group},
+                            shared["overrides"])
+    tag = f"s{seeds[0]}" if len(seeds) == 1 else "seeds-" + "-".join(map(str, seeds))
+    return shared, resolve_out_dir(out_dir, Path("runs") / f"compare-{preset}-{tag}")
+
+
+def sweep_seeds(seed: int, seeds: Sequence[int] | None) -> list[int]:
+    """The seeds of a comparison: ``seeds`` (a non-empty list of distinct integers >= 0) or else ``[seed]``."""
+    if not seeds:
+        return [seed]
+    _check(isinstance(seeds, (list, tuple)) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                     for s in seeds), "seeds", "must be a list of integers >= 0", seeds)
+    _check(len(set(seeds)) == len(seeds), "seeds", "must not repeat a seed", seeds)
+    return list(seeds)
+
+
+def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_dir: str | Path,
+                   kernel_name: str = "python3", seeds: Sequence[int] | None = None) -> dict[str, Path]:
+    """Run each experiment notebook with the same ``shared`` parameters, once per seed (``seeds``; default the
+    shared seed), into ``out_dir/<experiment>/`` (one seed) or ``out_dir/<experiment>/s<seed>/`` (several).
+
+    Streams each notebook's output (its progress lines) and prints a line as each run starts and ends. Returns
+    label (``experiment``, or ``experiment s<seed>``) -> output folder (result.json, history.jsonl, PNGs and the
+    executed notebook)."""
+    out = Path(out_dir)
+    seeds = sweep_seeds(shared["seed"], seeds)
+    dirs: dict[str, Path] = {}
+    total = len(experiments) * len(seeds)
+    for exp in experiments:
+        for s in seeds:
+            label, d = (exp, out / exp) if len(seeds) == 1 else (f"{exp} s{s}", out / exp / f"s{s}")
+            d = d.resolve()
+            print(f"=== [{len(dirs) + 1}/{total}] {label}: notebooks/{exp}.ipynb -> {d}", flush=True)
+            t0 = time.perf_counter()
+            run_notebook(exp, dict(shared, seed=s, out_dir=str(d)), d, kernel_name=kernel_name, stream=True)
+            from islands_kit.progress import format_duration
+            from islands_kit.tracking import load_result
+
+            res = load_result(d)
+            bpb = (f"diverged at step {res['diverged_at_step']}" if res.get("diverged_at_step") is not None
+                   else f"final val bpb {res['final_val_bpb']:.4f}")
+            print(f"=== [{len(dirs) + 1}/{total}] {label} done in {format_duration(time.perf_counter() - t0)}: {bpb}",
+                  flush=True)
+            dirs[label] = d
+    return dirs
+
+
+def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None,
+                      allow_mismatch: bool = False) -> tuple[list[dict[str, Any]], str]:
+    """``compare.compare_table`` rows and the text of the table (with the mean ± spread over seeds when the runs
+    hold several seeds), also written to ``out_dir/compare.{json,txt,md,csv}`` (and ``compare_seeds.json`` for a
+    sweep). Runs on different corpora or token budgets are refused (``compare.ComparisonError``, a ValueError) unless
+    ``allow_mismatch``."""
+    from islands_kit.compare import report
+    from islands_kit.tracking import write_json_atomic
+
+    _check(len(results) >= 1, "results", "need at least one result", len(results))
+    res = [dict(r) for r in results]
+    rows, seeds, text = report(res, "table", reference, allow_mismatch)
+    out = Path(out_dir)
+    write_json_atomic(out / "compare.json", rows)
+    if seeds:
+        write_json_atomic(out / "compare_seeds.json", seeds)
+    (out / "compare.txt").write_text(text + "\n")
+    (out / "compare.md").write_text(report(res, "markdown", reference, allow_mismatch)[2] + "\n")
+    (out / "compare.csv").write_text(report(res, "csv", reference, allow_mismatch)[2] + "\n")
+    return rows, text
+
+
+def comparison_to_wandb(rows: list[dict[str, Any]], shared: Mapping[str, Any], out_dir: str | Path) -> str:
+    """Log the comparison as its own wandb run (``job_type="comparison"``, the shared group): the table (and the
+    seed summary) as ``wandb.Table``, ``out_dir/compare_*.png`` as images, ``compare.*`` as an artifact. Returns the
+    lines that say where every offline run of the comparison is and the command that uploads them all."""
+    from islands_kit.tracking import log_comparison, resolve_wandb_mode
+
+    out = Path(out_dir)
+    seeds_file = out / "compare_seeds.json"
+    seed_rows = json.loads(seeds_file.read_text()) if seeds_file.exists() else []
+    files = [p for p in (out / f"compare.{ext}" for ext in ("json", "txt", "md", "csv")) if p.exists()]
+    files += [seeds_file] if seed_rows else []
+    info = log_comparison(rows, shared["wandb_project"], shared["wandb_group"], shared["wandb_mode"], out,
+                          figures=sorted(out.glob("compare_*.png")), files=files, seed_rows=seed_rows)
+    return wandb_locations(out, shared["wandb_project"], shared["wandb_group"],
+                           resolve_wandb_mode(shared["wandb_mode"]), info.get("id"))
+
+
+def wandb_locations(out_dir: str | Path, project: str, group: str, mode: str, compare_id: str | None = None) -> str:
+    """Where the wandb runs under ``out_dir`` are, and how to upload them (offline) or find them (online)."""
+    from islands_kit.tracking import offline_runs_hint
+
+    if mode == "disabled":
+        return "wandb: disabled (wandb_mode=disabled or WANDB_MODE=disabled): no wandb runs were written"
+    where = f"project {project!r}, group {group!r}"
+    if mode == "online":
+        return f"wandb: online runs in {where}" + (f" (comparison run {compare_id})" if compare_id else "")
+    hint = offline_runs_hint([Path(out_dir)]) or f"wandb: no offline runs under {out_dir}"
+    return hint.replace(" under:", f" ({where}) under:", 1)

@@ -1,0 +1,56 @@
+"""Finished runs read back for the notebooks' figures: a run's result, history and link timeline, the seed groups a
+band figure draws, the data-parallel bytes reference and the protocol's measured frontier."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+
+def load_run(out_dir: str | Path) -> dict[str, Any]:
+    """A finished run read back: ``{"dir", "result", "history", "timeline"}``.
+
+    history: the ``history.jsonl`` records; timeline: ledger transfers ``(start_s, end_s, bytes, src, dst,
+    channel)`` from ``link_timeline.jsonl`` when the run wrote one, else None."""
+    from islands_kit.tracking import load_result
+
+    d = Path(out_dir)
+    result = load_result(d)
+    hist_path = d / "history.jsonl"
+    if not hist_path.exists():
+        raise FileNotFoundError(f"load_run: no history.jsonl in {d}")
+    history = [json.loads(line) for line in hist_path.read_text().splitlines() if line.strip()]
+    tl_path = d / "link_timeline.jsonl"
+    timeline = ([json.loads(line) for line in tl_path.read_text().splitlines() if line.strip()]
+                if tl_path.exists() else None)
+    return {"dir": d, "result": result, "history": history, "timeline": timeline}
+
+
+def seed_groups(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """experiment -> the histories of its runs (one per seed), from ``load_run`` records: what ``plots.bpb_band``
+    draws as mean and spread."""
+    groups: dict[str, list[Any]] = {}
+    for r in runs.values():
+        groups.setdefault(r["result"]["experiment"], []).append(r["history"])
+    return groups
+
+
+def ddp_bytes_per_step(result: Mapping[str, Any]) -> float:
+    """Bytes a fp32 gradient all-reduce would send per step (the ledger's data-parallel reference)."""
+    return float(result["ddp_equivalent_bytes"]) / max(int(result["steps"]), 1)
+
+
+def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site") -> bool:
+    """Draw the protocol's measured bpb-vs-bytes points of ``experiment`` (``benchmarks/frontier-*.json``, written by
+    ``benchmarks/protocol.py --write-results``; a relative path is read from the installed wheel, which carries them,
+    or the checkout) with ``plots.frontier``, saved as OUT_DIR/frontier.png. Without the file, say how to measure it
+    and return False."""
+    from islands_kit import plots
+    from islands_kit.resources import resource_file
+
+    path = resource_file(frontier_file)
+    if not path.exists():
+        print(f"{path} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
+        return False
+    plots.show(plots.frontier(json.loads(path.read_text()), experiment=experiment), Path(out_dir) / "frontier.png")
+    return True

@@ -1,0 +1,126 @@
+"""Figures that set finished runs' summary numbers side by side: the compare table's bars, the scaling study's gap
+to synchronous training against compute (beside the published DiLoCo points) and the protocol's quality-vs-bytes
+frontier."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from islands_kit import references
+from islands_kit.compare import ratio_words
+from islands_kit.plots.style import _CYCLE, color, new_figure
+
+
+def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link (log scale) with each run's
+    fp32 all-reduce every step among its own islands as a dotted tick and each bar's ratio to it in words, and
+    compute utilisation."""
+    if not rows:
+        raise ValueError("rows: need at least one compare_table row")
+    fig, axes = new_figure(ncols=3, width=4.2)
+    several = len({r["seed"] for r in rows}) > 1
+    labels = [f"{r['experiment']}\ns{r['seed']}" if several else str(r["experiment"]) for r in rows]
+    cols = [color(str(r["experiment"]), i) for i, r in enumerate(rows)]
+    pos = np.arange(len(rows))
+    bpb = [r["final_val_bpb"] for r in rows]
+    axes[0].bar(pos, bpb, color=cols)
+    for p, v in zip(pos, bpb):
+        axes[0].annotate(f"{v:.3f}", (p, v), ha="center", va="bottom", fontsize=8)
+    axes[0].set_ylabel("final validation bpb (bits per byte)")
+    axes[0].set_title("Quality at equal tokens")
+    sent = [max(float(r["cross_site_bytes"]), 1.0) / 1e6 for r in rows]
+    axes[1].bar(pos, sent, color=cols)
+    allreduce = [float(r["ddp_equivalent_bytes"]) / 1e6 for r in rows]
+    axes[1].hlines(allreduce, pos - 0.4, pos + 0.4, linestyles=":", color="0.3",
+                   label="fp32 all-reduce every step (same islands)")
+    axes[1].legend(fontsize=8)
+    axes[1].set_yscale("log")
+    for p, r in zip(pos, rows):
+        axes[1].annotate(ratio_words(float(r["x_fewer_bytes"])), (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6),
+                         ha="center", va="bottom", fontsize=8)
+    axes[1].set_ylabel("bytes on the link (MB, log scale)")
+    axes[1].set_title("Communication")
+    util = [100 * float(r["compute_utilization"]) for r in rows]
+    axes[2].bar(pos, util, color=cols)
+    axes[2].set_ylim(0, 105)
+    axes[2].set_ylabel("compute utilisation (% of simulated time busy)")
+    axes[2].set_title("Time spent computing")
+    for ax in axes:
+        ax.set_xticks(pos, labels, fontsize=8 if several else None)
+        ax.set_xlabel("experiment")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title or "baseline vs two_site vs eight_cell")
+    return fig
+
+
+def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """bpb ratio to the synchronous baseline vs training FLOPs: our two_site and eight_cell points (mean over seeds,
+    seeds as small dots) beside the published DiLoCo points (Charles et al. 2025, Table 4: M = 2 and M = 8) and
+    Streaming DiLoCo (Douillard et al. 2025, M = 2), whose FLOPs assume ~20 tokens per parameter (Chinchilla)."""
+    if not rows:
+        raise ValueError("scaling_ratios: no finished points to draw (run the study first)")
+    fig, ax = new_figure(width=7.2, height=4.4)
+    # the two arms of the cross are two lines per strategy: longer runs at one width (solid), wider models at one
+    # length (dashed); the point where they meet belongs to both
+    arms = (("length", "longer runs", "-"), ("width", "wider models", "--"))
+    for e, marker in (("two_site", "o"), ("eight_cell", "s")):
+        for axis, what, style in arms:
+            pts: dict[float, list[float]] = {}
+            for r in rows:
+                if f"{e}_ratio" in r and r.get("axis", axis) in (axis, "both"):
+                    pts.setdefault(float(r["flops"]), []).append(100.0 * (r[f"{e}_ratio"] - 1.0))
+            if not pts:
+                continue
+            xs = sorted(pts)
+            for x in xs:
+                if len(pts[x]) > 1:
+                    ax.scatter([x] * len(pts[x]), pts[x], s=8, color=color(e, 0), alpha=0.4)
+            ax.plot(xs, [float(np.mean(pts[x])) for x in xs], marker=marker, linestyle=style, color=color(e, 0),
+                    markerfacecolor=color(e, 0) if style == "-" else "white", label=f"{e}: {what} (this kit)")
+    refs = (("DiLoCo M=2 (Charles et al. 2025)", references.REFERENCE_DILOCO_M2, "two_site", "^"),
+            ("DiLoCo M=8 (Charles et al. 2025)", references.REFERENCE_DILOCO_M8, "eight_cell", "^"),
+            ("Streaming DiLoCo M=2 (Douillard et al. 2025)", references.REFERENCE_STREAMING_M2, "two_site", "x"))
+    for label, pts_ref, like, marker in refs:
+        ax.plot([references.reference_flops(n) for n, _ in pts_ref], [100.0 * d for _, d in pts_ref], linestyle=":",
+                marker=marker, color=color(like, 0), markerfacecolor="none", label=label)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training compute (FLOPs, 6 x active params x tokens; published: 20 tokens/param assumed)")
+    ax.set_ylabel("bpb / loss vs synchronous baseline (%)")
+    ax.set_title(title or "Gap to synchronous training vs compute")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, experiment: str = "two_site",
+             y_max: float = 1.25) -> Figure:
+    """bpb ratio to the baseline vs bytes sent (as 'x fewer bytes than data-parallel', log scale): one point per
+    setting (``label``, ``fewer``, ``ratio``; ``default`` marks the operating point the preset uses, drawn as a star
+    in ``experiment``'s colour). Points are numbered on the plot and named in the key beside it (settings often sit
+    close together, where labels printed next to them would overlap). The y axis stops at ``y_max``, so that a few
+    far-off settings do not flatten the ones near the baseline: those are drawn as ▲ on the top edge, their ratio in
+    the key."""
+    if not points:
+        raise ValueError("frontier: no points")
+    fig, ax = new_figure(width=10.0, height=4.6)
+    for i, p in enumerate(points):
+        is_default = bool(p.get("default"))
+        name = p["label"] + (" (default)" if is_default else "")
+        off = p["ratio"] > y_max
+        y = y_max if off else p["ratio"]
+        ax.scatter([p["fewer"]], [y], s=90 if is_default else 30, marker="*" if is_default else "^" if off else "o",
+                   color=color(experiment, 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3,
+                   clip_on=False, label=f"{i + 1}. {name}: {p['ratio']:.3f}x at {p['fewer']:.0f}x fewer bytes"
+                   + (" (off the top)" if off else ""))
+        ax.annotate(str(i + 1), (p["fewer"], y), fontsize=7, xytext=(4, -9 if off else 3), textcoords="offset points")
+    lo = min(1.0, min(p["ratio"] for p in points))
+    ax.set_ylim(lo - 0.01, min(y_max, max(p["ratio"] for p in points)) + 0.01)
+    ax.axhline(1.0, color="black", linewidth=0.8, label="baseline (synchronous, every step)")
+    ax.set_xscale("log")
+    ax.set_xlabel("x fewer bytes than data-parallel (fp32 gradient all-reduce every step)")
+    ax.set_ylabel("final bpb / baseline bpb (same seed)")
+    ax.set_title(title or f"{experiment}: quality vs bytes on the link")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
