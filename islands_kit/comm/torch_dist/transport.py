@@ -1,5 +1,5 @@
 """``TorchDistTransport``: the collectives over torch.distributed, the rank-order control gather, the world's ledger
-and clock, checkpoints; the decoupled point-to-point messages come from ``PairMailbox``."""
+and clock, checkpoints; how the point-to-point messages' bytes travel comes from ``PairMailbox``."""
 from __future__ import annotations
 
 import contextlib
