@@ -44,6 +44,7 @@ wandb_group = ""  # empty means compare-<preset>-<date>-<time>: one group per co
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite
 experiments = ["baseline", "two_site", "eight_cell"]
 overrides = {}  # any config field by its --set key, for every experiment, e.g. {"optim.lr": 0.003}
+jobs = 0  # notebooks run at once, each in its own process with one torch thread; 0: all, up to 2 per core; 1: in turn
 
 # %%
 from islands_kit import plots
@@ -56,10 +57,11 @@ print(f"shared parameters: {shared}\noutput: {out}")
 
 # %% [markdown]
 # ## Run the three notebooks
-# Each executed copy is kept next to its `result.json`; each run's progress lines appear below as it trains.
+# Each executed copy is kept next to its `result.json`; each run's progress lines appear below as it trains (with
+# `jobs` other than 1 the runs train side by side, one torch thread each, so their lines interleave: each is labelled).
 
 # %%
-dirs = run_comparison(experiments, shared, out, seeds=seeds)
+dirs = run_comparison(experiments, shared, out, seeds=seeds, jobs=jobs)
 
 # %% [markdown]
 # ## The comparison table

@@ -508,3 +508,31 @@ def test_other_errors_in_a_notebook_are_one_line(tmp_path, capsys):
                      "--out", str(tmp_path / "y")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "FileExistsError" in err and "compare.ipynb" in err
+
+
+def test_comparison_jobs_rule():
+    from islands_kit.notebooks.comparison import comparison_jobs
+
+    assert comparison_jobs(1, 3) == 1 and comparison_jobs(5, 3) == 3 and comparison_jobs(2, 9) == 2
+    assert 1 <= comparison_jobs(0, 9) <= 9 and comparison_jobs(0, 1) == 1
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="jobs: must be an integer >= 0"):
+            comparison_jobs(bad, 3)
+
+
+@pytest.mark.slow
+def test_side_by_side_runs_equal_runs_in_turn(tmp_path):
+    """jobs > 1 runs each notebook in its own process with one torch thread: the same numbers as one-thread runs one
+    after another, and a run that fails names itself in one line."""
+    from islands_kit.notebooks.comparison import comparison_setup, run_comparison
+
+    exps = ["baseline", "two_site"]
+    shared, _ = comparison_setup(exps, "smoke", 0, 0, "shakespeare", "transpacific-25g", "disabled", "p", "g",
+                                 tmp_path, {"threads": 1})
+    apart = run_comparison(exps, shared, tmp_path / "apart", jobs=2)
+    turn = run_comparison(exps, shared, tmp_path / "turn", jobs=1)
+    for exp in exps:
+        a, b = (load_run(d[exp])["result"] for d in (apart, turn))
+        assert a["val_curve"] == b["val_curve"] and a["ledger"] == b["ledger"]  # bit for bit
+    with pytest.raises(NotebookError, match=r"^baseline: notebooks/baseline.ipynb failed .*no-such-kernel"):
+        run_comparison(exps, shared, tmp_path / "bad", kernel_name="no-such-kernel", jobs=2)

@@ -2,14 +2,22 @@
 (once per seed), write the comparison table and log it to wandb, and say where the wandb runs are."""
 from __future__ import annotations
 
+import collections
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.config import _check
 from islands_kit.notebooks.configs import check_overrides, notebook_config, resolve_out_dir
-from islands_kit.notebooks.runner import EXPERIMENT_NOTEBOOKS, run_notebook
+from islands_kit.notebooks.runner import EXPERIMENT_NOTEBOOKS, NotebookError, run_notebook
+from islands_kit.progress import format_duration
+from islands_kit.tracking import load_result
 
 
 def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: int, corpus: str, link: str,
@@ -52,35 +60,86 @@ def sweep_seeds(seed: int, seeds: Sequence[int] | None) -> list[int]:
     return list(seeds)
 
 
+# one experiment notebook in a child process (``run_comparison`` with several jobs): its lines come back on stdout
+_CHILD = ("import json, sys\n"
+          "from islands_kit.notebooks.runner import run_notebook\n"
+          "run_notebook(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], kernel_name=sys.argv[4], stream=True)\n")
+
+
+def comparison_jobs(jobs: int, n_runs: int) -> int:
+    """How many experiment notebooks run at once: ``jobs``, or with 0 every run at once up to two per CPU core
+    (runs with one torch thread each share the cores without spinning against each other)."""
+    _check(isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 0, "jobs",
+           "must be an integer >= 0 (0: every run at once, up to two per CPU core)", jobs)
+    return max(1, min(n_runs, jobs or 2 * (os.cpu_count() or 1)))
+
+
 def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_dir: str | Path,
-                   kernel_name: str = "python3", seeds: Sequence[int] | None = None) -> dict[str, Path]:
+                   kernel_name: str = "python3", seeds: Sequence[int] | None = None, jobs: int = 1) -> dict[str, Path]:
     """Run each experiment notebook with the same ``shared`` parameters, once per seed (``seeds``; default the
     shared seed), into ``out_dir/<experiment>/`` (one seed) or ``out_dir/<experiment>/s<seed>/`` (several).
-
-    Streams each notebook's output (its progress lines) and prints a line as each run starts and ends. Returns
-    label (``experiment``, or ``experiment s<seed>``) -> output folder (result.json, history.jsonl, PNGs and the
-    executed notebook)."""
+    Streams each notebook's output (its progress lines, labelled with the run) and prints a line as each run starts
+    and ends. ``jobs`` > 1 (``comparison_jobs``): that many notebooks at once, each in its own process with one torch
+    thread (``threads=1``: the numbers are then those of any one-thread run of the same seed); 1: one after another
+    with the preset's threads. Returns label (``experiment``, or ``experiment s<seed>``) -> output folder
+    (result.json, history.jsonl, PNGs and the executed notebook), in the order of ``experiments`` and ``seeds``."""
     out = Path(out_dir)
     seeds = sweep_seeds(shared["seed"], seeds)
-    dirs: dict[str, Path] = {}
-    total = len(experiments) * len(seeds)
+    runs: list[tuple[str, str, int, Path]] = []
     for exp in experiments:
         for s in seeds:
             label, d = (exp, out / exp) if len(seeds) == 1 else (f"{exp} s{s}", out / exp / f"s{s}")
-            d = d.resolve()
-            print(f"=== [{len(dirs) + 1}/{total}] {label}: notebooks/{exp}.ipynb -> {d}", flush=True)
-            t0 = time.perf_counter()
-            run_notebook(exp, dict(shared, seed=s, out_dir=str(d)), d, kernel_name=kernel_name, stream=True)
-            from islands_kit.progress import format_duration
-            from islands_kit.tracking import load_result
+            runs.append((label, exp, s, d.resolve()))
+    jobs = comparison_jobs(jobs, len(runs))
+    overrides = {"threads": 1, **shared["overrides"]} if jobs > 1 else shared["overrides"]  # a user's threads win
+    lock = threading.Lock()
 
-            res = load_result(d)
-            bpb = (f"diverged at step {res['diverged_at_step']}" if res.get("diverged_at_step") is not None
-                   else f"final val bpb {res['final_val_bpb']:.4f}")
-            print(f"=== [{len(dirs) + 1}/{total}] {label} done in {format_duration(time.perf_counter() - t0)}: {bpb}",
+    def one(k: int, label: str, exp: str, s: int, d: Path) -> None:
+        params = dict(shared, seed=s, out_dir=str(d), overrides=overrides)
+        with lock:
+            print(f"=== [{k + 1}/{len(runs)}] {label}: notebooks/{exp}.ipynb -> {d}", flush=True)
+        t0 = time.perf_counter()
+        if jobs == 1:
+            run_notebook(exp, params, d, kernel_name=kernel_name, stream=True)
+        else:
+            _run_child(label, exp, params, d, kernel_name, lock)
+        res = load_result(d)
+        bpb = (f"diverged at step {res['diverged_at_step']}" if res.get("diverged_at_step") is not None
+               else f"final val bpb {res['final_val_bpb']:.4f}")
+        with lock:
+            print(f"=== [{k + 1}/{len(runs)}] {label} done in {format_duration(time.perf_counter() - t0)}: {bpb}",
                   flush=True)
-            dirs[label] = d
-    return dirs
+
+    if jobs == 1:
+        for k, run in enumerate(runs):
+            one(k, *run)
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(one, k, *run) for k, run in enumerate(runs)]
+            errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+    return {label: d for label, _, _, d in runs}
+
+
+def _run_child(label: str, exp: str, params: dict[str, Any], d: Path, kernel_name: str, lock: threading.Lock) -> None:
+    """``run_notebook`` in a child process, its lines relayed here as they come; a failure is a one-line
+    ``NotebookError`` naming the run and ending with the child's last line (the kit's own one-line error)."""
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-c", _CHILD, exp, json.dumps(params), str(d), kernel_name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    assert proc.stdout is not None
+    tail: collections.deque[str] = collections.deque(maxlen=1)
+    for line in proc.stdout:
+        if line.strip():
+            tail.append(line.strip())
+        with lock:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    if proc.wait() != 0:
+        raise NotebookError(f"{label}: notebooks/{exp}.ipynb failed (executed copy in {d}): "
+                            f"{tail[0] if tail else f'exit status {proc.returncode}'}")
 
 
 def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None,
