@@ -1,23 +1,27 @@
 """Projections without training (islands_kit/projection/): the lock-step replay priced exactly as a training run of the
-same config, against hand-computed timelines and the ring cost model; the decoupled event model against hand-computed
-schedules; the utilisation orderings the seed-scale projection must show."""
+same config, against hand-computed timelines and the ring cost model; the decoupled replay priced exactly as a
+training run too, and against hand-computed schedules; the utilisation orderings the seed-scale projection must show."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, link_config, transfer_time_stats
+from islands_kit.config import DecoupledConfig, DiLoCoConfig, SyncConfig, apply_overrides
 from islands_kit.islands import HARDWARE
 from islands_kit.model import MoETransformer
 from islands_kit.presets import get_preset
 from islands_kit.projection import (
+    DecoupledPlan,
     LockStepPlan,
-    full_speed_steps,
+    decoupled_plan_for_config,
     ideal_link,
     plan_for_config,
+    price_decoupled,
     price_lock_step,
     seed_scale_projection,
-    simulate_decoupled,
     summary,
 )
 from islands_kit.run import run_experiment
@@ -134,77 +138,102 @@ def test_seed_scale_projection_streaming_beats_ddp() -> None:
     assert bal["streaming"]["utilization_infinite_link"] == pytest.approx(1.0, abs=1e-9)
 
 
-# --- Decoupled DiLoCo (simulate_decoupled) -------------------------------------------------------------------------
+# --- Decoupled DiLoCo: training's own schedule, replayed on stand-in fragments ----------------------------------------
 
 
-def slow_link(seconds: float, nbytes: int = 1000) -> LinkModel:
+@pytest.mark.parametrize("sets", [
+    {},  # two sites at equal speed on the jittery transpacific link, int4, P = 2
+    {"faults.straggler_island": 1, "faults.straggler_factor": 2.0, "sync.quorum": 1, "sync.grace_s": 0.0},
+    {"link.loss_prob": 0.05, "sync.quorum": 1, "sync.grace_s": 0.0, "sync.decoupled.late": "drop", "sync.H": 4},
+])
+def test_decoupled_projection_prices_a_training_run_exactly(sets: dict) -> None:
+    """The projection runs training's DecoupledDiLoCo and driver loop on stand-ins: a smoke decoupled run and its
+    projection agree on the ledger, every merge (times, who was on time, late, carried, not ready), every island's
+    steps, busy and idle seconds and the goodput, to the last bit."""
+    cfg = apply_overrides(get_preset("two_site", "smoke"), {"threads": 1, "progress": False, "sync.mode": "decoupled",
+                                                            **sets})
+    res = run_experiment(cfg)
+    got = price_decoupled(decoupled_plan_for_config(cfg, MoETransformer(cfg.model)), LinkModel(cfg.link, seed=cfg.seed))
+    assert got.ledger.to_dict() == res.ledger
+    assert got.merges == res["decoupled"]["merges"] and len(got.merges) > 4
+    assert {i: k for i, k in enumerate(got.inner_steps)} == res["inner_steps"]
+    assert got.busy_s == [res.island_busy_s[i] for i in range(2)] and got.idle_s == [res.island_idle_s[i] for i in range(2)]
+    assert got.sim_wall_clock_s == res.sim_wall_clock_s and got.compute_utilization == res.compute_utilization
+    assert got.goodput == res["goodput"] and got.not_ready_rounds == res["decoupled"]["not_ready_rounds"]
+
+
+def _plan(step_s: list[float], steps: int, H: int, P: int, **sync: object) -> DecoupledPlan:
+    s = SyncConfig(strategy="diloco", mode="decoupled", H=H, n_fragments=P, codec="fp32", routing_sync=False,
+                   quorum=len(step_s), grace_s=0.0, diloco=DiLoCoConfig(final_codec=""))
+    return DecoupledPlan(step_s, [10, 30][:len(step_s)], steps, [1000] * P, dataclasses.replace(s, **sync))
+
+
+def slow_link(seconds: float, nbytes: int = 4000) -> LinkModel:
     """A quiet link on which one ``nbytes`` payload on an idle wire takes ``seconds``: 0.1 s one way + serialisation."""
     return LinkModel(link_config("transpacific-25g", **QUIET, rtt_s=0.2, bandwidth_bps=nbytes * 8 / (seconds - 0.1)), 0)
 
 
-def test_decoupled_on_an_ideal_link_never_idles() -> None:
-    # H=4, P=2: offsets [2, 0] -> fragment 0 due at schedule steps 2, 6; fragment 1 at 4, 8; T_ref = 1 s, span 8 s
-    r = simulate_decoupled([1.0, 2.0], [10, 30], 2, 4, 2, 1000, LinkModel(ideal_link(), 0))
-    assert r.span_s == 8.0 and r.inner_steps == [8, 4] and r.tokens_per_island == [80, 120]
-    assert r.idle_s == [0.0, 0.0] and r.compute_utilization == 1.0 and r.goodput == 1.0
-    got = [(m.fragment, m.k, m.due_s, m.on_time, m.tokens) for m in r.merges]
-    assert got == [(0, 1, 2.0, (0, 1), 2 * 10 + 1 * 30),  # island 1's step ending at t=2 counts
-                   (1, 1, 4.0, (0, 1), 4 * 10 + 2 * 30),
-                   (0, 2, 6.0, (0, 1), 4 * 10 + 2 * 30),
-                   (1, 2, 8.0, (0, 1), 4 * 10 + 2 * 30)]
-    assert [m.merged_s for m in r.merges] == pytest.approx([2.0, 4.0, 6.0, 8.0], abs=1e-9)  # 1000 B at 1e18 bit/s
-    assert r.late_contributions == r.dropped_contributions == 0
-    assert r.staleness_slack_s == pytest.approx(6.0 - 2.0, abs=1e-9)  # merge k-1 lands H = 4 steps before k is due
-    assert r.payload_bytes == 4 * 2 * 1000 and r.channels["fragments"]["transfers"] == 4 * 2  # 1 upload + 1 broadcast
-    three = simulate_decoupled([1.0, 2.0, 3.0], [1, 1, 1], 2, 4, 2, 1000, LinkModel(ideal_link(), 0))
-    assert three.payload_bytes == 4 * 2 * (3 - 1) * 1000 and three.inner_steps == [8, 4, 2]  # 2(n-1)S per merge
-    assert three.compute_utilization == 1.0 and all(m.on_time == (0, 1, 2) for m in three.merges)
+def test_decoupled_on_an_ideal_link_never_waits() -> None:
+    # H=4, P=2: fragment 0 due at ticks 2, 6; fragment 1 at 4, 8 (T_ref = 1 s); island 1 steps every other tick.
+    # The steady state: the round due at tick 8 merges after it, so three merges are applied
+    r = price_decoupled(_plan([1.0, 2.0], 8, 4, 2), LinkModel(ideal_link(), 0), final=False)
+    assert r.inner_steps == [8, 4] and r.tokens_per_island == [80, 120] and r.span_s == 8.0
+    assert r.idle_s == [0.0, 0.0] and r.compute_utilization == 1.0 and r.not_ready_rounds == 0
+    assert [(m["fragment"], m["step"], m["on_time"], m["tokens"]) for m in r.merges] == [
+        (0, 2, [0, 1], 2 * 10 + 1 * 30), (1, 4, [0, 1], 4 * 10 + 2 * 30), (0, 6, [0, 1], 4 * 10 + 2 * 30)]
+    # island 1's 4 uploads and the 3 broadcasts to it, each a fragment of 1000 fp32 values; island 0 shares the
+    # synchroniser's process, so nothing of its crosses the link
+    assert r.payload_bytes == 7 * 4000 and r.channels["fragments"]["transfers"] == 7
+    # with the closing merges: the round due at tick 8 lands, then fragment 0 (steps since tick 6) merges once more;
+    # fragment 1, merged at tick 8, has nothing new
+    closed = price_decoupled(_plan([1.0, 2.0], 8, 4, 2), LinkModel(ideal_link(), 0))
+    assert [(m["fragment"], m.get("final", False)) for m in closed.merges] == [(0, False), (1, False), (0, False),
+                                                                               (1, False), (0, True)]
 
 
-def test_bounded_staleness_idles_an_island_on_a_slow_link() -> None:
-    # one fragment (H=2, P=1) due at t = 2, 4, 6, 8; every payload takes d = 2.3 s, longer than the 2 s between merges.
-    # merge 1 waits for island 1's upload (2 + d); its broadcast reaches island 1 at 2 + 2d = 6.6, so island 1, which
-    # owes contribution 2 from t=4, finishes step 5 and idles from 5 on; island 0 applies merge 1 at 5, sends 2 at once,
-    # and idles from 7 (contribution 3, due at 6, waits for merge 2 = island 1's contribution 2 sent at 6.6 + d).
-    d = 2.3
-    r = simulate_decoupled([1.0, 1.0], [10, 30], 4, 2, 1, 1000, slow_link(d))
-    assert [m.merged_s for m in r.merges] == pytest.approx([2 + d, 2 + 3 * d, 2 + 5 * d, 2 + 7 * d], rel=1e-9)
-    assert all(m.on_time == (0, 1) for m in r.merges)
-    assert r.idle_s == pytest.approx([8 - 7, 8 - 5], rel=1e-9) and r.inner_steps == [7, 5]
-    assert r.compute_utilization == pytest.approx((7 + 5) / 16, rel=1e-9)
-    assert r.goodput == pytest.approx((7 * 10 + 5 * 30) / (8 * 10 + 8 * 30), rel=1e-9)
-    assert r.staleness_slack_s == pytest.approx(8 - (2 + 6 * d), rel=1e-9)  # merge 3 reaches island 1 at 2 + 6d
-    # a round trip (2d) shorter than the 2 s between merges never holds anyone back; one a little longer does
-    fast = simulate_decoupled([1.0, 1.0], [10, 30], 4, 2, 1, 1000, slow_link(0.9))
-    assert fast.idle_s == [0.0, 0.0] and fast.goodput == 1.0
-    # d = 1.1: merge 2 waits for island 1's contribution 2, sent at step boundary 5 (merge 1 reached it at 2 + 2d =
-    # 4.2, mid-step), so merge 2's broadcast reaches it at 5 + 2d = 7.2, after it finished step 7: idle 0.2 s
-    edge = simulate_decoupled([1.0, 1.0], [10, 30], 4, 2, 1, 1000, slow_link(1.1))
-    assert edge.idle_s == pytest.approx([0.0, 0.2], rel=1e-9) and edge.inner_steps == [8, 7]
+def test_a_slow_link_skips_rounds_instead_of_idling() -> None:
+    # one fragment (H=2) due at ticks 2, 4, 6, 8; every payload takes 2.3 s. Round 0 merges when island 1's upload
+    # arrives (4.3); island 0 lands it at its step boundary 5, island 1 at 7 (broadcast at 6.6). So at tick 4 neither
+    # is ready (round 1 skipped, logged first: merges apply in time order), at 6 island 1 is not (quorum 2 missed:
+    # island 0's part carried, and it hears so at once); at 8 both send again and that merge comes after the window.
+    # Nobody idles: an island that is not ready skips a round and its progress rides in its next contribution.
+    r = price_decoupled(_plan([1.0, 1.0], 8, 2, 1), slow_link(2.3), final=False)
+    assert r.inner_steps == [8, 8] and r.idle_s == [0.0, 0.0] and r.compute_utilization == 1.0
+    assert r.not_ready_rounds == 2 + 1
+    assert [(m["round"], m["quorum_met"], m["not_ready"], m["late"]) for m in r.merges] == [
+        (1, False, [0, 1], []), (0, True, [], []), (2, False, [1], [0])]
+    assert r.merges[1]["merge_s"] == pytest.approx(4.3, rel=1e-9) and r.merges[1]["on_time"] == [0, 1]
+    assert r.payload_bytes == 3 * 4000  # island 1's uploads at 2 and 8, the broadcast to it of round 0
 
 
 def test_quorum_and_grace_decide_who_is_late() -> None:
-    # one fragment due at t = 2, 4; island 1's upload takes 0.3 s, island 0's none
-    r = simulate_decoupled([1.0, 1.0], [1, 1], 2, 2, 1, 1000, slow_link(0.3), quorum=1, grace_s=0.0)
-    assert [(m.merged_s, m.on_time, m.late_in) for m in r.merges] == [(2.0, (0,), ()), (4.0, (0,), ((1, 1),))]
-    assert (r.late_contributions, r.late_merged, r.dropped_contributions) == (2, 1, 1)  # the last one has no next merge
-    assert r.compute_utilization == 1.0 and r.goodput == pytest.approx((4 + 2) / 8, rel=1e-12)
-    r = simulate_decoupled([1.0, 1.0], [1, 1], 2, 2, 1, 1000, slow_link(0.3), quorum=1, grace_s=1.0)
-    assert [m.on_time for m in r.merges] == [(0, 1), (0, 1)] and r.late_contributions == 0 and r.goodput == 1.0
-    assert [m.merged_s for m in r.merges] == pytest.approx([2.3, 4.3], rel=1e-9)  # everyone in: no need to wait on
-    with pytest.raises(ValueError, match="quorum: must be an integer in"):
-        simulate_decoupled([1.0, 1.0], [1, 1], 2, 2, 1, 1000, slow_link(0.3), quorum=3)
-    with pytest.raises(ValueError, match="grace_s: must be >= 0"):
-        simulate_decoupled([1.0, 1.0], [1, 1], 2, 2, 1, 1000, slow_link(0.3), grace_s=-1.0)
+    # one fragment due at ticks 2, 4; island 1's upload takes 0.3 s, island 0's none. Quorum 1, no grace: island 0
+    # merges alone at 2.0, island 1's part is late and carried into the next merge (at 4.0), where it is late again
+    r = price_decoupled(_plan([1.0, 1.0], 4, 2, 1, quorum=1), slow_link(0.3), final=False)
+    assert [(m["merge_s"], m["on_time"], m["late"], m["carried_in"]) for m in r.merges] == [
+        (2.0, [0], [1], []), (4.0, [0], [1], [1])]
+    assert r.late_contributions == 2 and r.dropped_contributions == 0 and r.goodput == 1.0
+    drop = price_decoupled(_plan([1.0, 1.0], 4, 2, 1, quorum=1, decoupled=DecoupledConfig(late="drop")),
+                           slow_link(0.3), final=False)
+    assert drop.dropped_contributions == 2 and drop.dropped_tokens == 2 * 2 * 30 and drop.goodput < 1.0
+    # a grace of 1 s takes everyone in (with the closing merges: the round due at 4 merges after the window, and
+    # nothing is left for a final one)
+    waits = price_decoupled(_plan([1.0, 1.0], 4, 2, 1, quorum=1, grace_s=1.0), slow_link(0.3))
+    assert [m["on_time"] for m in waits.merges] == [[0, 1], [0, 1]] and waits.late_contributions == 0
+    assert [m["merge_s"] for m in waits.merges] == pytest.approx([2.3, 4.3], rel=1e-9)
+    with pytest.raises(ValueError, match="sync.quorum: must be in"):
+        _plan([1.0, 1.0], 4, 2, 1, quorum=3)
+    with pytest.raises(ValueError, match="sync: the plan prices decoupled diloco"):
+        _plan([1.0, 1.0], 4, 2, 1, mode="lockstep")
 
 
 def test_seed_scale_decoupled_beside_lock_step() -> None:
     for kw in ({}, dict(hardware=("h100", "a100"))):  # 3:2 on equal GPUs, 3:2 H100 + A100
         r = seed_scale_projection(n_windows=1, schedules=("streaming", "decoupled"), **kw)
         s, dec = r["streaming"], r["decoupled"]
-        assert dec["compute_utilization"] > s["compute_utilization"] and dec["utilization_infinite_link"] == 1.0
-        steps = [full_speed_steps(dec["span_s"], c) for c in r["step_time_s"]]
+        assert dec["compute_utilization"] == 1.0 > s["compute_utilization"]  # decoupled islands never wait
+        steps = [int(dec["span_s"] / c + 1e-9) for c in r["step_time_s"]]
         assert dec["inner_steps"] == steps and max(steps) == r["assumptions"]["H"]  # each at its own pace
-    # on a 1 Gbit/s link the fragments queue and bounded staleness holds the islands back (from the second window)
+    # on a 1 Gbit/s link the fragments queue: islands are not ready for their rounds (none on an infinite link)
     slow = seed_scale_projection(n_windows=2, link_preset="consumer-1g", batch_share="balanced", schedules=("decoupled",))
-    assert slow["decoupled"]["compute_utilization"] < 0.9 and slow["decoupled"]["goodput"] < 0.9
+    assert slow["decoupled"]["not_ready_rounds"] > 0 == slow["decoupled"]["not_ready_rounds_infinite_link"]

@@ -3,7 +3,8 @@ on a wide-area link, at the seed run's size, without training.
 
 Every price comes from what training uses: step times from ``islands.step_flops`` and the ``islands.HARDWARE`` table,
 payload sizes from the codecs (``Codec.nbytes``), the lock-step schedule replayed on the transport's clock, ledger and
-ring all-reduce (``projection/lockstep.py``, pinned equal to a training run by tests/test_projection.py), the link
+ring all-reduce (``projection/lockstep.py``) and the decoupled one by training's own ``DecoupledDiLoCo`` on stand-in
+fragments (``projection/decoupled.py``), both pinned equal to training runs by tests/test_projection.py, the link
 model of ``comm/link``.
 
 Assumptions (every number is an argument)
@@ -32,9 +33,9 @@ from typing import Any, Sequence
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, effective_rate_bps, link_config
-from islands_kit.config import LinkConfig, ModelConfig
+from islands_kit.config import DiLoCoConfig, LinkConfig, ModelConfig, SyncConfig
 from islands_kit.islands import HARDWARE, step_flops
-from islands_kit.projection.decoupled import DecoupledResult, simulate_decoupled
+from islands_kit.projection.decoupled import DecoupledPlan, DecoupledResult, price_decoupled
 from islands_kit.projection.lockstep import LockStepPlan, price_lock_step, summary
 from islands_kit.sync.diloco import sync_schedule
 
@@ -74,7 +75,9 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
 
     Symbols as in Streaming DiLoCo (Douillard et al., 2025). Returns step times, payload sizes, and for each schedule
     the utilisation, the infinite-link ceiling, link_efficiency = utilisation / ceiling, transfer times and peak rate;
-    for the decoupled one also goodput, inner steps and tokens per island, and late / dropped contributions.
+    for the decoupled one (the steady state, no closing merges) also goodput, inner steps and tokens per island, the
+    rounds an island was not ready for (on the real and on the infinite link), late / dropped contributions and
+    skipped merges.
     ``schedules`` picks which of "streaming", "ddp" and "decoupled" to simulate (DDP's 128 GB payloads are the slow
     part)."""
     unknown = sorted(set(schedules) - set(SCHEDULES))
@@ -110,17 +113,23 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
                 "n_steps": plan.steps, "payload_bytes_per_step": real["payload_bytes"] / plan.steps}
 
     def run_decoupled() -> dict[str, Any]:
-        def sim(c: LinkConfig) -> DecoupledResult:
-            return simulate_decoupled(step_time, tokens, n_windows, H, n_fragments, frag, LinkModel(c, seed),
-                                      quorum=quorum, grace_s=grace_s, routing_bytes=routing)
-        real, ceiling = sim(cfg), sim(ideal_link()).compute_utilization
-        return {"compute_utilization": real.compute_utilization, "utilization_infinite_link": ceiling,
-                "link_efficiency": real.compute_utilization / ceiling, "goodput": real.goodput,
+        sync = SyncConfig(strategy="diloco", mode="decoupled", H=H, n_fragments=n_fragments, codec=codec,
+                          codec_block_size=codec_block_size, routing_sync=False, quorum=n if quorum is None else quorum,
+                          grace_s=grace_s, diloco=DiLoCoConfig(final_codec=""))
+        plan = DecoupledPlan(step_time, [round(t) for t in tokens], n_stream, [numel] * n_fragments, sync, seed)
+
+        def sim(c: LinkConfig) -> DecoupledResult:  # the steady state: no closing merges
+            return price_decoupled(plan, LinkModel(c, seed), final=False)
+
+        real, ceiling = sim(cfg), sim(ideal_link())
+        return {"compute_utilization": real.compute_utilization,
+                "utilization_infinite_link": ceiling.compute_utilization,
+                "link_efficiency": real.compute_utilization / ceiling.compute_utilization, "goodput": real.goodput,
                 "span_s": real.span_s, "idle_s": real.idle_s, "inner_steps": real.inner_steps,
                 "tokens_per_island": real.tokens_per_island, "n_merges": len(real.merges),
-                "late_contributions": real.late_contributions, "late_merged": real.late_merged,
-                "dropped_contributions": real.dropped_contributions, "staleness_slack_s": real.staleness_slack_s,
-                "bytes_on_wire": real.bytes_on_wire, "payload_bytes": real.payload_bytes,
+                "not_ready_rounds": real.not_ready_rounds, "not_ready_rounds_infinite_link": ceiling.not_ready_rounds,
+                "late_contributions": real.late_contributions, "dropped_contributions": real.dropped_contributions,
+                "skipped_merges": real.skipped_merges, "payload_bytes": real.payload_bytes,
                 "peak_link_bytes_per_s": real.peak_link_bytes_per_s, "channels": real.channels}
 
     streaming = run(stream) if "streaming" in schedules else None
