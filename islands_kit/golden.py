@@ -20,7 +20,7 @@ UNPINNED = frozenset({"wall_time_s", "versions", "git_sha", "config"})
 MACHINE_KEY = "_machine"
 # Elsewhere than on the machine kind that wrote a fixture, floats are compared to this relative tolerance: the same
 # torch wheel picks different CPU kernels (AVX2 / AVX-512 / AMX, MKL's per-CPU paths) whose summation orders differ in
-# the last bits (measured: 2.5e-9 relative on a smoke bpb). A real change moves a smoke number by orders of magnitude
+# the last bits (benchmarks/RESULTS.md, golden section). A real change moves a smoke number by orders of magnitude
 # more; integers (bytes, steps, tokens) and strings are always exact.
 CROSS_MACHINE_RTOL = 1e-6
 

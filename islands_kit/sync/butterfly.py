@@ -52,8 +52,8 @@ delay-aware ones (doubly stochastic) Σ_i θ_i + ½ Σ_i e_i is conserved exactl
 is the part of the cell's fragment the other cells have not yet received, and the cell mean drifts by at most half
 the current residuals instead of a sum over every exchange (tested). The residual is carried to the *next* partner
 (the butterfly changes partner every exchange): what it conserves is the cells' sum, not one receiver's copy. It is
-well defined on absolute weights too, and allowed there (the default payload, for the runs made before deltas
-existed), but with weights the block scale — hence every exchange's error — is set by the weights' absmax, so lossy
+well defined on absolute weights too, and allowed there (``payload=weights``, the default, sends the fragment itself),
+but with weights the block scale — hence every exchange's error — is set by the weights' absmax, so lossy
 codecs are meant to be used with ``payload=delta``.
 
 Evaluation (``sync.butterfly.eval``): ``cell0`` scores cell 0's replica (what one cell would deploy); ``mean`` scores the
