@@ -14,7 +14,6 @@ sites with different GPUs, batch sizes and accelerator counts advance at differe
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -25,6 +24,7 @@ from islands_kit.config import ConfigError, IslandConfig, ModelConfig, OptimConf
 from islands_kit.data import BatchStream
 from islands_kit.device import autocast, use_fused_adamw
 from islands_kit.model import ByteTransformer, RoutingStats
+from islands_kit.optim.schedule import lr_lambda
 
 
 @dataclass(frozen=True)
@@ -79,15 +79,6 @@ def step_seconds(island: IslandConfig, model_cfg: ModelConfig, active_params: in
     hw = HARDWARE[island.hardware]
     tokens = island.batch_size * model_cfg.seq_len
     return step_flops(model_cfg, active_params, tokens) / (hw.peak_flops * hw.mfu * island.n_accelerators)
-
-
-def lr_lambda(step: int, cfg: OptimConfig, total_steps: int) -> float:
-    """Linear warm-up over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` at ``total_steps``."""
-    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    span = max(1, total_steps - cfg.warmup_steps)
-    prog = min(1.0, (step - cfg.warmup_steps) / span)
-    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
 
 
 def clip_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> None:

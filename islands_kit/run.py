@@ -20,11 +20,11 @@ from islands_kit.config import ExperimentConfig
 from islands_kit.io import sweep_stale_temporaries
 from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
+from islands_kit.sync.diloco import diloco_schedule
 from islands_kit.tracking import Tracker
 from islands_kit.train.experiment import Experiment
 from islands_kit.train.outputs import LINK_TIMELINE, write_outputs
 from islands_kit.train.result import Diverged, Result, git_sha
-from islands_kit.train.strategies import diloco_schedule
 
 __all__ = ["LINK_TIMELINE", "Diverged", "Experiment", "Result", "diloco_schedule", "git_sha", "run_experiment",
            "write_outputs"]

@@ -62,7 +62,8 @@ from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
-from islands_kit.config import SyncConfig
+from islands_kit.config import ExperimentConfig, SyncConfig
+from islands_kit.optim.schedule import lr_lambda
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
 
@@ -370,3 +371,15 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
         self.synced = [bool(b) for b in d["synced"]]
         self.sent = {(int(i), int(p)): t.clone() for i, p, t in d["sent"]}
         self.last_mean = [t.clone() if t is not None else None for t in d["last_mean"]]
+
+
+def diloco_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]]:
+    """The (step, fragment) syncs of a DiLoCo run (``sync.diloco.h_schedule``; decoupled: steps of the schedule).
+    QSR reads the lr of the warm-up as the peak: the rule governs the decay (Gu et al. apply it after warm-up)."""
+    s = cfg.sync
+    windows = None
+    if s.diloco.h_schedule == "qsr":
+        o = cfg.optim
+        windows = qsr_windows(s.H, s.diloco.qsr_alpha,
+                              lambda t: o.lr * lr_lambda(max(t, o.warmup_steps), o, cfg.steps), cfg.steps)
+    return sync_schedule(s.H, s.n_fragments, cfg.steps, windows)

@@ -5,27 +5,15 @@ from torch import nn
 
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.islands import Island, lr_lambda
+from islands_kit.islands import Island
 from islands_kit.model import ByteTransformer
 from islands_kit.sync.base import LockstepStrategy, strided_fragments
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.ddp import DDP
 from islands_kit.sync.decoupled import DecoupledDiLoCo
-from islands_kit.sync.diloco import DiLoCo, qsr_windows, sync_schedule
+from islands_kit.sync.diloco import DiLoCo, diloco_schedule
 from islands_kit.sync.routing import RoutingSync
 from islands_kit.train.drivers import DecoupledDriver, Driver, LockstepDriver
-
-
-def diloco_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]]:
-    """The (step, fragment) syncs of a DiLoCo run (``sync.diloco.h_schedule``; decoupled: steps of the schedule).
-    QSR reads the lr of the warm-up as the peak: the rule governs the decay (Gu et al. apply it after warm-up)."""
-    s = cfg.sync
-    windows = None
-    if s.diloco.h_schedule == "qsr":
-        o = cfg.optim
-        windows = qsr_windows(s.H, s.diloco.qsr_alpha,
-                              lambda t: o.lr * lr_lambda(max(t, o.warmup_steps), o, cfg.steps), cfg.steps)
-    return sync_schedule(s.H, s.n_fragments, cfg.steps, windows)
 
 
 def driver_class(cfg: ExperimentConfig) -> type[Driver]:
