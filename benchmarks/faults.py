@@ -72,7 +72,9 @@ def main() -> None:
 
     base = base_config(args.preset, args.islands)
     start = args.attack_start if args.attack_start >= 0 else int(0.4 * base.steps)
-    common = {"seed": args.seed, "faults.attack_island": args.attack_island, "faults.attack_start": start,
+    # the plain mean (the rule the defences replace) in every run, so the defence is the one change
+    common = {"seed": args.seed, "sync.diloco.average": "mean", "faults.attack_island": args.attack_island,
+              "faults.attack_start": start,
               "faults.attack_noise_std": args.noise_std, "faults.attack_scale": args.scale}
 
     def cfg(attack: str, defense: str) -> ExperimentConfig:

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from islands_kit.config import ExperimentConfig
 from islands_kit.presets import get_preset
 
 # run settings that are not part of what a point is (where it writes, how it reports, which seed)
@@ -46,11 +47,12 @@ def _as_set(v: Any) -> str:
 
 def overrides_of(res: dict[str, Any]) -> dict[str, str]:
     """The ``--set`` keys that turn the run's preset into the run's config (islands as one JSON list)."""
-    cfg = dict(res["config"])
+    cfg = ExperimentConfig.from_dict(res["config"]).to_dict()  # as the kit reads it today (moved keys moved)
     base = get_preset(res["experiment"], res["preset"]).to_dict()
     out: dict[str, str] = {}
-    if cfg.pop("islands") != base.pop("islands"):
-        out["islands"] = json.dumps(res["config"]["islands"])
+    islands = cfg.pop("islands")
+    if islands != base.pop("islands"):
+        out["islands"] = json.dumps(islands)
     got, ref = _flat(cfg), _flat(base)
     for k in sorted(got):
         if k.split(".")[0] not in NOT_OVERRIDES and got[k] != ref.get(k):

@@ -99,12 +99,14 @@ def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
 
 _SYNC: dict[str, dict[str, Any]] = {
     "baseline": dict(strategy="ddp"),
-    # the tuned method (benchmarks/protocol.py): outer SGD lr 1.0 without momentum (the protocol's grid preferred it to
-    # 1.3; Nesterov 0.7/0.9 is an ablation row), the tau overlap steps kept on top of the new global state
-    # (keep_local; alpha blending is an ablation row) and the final flush at int8
+    # the tuned method (benchmarks/protocol.py, RESULTS): outer SGD lr 1.0 without momentum (Nesterov matches it only
+    # with a momentum warm-up), the two sites' outer gradients merged by radial-directional averaging (their mean norm
+    # along their mean direction), the tau overlap steps kept on top of the new global state (keep_local) and the
+    # final flush at int8
     "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, codec="int4", stochastic_rounding=True,
                      error_feedback=True, routing_sync=True,
-                     diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, merge="keep_local", final_codec="int8")),
+                     diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, merge="keep_local", final_codec="int8",
+                                 average="radial_directional")),
     # routing statistics travel along the butterfly too (pairwise, no collective among all cells); tau = the merge
     # delay; delay-aware merges keep the steps taken during it, and a final complete butterfly deploys the cell mean
     "eight_cell": dict(strategy="butterfly", H=50, n_fragments=2, tau=2, codec="fp32", stochastic_rounding=True,

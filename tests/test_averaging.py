@@ -101,7 +101,6 @@ def test_lockstep_radial_directional_end_to_end():
 
 @pytest.mark.parametrize("sets, field", [
     ({"sync.diloco.average": "median"}, "sync.diloco.average"),
-    ({"sync.mode": "decoupled", "sync.diloco.average": "radial_directional"}, "sync.diloco.average"),
     ({"faults.defense": "median", "sync.diloco.average": "radial_directional"}, "sync.diloco.average"),
 ])
 def test_bad_average_settings_name_the_field(sets, field):

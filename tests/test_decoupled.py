@@ -130,7 +130,7 @@ def test_lockstep_reports_per_island_counts_and_goodput():
     ({"sync.mode": "decoupled", "sync.quorum": 3}, "sync.quorum"),
     ({"sync.quorum": 0}, "sync.quorum"),
     ({"sync.grace_s": -1}, "sync.grace_s"),
-    ({"sync.decoupled.average": "median"}, "sync.decoupled.average"),
+    ({"sync.decoupled.average": "mean"}, "sync.diloco.average"),  # moved: one averaging rule for both modes
     ({"sync.decoupled.weighting": "steps"}, "sync.decoupled.weighting"),
     ({"sync.decoupled.late": "never"}, "sync.decoupled.late"),
     ({"sync.mode": "decoupled", "checkpoint_every": 5}, "checkpoint_every"),

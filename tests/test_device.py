@@ -98,7 +98,7 @@ CASES = {
     "two_site": {},  # Streaming DiLoCo, int4 codec with stochastic rounding and error feedback, routing sync
     "eight_cell": {"sync.codec": "fp4_e2m1"},  # butterfly exchanges through a block codec
     "two_site-shampoo-median": {"optim.name": "shampoo", "optim.start_preconditioning_step": 2, "sync.codec": "int2",
-                                "faults.defense": "median", "optim.precondition_frequency": 2},
+                                "faults.defense": "median", "sync.diloco.average": "mean", "optim.precondition_frequency": 2},
 }
 
 
@@ -317,7 +317,8 @@ def test_wire_messages_travel_over_nccl_only_for_a_gpu_run_with_nccl_in_the_grou
     assert wire_device(gpu, "nccl") == gpu
 
 
-REPLAY = {"faults.attack": "replay", "faults.attack_start": 2, "faults.defense": "auto", "steps": 12}
+REPLAY = {"faults.attack": "replay", "faults.attack_start": 2, "faults.defense": "auto", "sync.diloco.average": "mean",
+          "steps": 12}
 
 
 @pytest.mark.parametrize("experiment,at,extra", [("two_site", 4, {}), ("eight_cell", 5, {}),  # transfers in flight

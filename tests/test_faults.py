@@ -42,6 +42,7 @@ ATTACKS = ("sign_flip", "scale", "noise", "nan", "replay")
 def smoke_cfg(n_islands: int = 2, **overrides: object) -> ExperimentConfig:
     """two_site smoke; for n_islands != 2, n equal islands sharing the same global batch of 40 sequences."""
     d = preset_dict("two_site", "smoke")
+    d["sync"]["diloco"]["average"] = "mean"  # the rule the defences replace: the defence is the one change
     if n_islands != 2:
         b = 40 // n_islands
         d["islands"] = [dict(name=f"site-{k}", batch_size=b, micro_batch_size=b, dp_ranks=1, hardware="cpu-2core",

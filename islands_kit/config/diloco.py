@@ -58,13 +58,12 @@ class DiLoCoConfig:
 @dataclass
 class DecoupledConfig:
     """Decoupled-DiLoCo knobs (``sync.decoupled.*``; Douillard et al. 2026, arXiv 2604.21428), used with
-    ``sync.mode=decoupled``: how a merge weighs and averages the outer gradients that made it, and what happens to one
+    ``sync.mode=decoupled``: how a merge weighs the outer gradients that made it (``sync.diloco.average`` averages them,
+    in both modes), and what happens to one
     that arrived after the merge (``sync.quorum`` and ``sync.grace_s`` decide which arrive in time)."""
 
     weighting: str = "tokens"  # tokens: w = tokens since the island's last contribution | efficiency: w = tokens x
     #   (tokens per inner step / the largest tokens per step among the contributors), the paper's efficiency weighting
-    average: str = "mean"  # mean: sum w_i Δ_i / sum w_i | radial_directional: the weighted mean of the norms times the
-    #   direction of the weighted mean of unit vectors (disagreeing directions no longer shrink the step)
     late: str = "carry"  # carry: a late outer gradient joins the fragment's next merge | drop: it is discarded
 
     def __post_init__(self) -> None:
@@ -72,6 +71,4 @@ class DecoupledConfig:
         _check_fields(self, p)
         _check(self.weighting in ("tokens", "efficiency"), p + "weighting", "must be one of tokens|efficiency",
                self.weighting)
-        _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
-               self.average)
         _check(self.late in ("carry", "drop"), p + "late", "must be one of carry|drop", self.late)

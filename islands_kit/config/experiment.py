@@ -118,6 +118,17 @@ class ExperimentConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
+        """A config as ``to_dict`` wrote it — also in a result.json or checkpoint that still holds
+        ``sync.decoupled.average``, the decoupled mode's own averaging key before both modes shared
+        ``sync.diloco.average``: its value moves there."""
+        sync = d.get("sync")
+        if isinstance(sync, dict) and isinstance(sync.get("decoupled"), dict) and "average" in sync["decoupled"]:
+            decoupled = dict(sync["decoupled"])
+            average = decoupled.pop("average")
+            diloco = dict(sync.get("diloco") or {})
+            if average != "mean":
+                diloco["average"] = average
+            d = {**d, "sync": {**sync, "decoupled": decoupled, "diloco": diloco}}
         return build(cls, d, "")
 
 

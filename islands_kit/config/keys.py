@@ -21,6 +21,7 @@ MOVED_KEYS: dict[str, str] = {
     **{f"sync.{k}": f"sync.diloco.{k}" for k in ("alpha", "outer_lr", "outer_momentum", "nesterov", "merge", "final_codec",
                                                  "warm_start_steps", "outer_momentum_warmup", "eager")},
     **{f"sync.{k}": f"sync.butterfly.{k}" for k in ("exchanges_per_window", "exact_average_every", "final_average")},
+    "sync.decoupled.average": "sync.diloco.average",  # one averaging rule for both modes
     "sync.butterfly_merge": "sync.butterfly.merge", "sync.butterfly_eval": "sync.butterfly.eval", "sync.delay": "sync.tau",
 }
 

@@ -62,5 +62,3 @@ class SyncConfig:
             _check(not self.diloco.eager and self.diloco.warm_start_steps == 0, p + "diloco",
                    "eager updates and the warm start are lock-step schedules: not with sync.mode=decoupled",
                    "eager" if self.diloco.eager else "warm_start_steps")
-            _check(self.diloco.average == "mean", p + "diloco.average",
-                   "is the lock-step merge: with sync.mode=decoupled set sync.decoupled.average", self.diloco.average)

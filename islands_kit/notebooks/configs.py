@@ -103,7 +103,8 @@ def poisoned_island_setup(preset: str, seed: int, steps: int, attack: str, attac
     {name: legend}, "start": step, "start_tokens": training tokens before the attack, "out": folder}``."""
     _check(isinstance(attack_start, int) and attack_start >= -1, "attack_start",
            "must be an integer >= 0, or -1 (40% into the run)", attack_start)
-    common = {"wandb_mode": wandb_mode, "wandb_group": f"poisoned_island-{preset}-s{seed}"}
+    # every run merges with the plain mean, the rule the defences replace, so the defence is the one change
+    common = {"wandb_mode": wandb_mode, "wandb_group": f"poisoned_island-{preset}-s{seed}", "sync.diloco.average": "mean"}
     clean = notebook_config("two_site", preset, seed, steps, common, overrides)
     start = attack_start if attack_start >= 0 else int(0.4 * clean.steps)
     faults = {"faults.attack": attack, "faults.attack_island": attack_island, "faults.attack_start": start,

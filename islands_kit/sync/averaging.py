@@ -1,6 +1,6 @@
-"""How a merge turns the islands' outer gradients into one: the averaging rules of the DiLoCo family, shared by the
-lock-step strategy (``sync.diloco.average``, :mod:`islands_kit.sync.diloco`) and the decoupled synchroniser
-(``sync.decoupled.average``, :mod:`islands_kit.sync.decoupled`).
+"""How a merge turns the islands' outer gradients into one: the averaging rules of the DiLoCo family, shared, under one key
+(``sync.diloco.average``), by the lock-step strategy (:mod:`islands_kit.sync.diloco`) and the decoupled synchroniser
+(:mod:`islands_kit.sync.quorum`).
 
 With weights w_i >= 0 (tokens processed, or the decoupled efficiency weighting) and outer gradients Δ_i:
 

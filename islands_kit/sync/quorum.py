@@ -76,7 +76,7 @@ class QuorumRule:
         self.dropped_tokens = 0.0
 
     def _combine(self, merged: list[Contribution]) -> torch.Tensor:
-        return combine([c.delta for c in merged], merge_weights(merged, self.dcfg.weighting), self.dcfg.average)
+        return combine([c.delta for c in merged], merge_weights(merged, self.dcfg.weighting), self.cfg.diloco.average)
 
     def decide(self, tick: int, p: int, k: int, now: float, fresh: list[Contribution], absent: list[int],
                not_ready: list[int], island_steps: dict[int, int]) -> Merge:
