@@ -470,6 +470,7 @@ def test_bad_parameter_stops_in_the_validation_cell(tmp_path):
         run_notebook("eight_cell", {"preset": "smoke", "delay": 8}, tmp_path)
 
 
+@pytest.mark.slow  # starts a papermill kernel
 def test_cli_notebook_reports_a_bad_parameter(tmp_path, capsys):
     assert cli.main(["notebook", "two_site", "-p", "preset", "smoke", "-p", "H", "0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -477,6 +478,7 @@ def test_cli_notebook_reports_a_bad_parameter(tmp_path, capsys):
     assert first_error_cell(tmp_path / "two_site.ipynb") == 2
 
 
+@pytest.mark.slow  # starts a papermill kernel
 def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys):
     argv = ["notebook", "tour", "-p", "tiny_steps", "10", "-p", "race_steps", "30", "-p", "n_transfers", "40",
             "-p", "sample_steps", "4",

@@ -61,6 +61,7 @@ def test_reachable_cpu_index_supplies_torch_and_no_gpu_means_no_kernels(tmp_path
     assert "not reachable" not in plan
 
 
+@pytest.mark.slow  # runs scripts/setup.sh
 def test_unreachable_index_falls_back_to_the_pin_with_a_note_in_seconds(tmp_path):
     with socket.socket() as s:  # accepts connections (the kernel's backlog) but never answers: a hung index
         s.bind(("127.0.0.1", 0))
