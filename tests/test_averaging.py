@@ -90,7 +90,7 @@ def test_lockstep_radial_directional_differs_from_the_mean_and_is_deterministic(
 
 @pytest.mark.slow
 def test_lockstep_radial_directional_end_to_end():
-    base = apply_overrides(get_preset("two_site", "smoke"), {"threads": 1})
+    base = apply_overrides(get_preset("two_site", "smoke"), {"threads": 1, "sync.diloco.average": "mean"})
     mean = run_experiment(base)
     rd_cfg = apply_overrides(base, {"sync.diloco.average": "radial_directional"})
     rd = run_experiment(rd_cfg)

@@ -250,7 +250,7 @@ def test_attack_needs_diloco_before_any_work(tmp_path):
 @pytest.mark.slow
 def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     cfg = smoke("two_site", steps=16, checkpoint_every=8, faults__attack="scale", faults__attack_start=4,
-                faults__defense="auto")
+                faults__defense="auto", sync__diloco__average="mean")  # the mean: the rule a defence replaces
     full = run_experiment(cfg, tmp_path / "a")
     from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment
