@@ -20,20 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import ExperimentConfig
+from islands_kit.configfile import flatten
 from islands_kit.presets import get_preset
 
 # run settings that are not part of what a point is (where it writes, how it reports, which seed)
 NOT_OVERRIDES = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "out_dir", "experiment", "preset"}
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _as_set(v: Any) -> str:
@@ -53,7 +44,7 @@ def overrides_of(res: dict[str, Any]) -> dict[str, str]:
     islands = cfg.pop("islands")
     if islands != base.pop("islands"):
         out["islands"] = json.dumps(islands)
-    got, ref = _flat(cfg), _flat(base)
+    got, ref = flatten(cfg), flatten(base)
     for k in sorted(got):
         if k.split(".")[0] not in NOT_OVERRIDES and got[k] != ref.get(k):
             out[k] = _as_set(got[k])

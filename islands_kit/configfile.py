@@ -144,12 +144,12 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested mappings -> dotted keys; lists (``islands``) stay whole values."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -171,4 +171,4 @@ def config_from_file(data: dict[str, Any], experiment: str | None, preset: str |
         raise ConfigError("experiment: name it on the command line or in the config file (experiment: two_site)")
     base = get_preset(exp, preset or data.get("preset") or "smoke")
     # an ``islands`` list replaces the preset's whole; fields an island leaves out take IslandConfig's defaults
-    return apply_overrides(base, _flatten(data))
+    return apply_overrides(base, flatten(data))
