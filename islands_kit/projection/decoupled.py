@@ -29,6 +29,7 @@ from islands_kit.comm.transport import Delivery, Ledger, LocalTransport, decode
 from islands_kit.config import ExperimentConfig, SyncConfig
 from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
+from islands_kit.projection.lockstep import summary
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.decoupled import DecoupledDiLoCo
 
@@ -146,27 +147,20 @@ def price_decoupled(plan: DecoupledPlan, link: LinkModel | None, final: bool = T
     rep = strategy.report()
     tokens = [k * tok for k, tok in zip(steps, plan.tokens_per_step)]
     nominal = plan.nominal_step_s or plan.step_s
-    span = max(clock.now.values())
+    priced = summary(wire)  # the clock's and the ledger's figures, as the lock-step replay reports them
+    span = priced["sim_wall_clock_s"]
     ideal_rate = sum(tok / c for tok, c in zip(plan.tokens_per_step, nominal))
     goodput = (sum(tokens) - rep["dropped_tokens"]) / (ideal_rate * span) if span > 0 else 0.0
-    durations = {ch: wire.ledger.durations(ch) for ch in sorted(wire.ledger.channels)}
-    every = [d for v in durations.values() for d in v]
+    every = wire.ledger.durations()
     st = transfer_time_stats(every) if every else {"p50": 0.0, "p99": 0.0}
-    channels = {ch: {"transfers": len(v), "bytes": wire.ledger.bytes(ch), **_stats(v)} for ch, v in durations.items()}
     return DecoupledResult(
-        span_s=plan.steps * tick_s, sim_wall_clock_s=span, busy_s=[clock.busy[i] for i in range(n)],
-        idle_s=[clock.idle[i] for i in range(n)], compute_utilization=clock.utilization(), goodput=goodput,
-        inner_steps=steps, tokens_per_island=tokens, merges=rep["merges"],
-        late_contributions=rep["late_contributions"], dropped_contributions=rep["dropped_contributions"],
-        dropped_tokens=rep["dropped_tokens"], not_ready_rounds=rep["not_ready_rounds"],
-        skipped_merges=rep["skipped_merges"], ledger=wire.ledger, transfer_p50_s=st["p50"], transfer_p99_s=st["p99"],
-        peak_link_bytes_per_s=wire.ledger.peak_link_bytes_per_s(), payload_bytes=wire.ledger.bytes(),
-        n_transfers=len(every), channels=channels)
-
-
-def _stats(durations: list[float]) -> dict[str, float]:
-    s = transfer_time_stats(durations)
-    return {"p50_s": s["p50"], "p99_s": s["p99"], "max_s": s["max"]}
+        span_s=plan.steps * tick_s, sim_wall_clock_s=span, busy_s=priced["busy_s"], idle_s=priced["idle_s"],
+        compute_utilization=priced["compute_utilization"], goodput=goodput, inner_steps=steps, tokens_per_island=tokens,
+        merges=rep["merges"], late_contributions=rep["late_contributions"],
+        dropped_contributions=rep["dropped_contributions"], dropped_tokens=rep["dropped_tokens"],
+        not_ready_rounds=rep["not_ready_rounds"], skipped_merges=rep["skipped_merges"], ledger=wire.ledger,
+        transfer_p50_s=st["p50"], transfer_p99_s=st["p99"], peak_link_bytes_per_s=priced["peak_link_bytes_per_s"],
+        payload_bytes=priced["payload_bytes"], n_transfers=len(every), channels=priced["channels"])
 
 
 def decoupled_plan_for_config(cfg: ExperimentConfig, model: MoETransformer) -> DecoupledPlan:
