@@ -85,23 +85,30 @@ SHAMPOO = {"optim.name": "shampoo"}
 # one complete butterfly, so every cell — and the deployed model — is the exact cell mean
 EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.final_average": "true"}
 # DiLoCo's outer optimizer, tuned: outer SGD lr x momentum (0 = plain averaging at that lr; 0.9 = Nesterov, the
-# sync.diloco.nesterov default). Charles et al. 2025 find Nesterov 0.9 with lr ~0.6 for M = 2, 0.8-1.0 for M = 8.
-OUTER_GRID = {"sync.diloco.outer_lr": ["0.4", "0.6", "0.8", "1.0"], "sync.diloco.outer_momentum": ["0.0", "0.9"]}
-LR = 3e-3  # the inner lr the baseline and two_site both won at M = 2 (the demo preset's optim.lr)
-# the baseline tunes only its inner lr, so its budget (two_site's: 2 inner lrs x the outer grid) buys a fine lr grid:
-# 16 values a quarter octave apart around LR, 1.06e-3 to 1.43e-2
-FINE_LRS = [_lr(LR * 2 ** (k / 4)) for k in range(-6, 10)]
+# sync.diloco.nesterov default, its momentum ramped from 0 over the first 10 outer steps: started at once it cost 7%
+# even with one replica at this length, and the ramp took that back: RESULTS, "What DiLoCo's outer optimizer is worth").
+# Charles et al. 2025 find Nesterov 0.9 with lr ~0.6 for M = 2 and 0.8-1.0 for M = 8; 1.0 without momentum is plain
+# averaging.
+OUTER_GRID = {"sync.diloco.outer_lr": ["0.6", "1.0"], "sync.diloco.outer_momentum": ["0.0", "0.9"]}
+OUTER_WARMUP = {"sync.diloco.outer_momentum_warmup": "10"}
+LR = 3e-3  # the demo preset's optim.lr (the inner lr the baseline and two_site both won at the 300-step demo)
+# Eight trials per arm: a 1200-step demo run costs ~6 min on one thread, so the three arms' tuning is ~24 runs.
+# The baseline tunes only its inner lr, so its budget (two_site's: 2 inner lrs x the outer grid) buys a fine lr grid:
+# 8 values a quarter octave apart around LR, 1.78e-3 to 6e-3
+FINE_LRS = [_lr(LR * 2 ** (k / 4)) for k in range(-3, 5)]
 # the inner lr scaled with the replica count M = 8 from LR: the scaling-law fit's M^0.29 and sqrt(M) (Charles et al.)
 M8_LRS = [_lr(LR * 8 ** 0.29), _lr(LR * 8 ** 0.5)]
 # eight cells synchronised by the DiLoCo all-reduce (presets.EIGHT_CELL_ALLREDUCE_CONTROL) with the outer optimizer
 # tuned instead of fixed to plain averaging
-EIGHT_CELL_ALLREDUCE_METHOD = {k: v for k, v in EIGHT_CELL_ALLREDUCE_CONTROL.items() if k not in OUTER_GRID}
+EIGHT_CELL_ALLREDUCE_METHOD = {**{k: v for k, v in EIGHT_CELL_ALLREDUCE_CONTROL.items() if k not in OUTER_GRID},
+                               **OUTER_WARMUP}
 ARMS: dict[str, Arm] = {
     "baseline": Arm("baseline", {"optim.lr": FINE_LRS}),
-    "two_site": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], **OUTER_GRID}, TWO_SITE_METHOD),
-    # the butterfly has no outer optimizer: its budget goes to the inner lr, the fine grid (its lowest value given up)
-    # with the M = 8 scaled lrs (LR x sqrt(8) = LR x 2^1.5 is a grid point already)
-    "eight_cell": Arm("eight_cell", {"optim.lr": sorted(set(FINE_LRS[1:] + M8_LRS), key=float)}, EIGHT_CELL_METHOD),
+    "two_site": Arm("two_site", {"optim.lr": ["3e-3", "4.24e-3"], **OUTER_GRID}, {**TWO_SITE_METHOD, **OUTER_WARMUP}),
+    # the butterfly has no outer optimizer: its budget goes to the inner lr, quarter octaves from LR up to LR x sqrt(8)
+    # (= LR x 2^1.5) with the scaling-law fit's LR x 8^0.29 between them
+    "eight_cell": Arm("eight_cell", {"optim.lr": sorted({_lr(LR * 2 ** (k / 4)) for k in range(7)} | set(M8_LRS), key=float)},
+                      EIGHT_CELL_METHOD),
     "eight_cell_allreduce": Arm("eight_cell", {"optim.lr": M8_LRS, **OUTER_GRID}, EIGHT_CELL_ALLREDUCE_METHOD),
     "baseline_shampoo": Arm("baseline", {"optim.lr": ["1e-3", "2e-3", "3e-3", "4e-3"]}, SHAMPOO, ref="baseline_shampoo"),
     "two_site_shampoo": Arm("two_site", {"optim.lr": ["2e-3", "3e-3"], "sync.diloco.outer_lr": ["1.0", "1.3"]},
