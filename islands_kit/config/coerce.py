@@ -31,23 +31,17 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
             return value.lower() in ("true", "1", "yes")
         _check(isinstance(value, bool), path, "must be a boolean (true/false)", value)
         return value
-    if tp is int:
-        if isinstance(value, str):
+    if tp is int or tp is float:
+        what = "an integer" if tp is int else "a number"
+        if isinstance(value, str):  # from the command line
             try:
-                value = int(value)
+                value = tp(value)
             except ValueError:
-                raise ConfigError(f"{path}: must be an integer (got {_show(value)})") from None
-        _check(isinstance(value, int) and not isinstance(value, bool), path, "must be an integer", value)
-        return value
-    if tp is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{path}: must be a number (got {_show(value)})") from None
-        _check(isinstance(value, (int, float)) and not isinstance(value, bool), path, "must be a number", value)
-        _check(_finite(value), path, "must be a finite number", value)
-        return float(value)
+                raise ConfigError(f"{path}: must be {what} (got {_show(value)})") from None
+        ok = (int,) if tp is int else (int, float)
+        _check(isinstance(value, ok) and not isinstance(value, bool), path, f"must be {what}", value)
+        _check(tp is int or _finite(value), path, "must be a finite number", value)
+        return tp(value)
     if tp is str:
         _check(isinstance(value, str), path, "must be a string", value)
         return value
