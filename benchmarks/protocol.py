@@ -161,6 +161,8 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: top32_int4": {"sync.codec": "top32_int4"},
         "frontier: top16_int2": {"sync.codec": "top16_int2"},
         "frontier: int4, H=100": {"sync.H": "100"},
+        # half the window at half the bits: about the bytes of H = 50 int4 (the default), twice the syncs
+        "frontier: int2, H=25": {"sync.codec": "int2", "sync.H": "25"},
         # between the every-step floor and H = 25: what syncing often enough for parity costs in bytes
         "frontier: int4, H=10": {"sync.H": "10"},
         "frontier: int4, H=5": {"sync.H": "5"},

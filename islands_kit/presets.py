@@ -128,12 +128,13 @@ EIGHT_CELL_ALLREDUCE_CONTROL: dict[str, str] = {
 # two_site: top-k per chunk of 4096 values (the 64 x 64 tiles of the authors' code) keeping 1 in 64 (k = 64, 1.56 %),
 # 2-bit values with one scale per chunk rounded to nearest (the authors' quantiser rounds; the error feedback carries
 # the rounding), the error-feedback buffer decayed by beta = 0.95 and no outer momentum (the buffer is the momentum),
+# the replicas' compressed outer gradients averaged (mean, not two_site's radial-directional merge),
 # outer lr alpha = 1 and H = 15 inner steps (the authors' 512M settings); the last sync is an ordinary one (the paper
 # has no final flush).
 SPARSELOCO: dict[str, str] = {
     "sync.codec": "ctop64_int2", "sync.codec_block_size": "4096", "sync.stochastic_rounding": "false",
     "sync.error_feedback": "true", "sync.diloco.error_feedback_decay": "0.95", "sync.diloco.outer_momentum": "0.0",
-    "sync.diloco.outer_lr": "1.0", "sync.H": "15", "sync.diloco.final_codec": "",
+    "sync.diloco.outer_lr": "1.0", "sync.H": "15", "sync.diloco.final_codec": "", "sync.diloco.average": "mean",
 }
 
 
