@@ -11,6 +11,9 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_BUILD ?= auto
 OUT    ?= runs/demo
 LAB_ARGS ?=
+# test processes (pytest-xdist): every test runs one torch thread, so one process per core; a file's tests stay in one
+# process (module fixtures such as the wheel build run once, and the torchrun tests do not compete with each other)
+TEST_JOBS ?= 2
 
 .PHONY: install demo test test-fast lab clean
 
@@ -28,7 +31,7 @@ demo: install
 test: install
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 # the fast tier: in-process tests only (no torchrun, papermill, CLI subprocesses or kills); about a minute
 test-fast: install
