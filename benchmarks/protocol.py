@@ -91,7 +91,7 @@ EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.fina
 # averaging.
 OUTER_GRID = {"sync.diloco.outer_lr": ["0.6", "1.0"], "sync.diloco.outer_momentum": ["0.0", "0.9"]}
 OUTER_WARMUP = {"sync.diloco.outer_momentum_warmup": "10"}
-LR = 3e-3  # the demo preset's optim.lr (the inner lr the baseline and two_site both won at the 300-step demo)
+LR = 3e-3  # two_site's demo lr (the inner lr the baseline and two_site both won at the 300-step demo): the grids' centre
 # Eight trials per arm: a 1200-step demo run costs ~6 min on one thread, so the three arms' tuning is ~24 runs.
 # The baseline tunes only its inner lr, so its budget (two_site's: 2 inner lrs x the outer grid) buys a fine lr grid:
 # 8 values a quarter octave apart around LR, 1.78e-3 to 6e-3

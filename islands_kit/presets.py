@@ -61,10 +61,10 @@ _RUN: dict[str, dict[str, Any]] = {
     # steps, eval_every, eval_bytes, warmup, lr
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
     # width 64 for 1200 steps: 30 tokens per active parameter, 24 outer steps per fragment at H = 50 (the scaling
-    # study's longest point, with lr 3e-3, the protocol's winner at the old demo size); the tuning split is held out so
-    # that a demo run is the protocol's run (bpb on the same untouched validation bytes)
+    # study's longest point); the tuning split is held out so that a demo run is the protocol's run (bpb on the same
+    # untouched validation bytes); each experiment's inner lr is its protocol winner (_DEMO_LR)
     "demo": dict(steps=1200, eval_every=150, data=dict(eval_bytes=32768, tune_fraction=0.05),
-                 optim=dict(warmup_steps=120, lr=3e-3)),
+                 optim=dict(warmup_steps=120)),
     # AdamW on the GPU presets: at 2400 steps Shampoo's inverse roots (eight replicas' eigendecompositions) would
     # dominate the time budget; --set optim.name=shampoo switches any preset
     "gpu-small": dict(steps=2400, eval_every=300, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
@@ -72,6 +72,13 @@ _RUN: dict[str, dict[str, Any]] = {
     "gpu": dict(steps=2400, eval_every=300, data=dict(eval_bytes=262144), device="cuda", precision="bf16",
                 optim=dict(name="adamw", warmup_steps=240, lr=1.5e-3)),
 }
+
+
+# each experiment's inner lr at the demo, from the protocol (benchmarks/protocol.py: eight settings each at seed 0,
+# lowest bpb on the tuning split; RESULTS, "The protocol at the 1200-step demo"): two_site's and eight_cell's winners.
+# The baseline keeps 3e-3: its winner on the tuning split (2.52e-3) is behind 3e-3 on the validation bytes at every
+# seed (0.75% on average), and a weaker baseline would flatter every ratio the demo shows.
+_DEMO_LR = {"baseline": 3e-3, "two_site": 3e-3, "eight_cell": 7.14e-3}
 
 
 # sequences per step, the same in every experiment of a preset: 40 (24 + 16 for two sites, 8 x 5 for cells), x4 on
@@ -167,6 +174,8 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
         bf["exchanges_per_window"] = min(bf.get("exchanges_per_window", 6), 3)
         d["wandb_mode"] = "disabled"
         d["progress"] = False
+    if preset == "demo":
+        d["optim"]["lr"] = _DEMO_LR[experiment]
     if preset in GPU_PRESETS:  # the scaling-law paper's H: 80 outer steps per fragment in 2400 steps
         d["sync"]["H"] = 30
     return d
