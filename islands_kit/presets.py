@@ -58,7 +58,7 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
         raise ConfigError(f"model size: must be one of {'|'.join(MODEL_SIZES)} (got {size!r})")
     return ModelConfig(**{**MODEL_SIZES[size], **overrides})
 _RUN: dict[str, dict[str, Any]] = {
-    # steps, eval_every, eval_bytes, warmup, lr
+    # steps, eval_every, eval_bytes, warmup, lr (the demo's lr per experiment: _DEMO_LR)
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
     # width 64 for 1200 steps: 30 tokens per active parameter, 24 outer steps per fragment at H = 50 (the scaling
     # study's longest point); the tuning split is held out so that a demo run is the protocol's run (bpb on the same
