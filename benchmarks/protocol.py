@@ -83,7 +83,11 @@ TWO_SITE_METHOD = {"sync.diloco.merge": "keep_local", "sync.diloco.alpha": "0.0"
 SHAMPOO = {"optim.name": "shampoo"}
 # eight cells: merge the partner against the snapshot as sent (the delay's local steps keep full weight) and end with
 # one complete butterfly, so every cell — and the deployed model — is the exact cell mean
-EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.final_average": "true"}
+# the butterfly as the protocol tuned it: E = 6 exchanges per window pinned, because the demo preset now mixes 16 times
+# (the "mixing every ~3 steps" row on top of this arm's winner, which won at 3 seeds): the arm stays the experiment its
+# runs on disk and in RESULTS were, and that row stays the demo default's own run
+EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.final_average": "true",
+                     "sync.butterfly.exchanges_per_window": "6"}
 # DiLoCo's outer optimizer, tuned: outer SGD lr x momentum (0 = plain averaging at that lr; 0.9 = Nesterov, the
 # sync.diloco.nesterov default, its momentum ramped from 0 over the first 10 outer steps: started at once it cost 7%
 # even with one replica at this length, and the ramp took that back: RESULTS, "What DiLoCo's outer optimizer is worth").
@@ -92,10 +96,17 @@ EIGHT_CELL_METHOD = {"sync.butterfly.merge": "delay_aware", "sync.butterfly.fina
 OUTER_GRID = {"sync.diloco.outer_lr": ["0.6", "1.0"], "sync.diloco.outer_momentum": ["0.0", "0.9"]}
 OUTER_WARMUP = {"sync.diloco.outer_momentum_warmup": "10"}
 LR = 3e-3  # two_site's demo lr (the inner lr the baseline and two_site both won at the 300-step demo): the grids' centre
+
+
+def quarter_octaves(lo: int, hi: int) -> list[str]:
+    """LR x 2^(k/4) for k in [lo, hi): inner lrs a quarter octave apart."""
+    return [_lr(LR * 2 ** (k / 4)) for k in range(lo, hi)]
+
+
 # Eight trials per arm: a 1200-step demo run costs ~6 min on one thread, so the three arms' tuning is ~24 runs.
 # The baseline tunes only its inner lr, so its budget (two_site's: 2 inner lrs x the outer grid) buys a fine lr grid:
 # 8 values a quarter octave apart around LR, 1.78e-3 to 6e-3
-FINE_LRS = [_lr(LR * 2 ** (k / 4)) for k in range(-3, 5)]
+FINE_LRS = quarter_octaves(-3, 5)
 # the inner lr scaled with the replica count M = 8 from LR: the scaling-law fit's M^0.29 and sqrt(M) (Charles et al.)
 M8_LRS = [_lr(LR * 8 ** 0.29), _lr(LR * 8 ** 0.5)]
 # eight cells synchronised by the DiLoCo all-reduce (presets.EIGHT_CELL_ALLREDUCE_CONTROL) with the outer optimizer
@@ -107,7 +118,7 @@ ARMS: dict[str, Arm] = {
     "two_site": Arm("two_site", {"optim.lr": ["3e-3", "4.24e-3"], **OUTER_GRID}, {**TWO_SITE_METHOD, **OUTER_WARMUP}),
     # the butterfly has no outer optimizer: its budget goes to the inner lr, quarter octaves from LR up to LR x sqrt(8)
     # (= LR x 2^1.5) with the scaling-law fit's LR x 8^0.29 between them
-    "eight_cell": Arm("eight_cell", {"optim.lr": sorted({_lr(LR * 2 ** (k / 4)) for k in range(7)} | set(M8_LRS), key=float)},
+    "eight_cell": Arm("eight_cell", {"optim.lr": sorted(set(quarter_octaves(0, 7)) | set(M8_LRS), key=float)},
                       EIGHT_CELL_METHOD),
     "eight_cell_allreduce": Arm("eight_cell", {"optim.lr": M8_LRS, **OUTER_GRID}, EIGHT_CELL_ALLREDUCE_METHOD),
     "baseline_shampoo": Arm("baseline", {"optim.lr": ["1e-3", "2e-3", "3e-3", "4e-3"]}, SHAMPOO, ref="baseline_shampoo"),
@@ -153,6 +164,10 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "floor at inner lr 4e-3": {**TWO_SITE_FLOOR, "optim.lr": "4e-3"},
         "floor at inner lr 6e-3": {**TWO_SITE_FLOOR, "optim.lr": "6e-3"},
         "inner lr 6e-3": {"optim.lr": "6e-3"},
+        # the inner lr the baseline's tuning split picked (below two_site's grid), and the plain token-weighted mean of the
+        # outer gradients instead of the radial-directional merge (the default rests on a 300-step comparison)
+        "inner lr 2.52e-3 (the baseline's tuning-split pick)": {"optim.lr": "2.52e-3"},
+        "plain mean of the outer gradients": {"sync.diloco.average": "mean"},
         # the bpb-vs-bytes frontier: codec x H x sparsity (top-k with error feedback, SparseLoCo-style)
         "frontier: int8": {"sync.codec": "int8"},
         "frontier: int2": {"sync.codec": "int2"},
@@ -187,6 +202,15 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: SparseLoCo, 4-bit values": {**SPARSELOCO_PAPER, "sync.codec": "ctop64_int4"},
         "frontier: SparseLoCo, beta 1 (no decay)": {**SPARSELOCO_PAPER, "sync.diloco.error_feedback_decay": "1.0"},
         "frontier: SparseLoCo streamed (P=2, tau=1)": SPARSELOCO,
+        # the H x density x value-bits sweep on the streamed layout (the better of the two at 1200 steps): H 15 and 30 x
+        # 1/64 and 1/32 kept per chunk x 2- and 4-bit values
+        "frontier: SparseLoCo streamed, 1/32": {**SPARSELOCO, "sync.codec": "ctop32_int2"},
+        "frontier: SparseLoCo streamed, 4-bit values": {**SPARSELOCO, "sync.codec": "ctop64_int4"},
+        "frontier: SparseLoCo streamed, 1/32, 4-bit values": {**SPARSELOCO, "sync.codec": "ctop32_int4"},
+        "frontier: SparseLoCo streamed, H=30": {**SPARSELOCO, "sync.H": "30"},
+        "frontier: SparseLoCo streamed, H=30, 1/32": {**SPARSELOCO, "sync.H": "30", "sync.codec": "ctop32_int2"},
+        "frontier: SparseLoCo streamed, H=30, 4-bit values": {**SPARSELOCO, "sync.H": "30", "sync.codec": "ctop64_int4"},
+        "frontier: SparseLoCo streamed, H=30, 1/32, 4-bit values": {**SPARSELOCO, "sync.H": "30", "sync.codec": "ctop32_int4"},
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
