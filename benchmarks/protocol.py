@@ -211,6 +211,9 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         "frontier: SparseLoCo streamed, H=30, 1/32": {**SPARSELOCO, "sync.H": "30", "sync.codec": "ctop32_int2"},
         "frontier: SparseLoCo streamed, H=30, 4-bit values": {**SPARSELOCO, "sync.H": "30", "sync.codec": "ctop64_int4"},
         "frontier: SparseLoCo streamed, H=30, 1/32, 4-bit values": {**SPARSELOCO, "sync.H": "30", "sync.codec": "ctop32_int4"},
+        # density against H at about 1000x fewer bytes: 1/32 synced every 16 steps, 1/16 every 32
+        "frontier: SparseLoCo streamed, 1/32, H=16": {**SPARSELOCO, "sync.H": "16", "sync.codec": "ctop32_int2"},
+        "frontier: SparseLoCo streamed, 1/16, H=32": {**SPARSELOCO, "sync.H": "32", "sync.codec": "ctop16_int2"},
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},

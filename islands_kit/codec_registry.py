@@ -74,6 +74,8 @@ CODEC_SPECS: dict[str, CodecSpec] = {s.name: s for s in (
     CodecSpec("ctop64_fp32", 16, "chunk_topk", 32, every=64, values="fp32"),  # sparsification alone (no quantiser)
     # Streaming DiLoCo's 4-bit float (Douillard et al. 2025): 3 exponent bits, no mantissa: +-{0, 2^-2 .. 2^4}
     CodecSpec("fp4_e3m0", 17, "minifloat", 4, qmax=16.0, emin=-2, mbits=0),
+    # SparseLoCo denser: 1 in 16 of each chunk (6.25 %), the frontier sweep's step past the paper's 1-3 %
+    CodecSpec("ctop16_int2", 18, "chunk_topk", 2, qmax=1.5, every=16, values="int2"),
 )}
 CODECS: tuple[str, ...] = tuple(CODEC_SPECS)  # the valid values of sync.codec
 DENSE_CODECS: tuple[str, ...] = tuple(n for n, s in CODEC_SPECS.items() if not s.sparse)  # every value sent

@@ -93,7 +93,8 @@ def test_wire_ids_are_frozen() -> None:
     assert {n: s.wire_id for n, s in CODEC_SPECS.items()} == {
         "fp32": 0, "bf16": 1, "int8": 2, "fp8_e4m3": 3, "int4": 4, "fp4_e2m1": 5, "int2": 6,
         "top8_int4": 7, "top16_int4": 8, "top32_int4": 9, "top16_int2": 10, "ctop32_int2": 11, "ctop64_int2": 12,
-        "ctop128_int2": 13, "ctop32_int4": 14, "ctop64_int4": 15, "ctop64_fp32": 16, "fp4_e3m0": 17}
+        "ctop128_int2": 13, "ctop32_int4": 14, "ctop64_int4": 15, "ctop64_fp32": 16, "fp4_e3m0": 17,
+        "ctop16_int2": 18}
     for name in ALL_CODECS:
         assert encode_bytes(get_codec(name).encode(torch.zeros(3)))[5] == CODEC_SPECS[name].wire_id
 
