@@ -103,9 +103,17 @@ def test_eight_cell_frontier_points_pair_each_row_with_the_baseline_at_the_seed(
     fake(protocol, tmp_path, "eight_cell_ablation", {**best, **protocol.ABLATIONS["eight_cell"][floor]}, 0, tune=0,
          val=2.6, sent=100.0)
     pts = [{k: p[k] for k in ("label", "fewer", "ratio", "default")} for p in protocol.frontier_points(tmp_path, "eight_cell")]
-    assert pts == [  # rows without a run are left out
-        {"label": protocol.DEFAULT_LABEL["eight_cell"], "fewer": 12.5, "ratio": 3.0 / 2.5, "default": True},
+    assert pts == [  # rows without a run are left out; without the demo's row the star is on no point
+        {"label": protocol.DEFAULT_LABEL["eight_cell"], "fewer": 12.5, "ratio": 3.0 / 2.5, "default": False},
         {"label": "floor: every-step average", "fewer": 1.0, "ratio": 2.6 / 2.5, "default": False}]
+    # the demo's eight_cell is the E = 16 row on top of the protocol's winner: that point carries the star
+    e16 = protocol.DEMO_DEFAULT_ROW["eight_cell"]
+    fake(protocol, tmp_path, "eight_cell_ablation", {**best, **protocol.ABLATIONS["eight_cell"][e16]}, 0, tune=0,
+         val=2.7, sent=20.0)
+    pts = protocol.frontier_points(tmp_path, "eight_cell")
+    assert [(p["label"], p["default"]) for p in pts] == [
+        (protocol.DEFAULT_LABEL["eight_cell"], False), ("E=16 (the demo default)", True),
+        ("floor: every-step average", False)]
     assert all(name in protocol.ABLATIONS[arm] for arm, rows in protocol.FRONTIER_ROWS.items() for name in rows)
     assert protocol.frontier_file("two_site", "demo").name == "frontier-demo.json"  # the name the notebook reads
     assert protocol.frontier_file("eight_cell", "demo").name == "frontier-eight_cell-demo.json"
@@ -164,9 +172,11 @@ def test_m1_control_rows_run_one_replica_with_the_tuned_sync(protocol):
 def test_a_frontier_point_remade_from_its_overrides_reproduces_its_bpb(protocol, tmp_path):
     """A real smoke-preset run behind one frontier point: the point holds the overrides and seed of that run, and
     running it again from them alone (``--remake-point``) gives the same bpb bit for bit."""
-    base = protocol.ARMS["baseline"].trials()[0]
+    # the tuning split picks the grid's first lr; the frontier divides by the demo's baseline (lr 3e-3), not by it
+    winner, base = protocol.ARMS["baseline"].trials()[0], protocol.FRONTIER_BASELINE["baseline"]
+    assert base in protocol.ARMS["baseline"].trials() and base != winner
     for t in protocol.ARMS["baseline"].trials():
-        fake(protocol, tmp_path, "baseline", t, 0, tune=2.0 if t == base else 3.0, val=6.0)
+        fake(protocol, tmp_path, "baseline", t, 0, tune=2.0 if t == winner else 3.0, val=6.0 if t == base else 7.0)
     ts = protocol.ARMS["two_site"]
     best = {**ts.fixed, **ts.trials()[0]}
     for t in ts.trials():
