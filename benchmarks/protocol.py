@@ -217,9 +217,10 @@ ABLATIONS: dict[str, dict[str, dict[str, str]]] = {
         # H mattered more than density at 1200 steps (H=30 lost 7% at 1/64, 2% at 1/32): the sparser chunk synced twice
         # as often as the paper's H, at about the paper layout's bytes
         "frontier: SparseLoCo streamed, 1/128, H=8": {**SPARSELOCO, "sync.H": "8", "sync.codec": "ctop128_int2"},
-        # the same sparse chunk at ~1200x (H=5) and ~3000x (H=13, the goal's bytes)
+        # the same sparse chunk at ~1200x (H=5) and about the goal's 3000x (H=13, 14)
         "frontier: SparseLoCo streamed, 1/128, H=5": {**SPARSELOCO, "sync.H": "5", "sync.codec": "ctop128_int2"},
         "frontier: SparseLoCo streamed, 1/128, H=13": {**SPARSELOCO, "sync.H": "13", "sync.codec": "ctop128_int2"},
+        "frontier: SparseLoCo streamed, 1/128, H=14": {**SPARSELOCO, "sync.H": "14", "sync.codec": "ctop128_int2"},
     },
     "eight_cell": {
         "plain mean merge (before)": {"sync.butterfly.merge": "mean"},
