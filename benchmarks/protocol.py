@@ -513,9 +513,9 @@ FRONTIER_BASELINE = {"baseline": {"optim.lr": _lr(LR)}}
 
 def frontier_points(out: Path, arm: str = "two_site", seed: int = 0, preset: str = "demo") -> list[dict]:
     """``arm``'s frontier as plot points at ``seed`` (the tuned arm and its ``FRONTIER_ROWS``): ``label``, ``fewer``
-    (x fewer bytes than data-parallel), ``ratio`` (bpb / the demo's baseline, ``FRONTIER_BASELINE``, at that seed); ``default`` marks what
-    the demo preset runs (the tuned arm, or its ``DEMO_DEFAULT_ROW``). Rows without a finished run at ``seed`` are
-    left out. Each point also says how to make it again (``remake_point``): ``experiment``, ``preset``, ``seeds``,
+    (x fewer bytes than data-parallel), ``ratio`` (bpb / the demo's baseline, ``FRONTIER_BASELINE``, at that seed);
+    ``default`` marks what the demo preset runs (the tuned arm, or its ``DEMO_DEFAULT_ROW``). Rows without a finished
+    run at ``seed`` are left out. Each point also says how to make it again (``remake_point``): ``experiment``, ``preset``, ``seeds``,
     ``overrides`` (every ``--set`` of its run but the seed), its ``bpb`` per seed, and the same for the ``baseline``
     its ratio divides by."""
     ref = ARMS[arm].ref

@@ -131,6 +131,7 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 #   baseline at this length (5% at the old 300-step demo): eight 5-sequence AdamW replicas, each with its own moments,
 #   are not one optimizer on the summed batch, and no mixing can beat that floor;
 # * int8 deltas with error feedback cost 0.6% at E = 6 for 3.7x fewer bytes (52x fewer than data-parallel).
+
 # %%
 from islands_kit.notebooks import show_frontier
 

@@ -141,6 +141,7 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   every 16 steps beats 1/16 every 32 by 2%; 4-bit values buy nothing over 2-bit;
 # * its slow start is the cost: the replicas restart from a global model that moved only the kept coordinates, so the
 #   gap is largest early and narrows with length (at twice the demo's steps it halves).
+
 # %%
 from islands_kit.notebooks import show_frontier
 
