@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook)
+#   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook;
+#                  PRESET=demo-long for twice the steps, about twice the time)
 #   make test   -> lint (ruff), type check (mypy on islands_kit/), then the whole test suite
 # Everything lands in .venv, made by scripts/setup.sh: the CPU torch build on purpose where no GPU is (an unpinned torch
 # resolves to a multi-GB CUDA build), the Triton kernels only where nvidia-smi finds a GPU.
@@ -9,7 +10,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 TORCH_BUILD ?= auto
-OUT    ?= runs/demo
+PRESET ?= demo
+OUT    ?= runs/$(PRESET)
 LAB_ARGS ?=
 # test processes (pytest-xdist): every test runs one torch thread, so one process per core; a file's tests stay in one
 # process (module fixtures such as the wheel build run once, and the torchrun tests do not compete with each other)
@@ -24,7 +26,7 @@ $(VENV)/.installed: pyproject.toml Makefile scripts/setup.sh
 	touch $@
 
 demo: install
-	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/islands-kit notebook compare -p preset demo --out $(OUT)
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/islands-kit notebook compare -p preset $(PRESET) --out $(OUT)
 	@echo; echo "== comparison (also in $(OUT)/compare.md, .csv, .json)"
 	@$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
 

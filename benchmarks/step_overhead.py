@@ -19,7 +19,16 @@ still above the clipping bound, a step costs what most steps of a run cost. Then
 real ``run_experiment`` of each experiment (setup, training, final evaluation and result included), ``--run-steps``
 steps each.
 
+Two optional questions about the step's cost rather than the kit's overhead (where a longer demo's time would come
+from):
+  * ``--compile`` adds the arm ``kit-compiled``: the same experiment with ``model.compile=true`` (``torch.compile`` of
+    every replica, inductor's C++ backend on the CPU), alternated with the others; the wall time of its first ``--skip``
+    steps (the compilation) is printed beside the eager kit's;
+  * ``--profile N`` profiles N kit steps per experiment (``torch.profiler``, self CPU time) and prints the share of
+    the matrix products, attention, the optimizer and everything else (elementwise ops, copies, indexing, autograd).
+
     OMP_NUM_THREADS=1 python benchmarks/step_overhead.py [--preset demo] [--repeats 15] [--steps 1] [--skip 30] [--run-steps 40]
+                                                          [--compile] [--profile 5]
 """
 from __future__ import annotations
 
@@ -39,9 +48,10 @@ from islands_kit.run import Experiment, run_experiment
 EXPERIMENTS = ("baseline", "two_site", "eight_cell")
 
 
-def _config(experiment: str, preset: str, steps: int | None = None) -> ExperimentConfig:
+def _config(experiment: str, preset: str, steps: int | None = None, compile: bool = False) -> ExperimentConfig:
     cfg = get_preset(experiment, preset)
     cfg.wandb_mode, cfg.progress, cfg.device, cfg.threads = "disabled", False, "cpu", 1
+    cfg.model.compile = compile
     if steps is not None:
         cfg.steps = steps
     cfg.validate()
@@ -84,20 +94,30 @@ def _time_block(fn: Callable[[], object], n: int) -> tuple[float, float]:
     return (time.perf_counter() - w) / n, (time.process_time() - c) / n
 
 
-def measure_steps(preset: str, repeats: int, steps: int, warmup: int, skip: int) -> list[dict[str, float | str]]:
+def measure_steps(preset: str, repeats: int, steps: int, warmup: int, skip: int,
+                  compile: bool = False) -> list[dict[str, float | str]]:
     rows = []
     for name in EXPERIMENTS:
         exp = Experiment(_config(name, preset))
+        first = time.perf_counter()
         for _ in range(skip):  # past the opening steps, where gradient clipping is still active
             exp.train_step()
+        first_s = {"kit": time.perf_counter() - first}
         arms: dict[str, Callable[[], object]] = {"kit": exp.train_step, "plain": plain_step(exp, fused=False),
                                                   "plain-fused": plain_step(exp, fused=True)}
+        if compile:  # the same experiment with torch.compile on every replica; its first steps compile it
+            compiled = Experiment(_config(name, preset, compile=True))
+            first = time.perf_counter()
+            for _ in range(skip):
+                compiled.train_step()
+            first_s["kit-compiled"] = time.perf_counter() - first
+            arms["kit-compiled"] = compiled.train_step
         for fn in arms.values():
             _time_block(fn, warmup)
         cpu: dict[str, list[float]] = {k: [] for k in arms}
         order = list(arms)
         for r in range(repeats):
-            for k in order[r % 3:] + order[:r % 3]:
+            for k in order[r % len(order):] + order[:r % len(order)]:
                 cpu[k].append(_time_block(arms[k], steps)[1])
         row: dict[str, float | str] = {"experiment": name}
         for k in arms:
@@ -106,9 +126,62 @@ def measure_steps(preset: str, repeats: int, steps: int, warmup: int, skip: int)
             row[f"kit/{k}"] = statistics.median(a / b for a, b in zip(cpu["kit"], cpu[k]))
             row[f"kit/{k} (totals)"] = sum(cpu["kit"]) / sum(cpu[k])
         row["kit_tokens_per_cpu_s"] = exp.tokens_per_step / statistics.median(cpu["kit"])
+        if compile:
+            row["compiled/kit"] = statistics.median(a / b for a, b in zip(cpu["kit-compiled"], cpu["kit"]))
+            row["compiled/kit (totals)"] = sum(cpu["kit-compiled"]) / sum(cpu["kit"])
+            row["first_s_kit"], row["first_s_compiled"] = first_s["kit"], first_s["kit-compiled"]
         rows.append(row)
         print(_row_line(row), flush=True)
+    if compile:
+        print(f"\ntorch.compile (model.compile=true) against the eager kit step; first {skip} steps' wall time (the "
+              "compilation happens in them)")
+        print("| experiment | eager CPU ms/step | compiled | compiled / eager, median (totals) | first steps, eager s | "
+              "first steps, compiled s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for row in rows:
+            print(f"| {row['experiment']} | {row['kit_ms']:.0f} | {row['kit-compiled_ms']:.0f} | "
+                  f"{row['compiled/kit']:.3f} ({row['compiled/kit (totals)']:.3f}) | {row['first_s_kit']:.1f} | "
+                  f"{row['first_s_compiled']:.1f} |", flush=True)
     return rows
+
+
+# self-CPU time of profiler events, by what they are (the first matching prefix wins; the rest is "other")
+PROFILE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::_grouped_mm", "aten::matmul")),
+    ("attention", ("aten::_scaled_dot_product", "aten::scaled_dot_product")),
+    ("optimizer", ("aten::_fused_adamw", "aten::_foreach_")),
+)
+
+
+def profile_group(name: str) -> str:
+    """The ``PROFILE_GROUPS`` group of a profiler event name ("other" when none matches)."""
+    for group, prefixes in PROFILE_GROUPS:
+        if name.startswith(prefixes):
+            return group
+    return "other"
+
+
+def profile_steps(preset: str, n_steps: int, skip: int) -> None:
+    """Share of each experiment's kit step by kind of work (self CPU time over ``n_steps`` profiled steps)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    print(f"\nwhere the kit step's CPU time goes ({n_steps} profiled steps after {skip} untimed; self CPU time)")
+    groups = [g for g, _ in PROFILE_GROUPS] + ["other"]
+    print("| experiment | ms/step (profiled) | " + " | ".join(groups) + " |")
+    print("|---|---:|" + "---:|" * len(groups))
+    for name in EXPERIMENTS:
+        exp = Experiment(_config(name, preset))
+        for _ in range(skip):
+            exp.train_step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(n_steps):
+                exp.train_step()
+        self_us = {g: 0.0 for g in groups}
+        for ev in prof.key_averages():
+            self_us[profile_group(ev.key)] += ev.self_cpu_time_total
+        total = sum(self_us.values())
+        shares = " | ".join(f"{100 * self_us[g] / total:.0f}%" for g in groups)
+        print(f"| {name} | {total / 1e3 / n_steps:.0f} | {shares} |", flush=True)
 
 
 def _row_line(row: dict[str, float | str]) -> str:
@@ -140,6 +213,8 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=30, help="kit steps trained untimed first, so the timed ones look like "
                     "most of a run's (gradient norm below the clipping bound)")
     ap.add_argument("--run-steps", type=int, default=40, help="steps of the short real runs (0: skip them)")
+    ap.add_argument("--compile", action="store_true", help="add the arm kit-compiled (model.compile=true)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="profile N kit steps per experiment (0: no)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, preset {args.preset}, {args.skip} kit steps "
@@ -147,7 +222,9 @@ def main() -> None:
     print("| experiment | kit CPU ms/step | plain | plain-fused | kit / plain, median (totals) | "
           "kit / plain-fused, median (totals) | kit tokens per CPU-s (step) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    measure_steps(args.preset, args.repeats, args.steps, args.warmup, args.skip)
+    measure_steps(args.preset, args.repeats, args.steps, args.warmup, args.skip, compile=args.compile)
+    if args.profile > 0:
+        profile_steps(args.preset, args.profile, args.skip)
     if args.run_steps > 0:
         print(f"\nshort real runs (run_experiment, --set steps={args.run_steps}; setup and final evaluation included)")
         print("| experiment | steps | tokens | CPU s | tokens per CPU-s |")

@@ -10,7 +10,8 @@
     islands-kit env [--short]
 
 Experiments: baseline (synchronous data-parallel), two_site (Streaming DiLoCo between two sites), eight_cell
-(butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), gpu-small and gpu (one GPU).
+(butterfly mixing between eight cells). Presets: smoke (seconds), demo (minutes on 2 CPU cores), demo-long (the demo at twice the length),
+gpu-small and gpu (one GPU).
 ``islands-kit config EXPERIMENT`` prints every config field with its value, default and help.
 """
 from __future__ import annotations
@@ -242,7 +243,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 _CONFIG_EPILOG = """\
 experiments: baseline | two_site | eight_cell
-presets:     smoke (seconds, tests) | demo (minutes on 2 CPU cores) | gpu-small, gpu (one GPU)
+presets:     smoke (seconds, tests) | demo (minutes on 2 CPU cores) | demo-long (2x demo's steps) |
+             gpu-small, gpu (one GPU)
 config:      `islands-kit config EXPERIMENT` lists every field (--set KEY=VALUE takes its dotted key, e.g.
              sync.H=100, islands.1.batch_size=8); `--config FILE` takes that listing back (YAML or JSON), or a
              run's result.json to rerun it exactly

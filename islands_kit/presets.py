@@ -1,7 +1,9 @@
 """Named presets: one size dial per experiment. ``smoke`` runs in seconds (tests), ``demo`` in minutes on two CPU
-cores (the README's main job); ``gpu-small`` (quick checks) and ``gpu`` (the full GPU preset) are for one GPU: every
-island of an experiment in one process on the same GPU, bf16 autocast, ``device=cuda`` (so a machine without CUDA
-refuses them with a ConfigError naming ``device`` instead of training on the CPU; ``--set device=cpu`` overrides).
+cores (the README's main job), ``demo-long`` is the demo at twice its length (2400 steps: about twice the time, the
+point where two_site's gap to the baseline halves; RESULTS, "The length axis"); ``gpu-small`` (quick checks) and
+``gpu`` (the full GPU preset) are for one GPU: every island of an experiment in one process on the same GPU, bf16
+autocast, ``device=cuda`` (so a machine without CUDA refuses them with a ConfigError naming ``device`` instead of
+training on the CPU; ``--set device=cpu`` overrides).
 Their islands carry GPU hardware profiles for the simulated clock (site A: 4 x GB300, site B: 3 x B300, the seed's two
 kinds of site, balanced for 3:2 batches; cells: one B300 each). The sizing estimate (FLOPs, memory, per-call costs)
 and its status are in benchmarks/RESULTS.md, "GPU presets".
@@ -9,7 +11,7 @@ and its status are in benchmarks/RESULTS.md, "GPU presets".
 Regime. DiLoCo-family results are measured near compute-optimal training (about 20 tokens per parameter, hundreds of
 outer steps: Charles et al. 2025, Douillard et al. 2025); a preset with a handful of outer steps measures the method's warm-up, not
 the method. So every non-smoke preset trains >= 20 tokens per active parameter, and gives each fragment >= 24 outer
-steps on CPU (demo: H = 50, 1200 steps) and >= 80 on the GPU presets (H = 30, the scaling-law paper's, 2400 steps).
+steps on CPU (demo: H = 50, 1200 steps; demo-long: 2400 steps, 48) and >= 80 on the GPU presets (H = 30, the scaling-law paper's, 2400 steps).
 result.json records both (``tokens_per_active_param``, ``outer_steps_per_fragment``).
 
 All three experiments of one preset train the same model for the same number of inner steps with the same global
@@ -38,8 +40,10 @@ from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
 
-PRESETS = ("smoke", "demo", "gpu-small", "gpu")
+PRESETS = ("smoke", "demo", "demo-long", "gpu-small", "gpu")
 GPU_PRESETS = ("gpu-small", "gpu")
+# the CPU demo's presets: the demo's model and per-experiment settings (_DEMO_SETTINGS), at their own lengths
+DEMO_PRESETS = ("demo", "demo-long")
 
 _DEMO: dict[str, Any] = dict(seq_len=128, d_model=64, n_layers=4, n_heads=2, d_expert=64)
 MODEL_SIZES: dict[str, dict[str, Any]] = {
@@ -65,6 +69,10 @@ _RUN: dict[str, dict[str, Any]] = {
     # untouched validation bytes); each experiment's inner lr is its protocol winner (_DEMO_SETTINGS)
     "demo": dict(steps=1200, eval_every=150, data=dict(eval_bytes=32768, tune_fraction=0.05),
                  optim=dict(warmup_steps=120)),
+    # the demo at twice the length (61 tokens per active parameter, 48 outer steps per fragment), warm-up and
+    # evaluations scaled with it: the scaling study's length axis at 2400 steps is this preset
+    "demo-long": dict(steps=2400, eval_every=300, data=dict(eval_bytes=32768, tune_fraction=0.05),
+                      optim=dict(warmup_steps=240)),
     # AdamW on the GPU presets: at 2400 steps Shampoo's inverse roots (eight replicas' eigendecompositions) would
     # dominate the time budget; --set optim.name=shampoo switches any preset
     "gpu-small": dict(steps=2400, eval_every=300, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
@@ -180,7 +188,8 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
         raise ConfigError(f"experiment: must be one of {'|'.join(_SYNC)} (got {experiment!r})")
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
-    d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(MODEL_SIZES[preset]),
+    size = "demo" if preset in DEMO_PRESETS else preset  # MODEL_SIZES names the model, not the length
+    d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(MODEL_SIZES[size]),
                          "islands": _islands(experiment, preset), "sync": copy.deepcopy(_SYNC[experiment])}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
@@ -190,7 +199,7 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
         bf["exchanges_per_window"] = min(bf.get("exchanges_per_window", 6), 3)
         d["wandb_mode"] = "disabled"
         d["progress"] = False
-    if preset == "demo":
+    if preset in DEMO_PRESETS:
         _merge(d, _DEMO_SETTINGS[experiment])
     if preset in GPU_PRESETS:  # the scaling-law paper's H: 80 outer steps per fragment in 2400 steps
         d["sync"]["H"] = 30

@@ -31,7 +31,7 @@
 # with a `ConfigError` naming the field if one is wrong.
 
 # %% tags=["parameters"]
-preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | gpu
+preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | demo-long (2x its steps) | gpu-small | gpu
 seed = 0  # one seed for weights, data order, stochastic rounding and the link's draws
 steps = 0  # inner steps per island; 0 means the preset value
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob of .txt/.parquet files

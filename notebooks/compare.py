@@ -32,7 +32,7 @@
 # afterwards.
 
 # %% tags=["parameters"]
-preset = "demo"  # smoke (seconds, tests) | demo (minutes per experiment on 2 CPU cores) | gpu
+preset = "demo"  # smoke (seconds, tests) | demo (minutes per experiment on 2 CPU cores) | demo-long (2x) | gpu-small | gpu
 seed = 0  # shared by every experiment
 seeds = []  # a seed sweep, e.g. [0, 1, 2]: every experiment once per seed (empty means [seed])
 steps = 0  # inner steps per island; 0 means the preset value (shared: equal total tokens)

@@ -39,7 +39,7 @@
 # The next cell holds the parameters (literals only); the one after it validates them through `islands_kit`.
 
 # %% tags=["parameters"]
-preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | gpu
+preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | demo-long (2x its steps) | gpu-small | gpu
 seed = 0  # one seed for weights, data order, stochastic rounding, the link and the attack
 steps = 0  # inner steps per island; 0 means the preset value
 attack = "scale"  # sign_flip | scale | noise | nan | replay: what the compromised site sends

@@ -30,7 +30,7 @@
 # ```
 
 # %% tags=["parameters"]
-preset = "demo"  # the base preset (its model depth, batches, sync settings): smoke | demo | gpu-small | gpu
+preset = "demo"  # the base preset (its model depth, batches, sync settings): smoke | demo | demo-long | gpu-small | gpu
 lengths = [300, 1000, 3000]  # inner steps, at width `width_at`
 widths = [64, 128, 256]  # d_model, also d_expert, with width/32 heads; at length `length_at`
 width_at = 128  # the width of the length axis
