@@ -140,7 +140,11 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   much each sync keeps: syncing half as often (H = 30) costs 7% at 1/64 kept, while at the same ~1000x keeping 1/32
 #   every 16 steps beats 1/16 every 32 by 2%; 4-bit values buy nothing over 2-bit;
 # * its slow start is the cost: the replicas restart from a global model that moved only the kept coordinates, so the
-#   gap is largest early and narrows with length (at twice the demo's steps it halves).
+#   gap is largest early and narrows with length (at twice the demo's steps it halves);
+# * at twice the length (`preset = "demo-long"`, 1.5% behind the baseline over 3 seeds) the plain mean beats the
+#   radial-directional merge: from step ~600 on the two sites' outer gradients are nearly orthogonal (cosine ~0.15,
+#   `benchmarks/merge_agreement.py`), so the mean shrinks each step to ~0.77 of the sites' norm while the
+#   radial-directional merge restores it, a ~1.3x larger step along noisy directions that pays in a short run only.
 
 # %%
 from islands_kit.notebooks import show_frontier
