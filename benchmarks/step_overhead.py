@@ -94,23 +94,26 @@ def _time_block(fn: Callable[[], object], n: int) -> tuple[float, float]:
     return (time.perf_counter() - w) / n, (time.process_time() - c) / n
 
 
+def _past_opening(exp: Experiment, skip: int) -> float:
+    """Train ``skip`` steps untimed (past the opening, where gradient clipping is still active; a compiled model
+    compiles in them); their wall seconds."""
+    start = time.perf_counter()
+    for _ in range(skip):
+        exp.train_step()
+    return time.perf_counter() - start
+
+
 def measure_steps(preset: str, repeats: int, steps: int, warmup: int, skip: int,
                   compile: bool = False) -> list[dict[str, float | str]]:
     rows = []
     for name in EXPERIMENTS:
         exp = Experiment(_config(name, preset))
-        first = time.perf_counter()
-        for _ in range(skip):  # past the opening steps, where gradient clipping is still active
-            exp.train_step()
-        first_s = {"kit": time.perf_counter() - first}
+        first_s = {"kit": _past_opening(exp, skip)}
         arms: dict[str, Callable[[], object]] = {"kit": exp.train_step, "plain": plain_step(exp, fused=False),
                                                   "plain-fused": plain_step(exp, fused=True)}
-        if compile:  # the same experiment with torch.compile on every replica; its first steps compile it
+        if compile:  # the same experiment with torch.compile on every replica
             compiled = Experiment(_config(name, preset, compile=True))
-            first = time.perf_counter()
-            for _ in range(skip):
-                compiled.train_step()
-            first_s["kit-compiled"] = time.perf_counter() - first
+            first_s["kit-compiled"] = _past_opening(compiled, skip)
             arms["kit-compiled"] = compiled.train_step
         for fn in arms.values():
             _time_block(fn, warmup)
@@ -171,8 +174,7 @@ def profile_steps(preset: str, n_steps: int, skip: int) -> None:
     print("|---|---:|" + "---:|" * len(groups))
     for name in EXPERIMENTS:
         exp = Experiment(_config(name, preset))
-        for _ in range(skip):
-            exp.train_step()
+        _past_opening(exp, skip)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(n_steps):
                 exp.train_step()

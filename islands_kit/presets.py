@@ -1,10 +1,9 @@
 """Named presets: one size dial per experiment. ``smoke`` runs in seconds (tests), ``demo`` in minutes on two CPU
 cores (the README's main job), ``demo-long`` is the demo at twice its length (2400 steps, about twice the time;
 two_site merges by the plain mean there, the tuning split's pick at that length; RESULTS, "The demo at twice its
-length"); ``gpu-small`` (quick checks) and
-``gpu`` (the full GPU preset) are for one GPU: every island of an experiment in one process on the same GPU, bf16
-autocast, ``device=cuda`` (so a machine without CUDA refuses them with a ConfigError naming ``device`` instead of
-training on the CPU; ``--set device=cpu`` overrides).
+length"); ``gpu-small`` (quick checks) and ``gpu`` (the full GPU preset) are for one GPU: every island of an
+experiment in one process on the same GPU, bf16 autocast, ``device=cuda`` (so a machine without CUDA refuses them
+with a ConfigError naming ``device`` instead of training on the CPU; ``--set device=cpu`` overrides).
 Their islands carry GPU hardware profiles for the simulated clock (site A: 4 x GB300, site B: 3 x B300, the seed's two
 kinds of site, balanced for 3:2 batches; cells: one B300 each). The sizing estimate (FLOPs, memory, per-call costs)
 and its status are in benchmarks/RESULTS.md, "GPU presets".
@@ -70,10 +69,6 @@ _RUN: dict[str, dict[str, Any]] = {
     # untouched validation bytes); each experiment's inner lr is its protocol winner (_DEMO_SETTINGS)
     "demo": dict(steps=1200, eval_every=150, data=dict(eval_bytes=32768, tune_fraction=0.05),
                  optim=dict(warmup_steps=120)),
-    # the demo at twice the length (61 tokens per active parameter, 48 outer steps per fragment), warm-up and
-    # evaluations scaled with it: the scaling study's length axis at 2400 steps is this preset
-    "demo-long": dict(steps=2400, eval_every=300, data=dict(eval_bytes=32768, tune_fraction=0.05),
-                      optim=dict(warmup_steps=240)),
     # AdamW on the GPU presets: at 2400 steps Shampoo's inverse roots (eight replicas' eigendecompositions) would
     # dominate the time budget; --set optim.name=shampoo switches any preset
     "gpu-small": dict(steps=2400, eval_every=300, data=dict(eval_bytes=65536), device="cuda", precision="bf16",
@@ -81,6 +76,12 @@ _RUN: dict[str, dict[str, Any]] = {
     "gpu": dict(steps=2400, eval_every=300, data=dict(eval_bytes=262144), device="cuda", precision="bf16",
                 optim=dict(name="adamw", warmup_steps=240, lr=1.5e-3)),
 }
+
+
+# the demo at twice the length (61 tokens per active parameter, 48 outer steps per fragment), warm-up and evaluations
+# scaled with it, its data settings the demo's: the scaling study's length axis at 2400 steps is this preset
+_RUN["demo-long"] = dict(_RUN["demo"], steps=2 * _RUN["demo"]["steps"], eval_every=2 * _RUN["demo"]["eval_every"],
+                         optim=dict(warmup_steps=2 * _RUN["demo"]["optim"]["warmup_steps"]))
 
 
 # what the demo sets per experiment on top of _RUN["demo"] and _SYNC (nested like preset_dict's result), from the

@@ -46,6 +46,9 @@ def test_measure_steps_rows(bench, capsys):
     for r in rows:
         assert r["kit_ms"] > 0 and r["plain_ms"] > 0 and r["plain-fused_ms"] > 0
         assert "compiled/kit" not in r  # only with compile=True
+        cfg = bench._config(r["experiment"], "smoke")
+        tokens_per_step = sum(i.batch_size for i in cfg.islands) * cfg.model.seq_len
+        assert r["kit_tokens_per_cpu_s"] * r["kit_ms"] / 1e3 == pytest.approx(tokens_per_step)  # the median step's
     assert capsys.readouterr().out.count("| ") >= 3
 
 
