@@ -24,6 +24,7 @@ from islands_kit.config import ConfigError, IslandConfig, ModelConfig, OptimConf
 from islands_kit.data import BatchStream
 from islands_kit.device import autocast, use_fused_adamw
 from islands_kit.model import ByteTransformer, RoutingStats
+from islands_kit.optim.outer import Snoo, nesterov_sgd
 from islands_kit.optim.schedule import lr_lambda
 
 
@@ -120,6 +121,26 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> t
     raise ConfigError(f"optim.name: must be one of adamw|shampoo|sgd (got {cfg.name!r})")
 
 
+def snoo_params(model: nn.Module, which: str) -> list[nn.Parameter]:
+    """The parameters that take SNOO's outer step (``optim.snoo.params``): all; matrices (ndim >= 2, not the norms'
+    gains); hidden (the blocks' matrices except the routers)."""
+    named = list(model.named_parameters())
+    if which == "matrices":
+        return [p for _, p in named if p.ndim >= 2]
+    if which == "hidden":
+        return [p for n, p in named if p.ndim >= 2 and n.startswith("blocks.") and ".router." not in n]
+    return [p for _, p in named]
+
+
+def build_snoo(model: nn.Module, cfg: OptimConfig) -> Snoo | None:
+    """SNOO around the inner optimizer when ``optim.snoo.k`` > 0 (``optim/outer.py``), else None."""
+    c = cfg.snoo
+    if c.k == 0:
+        return None
+    return Snoo(snoo_params(model, c.params), c.k, nesterov_sgd(c.lr, c.momentum, c.nesterov), c.momentum_warmup,
+                decay=c.lr * c.weight_decay)
+
+
 class Island:
     """``model`` already sits on its device; batches are moved there (from the CPU data stream) at every step and the
     forward/backward runs under ``precision``'s autocast (``islands_kit.device``)."""
@@ -136,6 +157,7 @@ class Island:
         self.precision = precision
         self.optim_cfg = optim_cfg
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
+        self.snoo = build_snoo(model, optim_cfg)  # SNOO's slow weights around the inner optimizer (None: off)
         position = lr_position or (lambda s: s)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(position(s), optim_cfg, total_steps))
@@ -197,13 +219,20 @@ class Island:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.snoo is not None:
+            self.snoo.after_inner_step()
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "stream": self.stream.state_dict()}
+        d = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+             "scheduler": self.scheduler.state_dict(), "stream": self.stream.state_dict()}
+        if self.snoo is not None:
+            d["snoo"] = self.snoo.state_dict()
+        return d
 
     def load_state_dict(self, d: dict) -> None:
         self.model.load_state_dict(d["model"])
         self.optimizer.load_state_dict(d["optimizer"])
         self.scheduler.load_state_dict(d["scheduler"])
         self.stream.load_state_dict(d["stream"])
+        if self.snoo is not None:
+            self.snoo.load_state_dict(d["snoo"])

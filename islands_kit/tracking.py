@@ -176,6 +176,7 @@ class Tracker:
         self.out_dir = Path(out_dir) if out_dir else Path(".")
         self.mode = resolve_wandb_mode(cfg.wandb_mode)
         self._last_train: tuple[float, int] | None = None
+        self._outer_logged = 0  # outer-step records already logged (log_outer)
         self.figures: list[Path] = []  # drawn by draw_figures, logged by finish
         if self.mode == "disabled":
             return
@@ -229,6 +230,19 @@ class Tracker:
             for layer, v in enumerate(rec.get(key) or []):
                 d[f"routing/{key}/layer{layer}"] = v
         self.run.log(finite(d))
+
+    def log_outer(self, records: list[dict[str, Any]]) -> None:
+        """The outer steps (``Experiment.outer_records``) not logged yet: ‖Δ‖/‖θ‖, cos with the previous Δ, ‖θ‖ and
+        the applied step over ‖Δ‖, per fragment (``outer/<fragment>/...``) at the inner step each landed."""
+        if self.run is None:
+            return
+        for rec in records[self._outer_logged:]:
+            d = {"step": rec["step"]}
+            for k in ("rel_delta", "cos_prev", "weight_norm", "applied_over_delta"):
+                if rec.get(k) is not None:
+                    d[f"outer/{rec['fragment']}/{k}"] = rec[k]
+            self.run.log(finite(d))
+        self._outer_logged = len(records)
 
     def log_eval(self, rec: dict[str, Any]) -> None:
         """A history.jsonl record (one evaluation)."""

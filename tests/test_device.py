@@ -83,7 +83,7 @@ def _assert_all_on_device(exp: Experiment) -> None:
     s = exp.strategy
     if isinstance(s, DiLoCo):
         assert all(on_device(g) for g in s.global_params)
-        for st in (o.state[g] for o, g in zip(s.outer_opts, s.global_params)):
+        for st in (o.opt.state[g] for o, g in zip(s.outer, s.global_params)):
             assert all(on_device(v) for v in st.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
     if isinstance(s, (DiLoCo, Butterfly)):
         residuals = s.ef.state_dict()["residuals"]

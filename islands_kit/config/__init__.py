@@ -27,7 +27,7 @@ from islands_kit.config.experiment import (
 from islands_kit.config.faults import ATTACKS, DEFENSES, FaultConfig
 from islands_kit.config.keys import MOVED_KEYS, SYNONYMS
 from islands_kit.config.link import LINK_PRESETS, LinkConfig, link_config
-from islands_kit.config.model import ModelConfig, OptimConfig
+from islands_kit.config.model import ModelConfig, OptimConfig, SnooConfig
 from islands_kit.config.overrides import apply_overrides, parse_set
 from islands_kit.config.rules import (
     INT_MAX,
@@ -46,6 +46,6 @@ __all__ = [
     "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",
     "MAX_SENDS_PER_CHUNK", "MAX_THREADS", "MOVED_KEYS", "PRECISIONS", "SYNONYMS", "SEED_MAX", "STEPS_MAX", "ButterflyConfig",
     "ConfigError", "DataConfig", "DecoupledConfig", "DiLoCoConfig", "ExperimentConfig", "FaultConfig", "IslandConfig",
-    "LinkConfig", "ModelConfig", "OptimConfig", "SyncConfig", "_check", "apply_overrides",
+    "LinkConfig", "ModelConfig", "OptimConfig", "SnooConfig", "SyncConfig", "_check", "apply_overrides",
     "check_device_spelling", "from_dict", "link_config", "parse_set",
 ]

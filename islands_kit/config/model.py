@@ -1,7 +1,7 @@
 """The model and inner-optimizer sections (``model.*``, ``optim.*``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from islands_kit.config.rules import MAX_LR, _check, _check_fields
 
@@ -49,6 +49,39 @@ class ModelConfig:
         _check(self.kernels in ("auto", "torch", "triton"), p + "kernels", "must be one of auto|torch|triton", self.kernels)
 
 
+SNOO_PARAMS = ("all", "matrices", "hidden")
+
+
+@dataclass
+class SnooConfig:
+    """SNOO (``optim.snoo.*``; Kallusky et al. 2025, ``optim/outer.py``): every ``k`` inner steps the slow weights take
+    a Nesterov step η = ``lr``, μ = ``momentum`` on the pseudo-gradient of those k steps and the island restarts from
+    them. Off with k = 0. Any experiment can use it (the baseline included: one model, data-parallel, plus SNOO is
+    DiLoCo with M = 1 on the baseline's own data)."""
+
+    k: int = 0  # K: inner steps per outer step (0 = off)
+    lr: float = 0.5  # η: outer learning rate
+    momentum: float = 0.5  # μ: outer momentum
+    nesterov: bool = True  # Nesterov (SNOO) or heavy-ball outer momentum
+    momentum_warmup: int = 0  # outer steps over which μ ramps linearly from 0 (0 = none)
+    weight_decay: float = 0.0  # decoupled decay of the slow weights at each outer step: w <- w (1 - lr x weight_decay)
+    params: str = "all"  # which parameters take the outer step: all | matrices (not the norms' gains) | hidden (the
+    #   blocks' matrices except the routers: embeddings, head, norms and routers follow the inner optimizer alone)
+
+    def __post_init__(self) -> None:
+        p = "optim.snoo."
+        _check_fields(self, p)
+        _check(isinstance(self.k, int) and 0 <= self.k <= 1_000_000, p + "k", "must be an integer in [0, 1e6] (0 = off)",
+               self.k)
+        _check(0 < self.lr <= 10, p + "lr", "must be > 0 and <= 10", self.lr)
+        _check(0 <= self.momentum < 1, p + "momentum", "must be in [0, 1)", self.momentum)
+        _check(isinstance(self.momentum_warmup, int) and 0 <= self.momentum_warmup <= 1_000_000, p + "momentum_warmup",
+               "must be an integer in [0, 1e6] (0 = none)", self.momentum_warmup)
+        _check(0 <= self.weight_decay and self.lr * self.weight_decay < 1, p + "weight_decay",
+               f"must be >= 0 with optim.snoo.lr x weight_decay < 1 (optim.snoo.lr={self.lr})", self.weight_decay)
+        _check(self.params in SNOO_PARAMS, p + "params", "must be one of " + "|".join(SNOO_PARAMS), self.params)
+
+
 @dataclass
 class OptimConfig:
     """Inner optimizer (per island) and its schedule: linear warm-up then cosine decay to min_lr_ratio * lr."""
@@ -69,6 +102,7 @@ class OptimConfig:
     shampoo_epsilon: float = 1e-12  # Shampoo: added to the factors' eigenvalues before the inverse root
     shampoo_beta2: float = 1.0  # 1.0 = plain sums of G G^T (original Shampoo)
     grafting: str = "adam"  # adam | adagrad | rmsprop | sgd
+    snoo: SnooConfig = field(default_factory=SnooConfig)  # SNOO around the inner optimizer (off by default)
 
     def __post_init__(self) -> None:
         p = "optim."

@@ -188,6 +188,11 @@ class SyncStrategy(abc.ABC):
         """Fields the strategy adds to result.json."""
         return {}
 
+    def outer_records(self) -> list[dict[str, Any]]:
+        """One record per outer optimizer step so far (``optim.outer.OuterRecord`` with its step and fragment);
+        empty for a strategy without one."""
+        return []
+
 
 class LockstepStrategy(SyncStrategy):
     """A strategy whose islands take inner step t together (module doc); its state checkpoints."""

@@ -206,6 +206,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
 
     # -- the synchroniser's side ----------------------------------------------------------------------------------
     def after_tick(self, tick: int) -> None:
+        self.now_step = tick
         now = tick * self.tick_s
         for p in self.fragments_due(tick):
             k = self.round[p]

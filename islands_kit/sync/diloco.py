@@ -63,9 +63,16 @@ from torch import nn
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig, SyncConfig
+from islands_kit.optim.outer import OuterFactory, OuterStep, nesterov_sgd
 from islands_kit.optim.schedule import lr_lambda
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
+
+
+def outer_factory(cfg: SyncConfig) -> OuterFactory:
+    """The outer optimizer ``sync.diloco`` names: SGD at outer_lr with (Nesterov) momentum outer_momentum."""
+    c = cfg.diloco
+    return nesterov_sgd(c.outer_lr, c.outer_momentum, c.nesterov)
 
 
 def fragment_offsets(H: int, P: int) -> list[int]:
@@ -113,9 +120,12 @@ class DiLoCoCore(SyncStrategy):
     deploys_own_replica = False  # the global (outer) model
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
-                 cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None) -> None:
+                 cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None,
+                 outer_optimizer: OuterFactory | None = None) -> None:
         """``schedule``: the (step, fragment) syncs when they do not follow the constant H (``sync_schedule`` with
-        the QSR windows); None = fragment p syncs after every step t ≡ offset_p (mod H)."""
+        the QSR windows); None = fragment p syncs after every step t ≡ offset_p (mod H). ``outer_optimizer`` builds
+        each global fragment's outer optimizer (torchft's shape: the optimizer is handed in); None = SGD with
+        ``sync.diloco``'s outer lr, momentum and Nesterov flag (``outer_factory``)."""
         super().__init__(models, transport)
         if len(fragments) != cfg.n_fragments:
             raise ValueError(f"sync.n_fragments: got {cfg.n_fragments} but {len(fragments)} fragment name lists")
@@ -131,21 +141,18 @@ class DiLoCoCore(SyncStrategy):
         first = self.views[self.ids[0]]
         # the global (outer) parameters, one flat fp32 vector per fragment, identical on every process
         self.global_params = [nn.Parameter(v.flat().clone()) for v in first]
-        self.outer_opts = [self._outer_opt(g) for g in self.global_params]
+        factory = outer_optimizer or outer_factory(cfg)
+        self.outer = [OuterStep([g], factory, cfg.diloco.outer_momentum_warmup) for g in self.global_params]
+        self.outer_log: list[dict[str, Any]] = []  # one record per outer step: step, fragment, OuterRecord fields
+        self.now_step = 0  # the inner step of the schedule the strategy last saw (stamps outer_log)
         self.codec = get_codec(cfg.codec, cfg.codec_block_size)
         self.ef = ErrorFeedback(enabled=cfg.error_feedback, decay=cfg.diloco.error_feedback_decay)
         self.gens = {i: torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in self.ids}
         self.tokens_since = {i: [0] * self.P for i in self.ids}
         self.names = fragments
         self.final_codec = get_codec(cfg.diloco.final_codec, cfg.codec_block_size) if cfg.diloco.final_codec else self.codec
-        self.n_outer = [0] * self.P  # outer steps taken per fragment (momentum warm-up)
         self.synced = [False] * self.P  # has fragment p's global copy ever been updated from the islands?
         self.sent: dict[tuple[int, int], torch.Tensor] = {}  # (island, p) -> replica as sent (keep_local, eager, decoupled)
-
-    def _outer_opt(self, g: nn.Parameter) -> torch.optim.Optimizer:
-        c = self.cfg.diloco
-        return torch.optim.SGD([g], lr=c.outer_lr, momentum=c.outer_momentum,
-                               nesterov=c.nesterov and c.outer_momentum > 0)
 
     # -- the schedule ---------------------------------------------------------------------------------------------
     def fragments_due(self, step: int) -> list[int]:
@@ -157,18 +164,22 @@ class DiLoCoCore(SyncStrategy):
     def _outer_step(self, p: int, mean_delta: torch.Tensor) -> None:
         """The outer optimizer's step on global fragment p with the averaged outer gradient (its momentum ramped over
         ``outer_momentum_warmup`` outer steps); fragment p is then synced."""
-        g = self.global_params[p]
-        g.grad = mean_delta.view_as(g).to(g.device, copy=True)  # (a resumed run's in-flight results load on the CPU)
-        K = self.cfg.diloco.outer_momentum_warmup
-        if K > 0:
-            self.outer_opts[p].param_groups[0]["momentum"] = self.cfg.diloco.outer_momentum * min(1.0, self.n_outer[p] / K)
-        self.outer_opts[p].step()
-        g.grad = None
-        self.n_outer[p] += 1
+        rec = self.outer[p].step([mean_delta])  # (a resumed run's in-flight results load on the CPU: moved there)
+        self.outer_log.append({"step": self.now_step, "fragment": p, **rec.as_dict()})
         self.synced[p] = True
 
+    @property
+    def n_outer(self) -> list[int]:
+        """Outer steps taken per fragment (the momentum ramp counts them)."""
+        return [o.n for o in self.outer]
+
     def outer_steps_per_fragment(self) -> list[int] | None:
-        return list(self.n_outer)  # the warm start's plain averages are not outer steps
+        return self.n_outer  # the warm start's plain averages are not outer steps
+
+    def outer_records(self) -> list[dict[str, Any]]:
+        """Every outer step: the inner step it landed at, the fragment, ‖Δ̄‖/‖θ‖, cos with the fragment's previous
+        Δ̄, ‖θ‖ after it and the applied step over ‖Δ̄‖ (``optim.outer.OuterRecord``)."""
+        return self.outer_log
 
     # -- evaluation, presence, checkpoints ------------------------------------------------------------------------
     def eval_state(self) -> dict[str, torch.Tensor]:
@@ -198,8 +209,9 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
     name = "diloco"
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
-                 cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None) -> None:
-        super().__init__(models, transport, fragments, cfg, seed, schedule)
+                 cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None,
+                 outer_optimizer: OuterFactory | None = None) -> None:
+        super().__init__(models, transport, fragments, cfg, seed, schedule, outer_optimizer)
         self.pending = PendingQueue()
         self.keep_local = cfg.diloco.merge == "keep_local" or cfg.diloco.eager
         self.last_mean: list[torch.Tensor | None] = [None] * self.P  # previous averaged outer gradient (eager)
@@ -213,6 +225,7 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
         self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
+        self.now_step = step
         for i in self.ids:
             for p in range(self.P):
                 self.tokens_since[i][p] += tokens.get(i, 0)
@@ -343,13 +356,12 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {
             "global_params": [g.detach().clone() for g in self.global_params],
-            "outer_opts": [o.state_dict() for o in self.outer_opts],
+            "outer": [o.state_dict() for o in self.outer], "outer_log": list(self.outer_log),
             "ef": self.ef.state_dict(),
             "gens": {i: g.get_state() for i, g in self.gens.items()},
             "tokens_since": {i: list(v) for i, v in self.tokens_since.items()},
             "pending": self.pending.state_dict(),
             "present": dict(self.present),
-            "n_outer": list(self.n_outer),
             "synced": list(self.synced),
             "sent": [[i, p, t.clone()] for (i, p), t in sorted(self.sent.items())],
             "last_mean": [t.clone() if t is not None else None for t in self.last_mean],
@@ -359,15 +371,15 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
         with torch.no_grad():
             for g, v in zip(self.global_params, d["global_params"]):
                 g.copy_(v)
-        for o, s in zip(self.outer_opts, d["outer_opts"]):
+        for o, s in zip(self.outer, d["outer"]):
             o.load_state_dict(s)
+        self.outer_log = list(d["outer_log"])
         self.ef.load_state_dict(d["ef"])
         for i, s in d["gens"].items():
             self.gens[int(i)].set_state(s)
         self.tokens_since = {int(i): list(v) for i, v in d["tokens_since"].items()}
         self.pending.load_state_dict(d["pending"], self.transport.clock)
         self.present = {int(i): bool(v) for i, v in d["present"].items()}
-        self.n_outer = [int(k) for k in d["n_outer"]]
         self.synced = [bool(b) for b in d["synced"]]
         self.sent = {(int(i), int(p)): t.clone() for i, p, t in d["sent"]}
         self.last_mean = [t.clone() if t is not None else None for t in d["last_mean"]]

@@ -165,6 +165,12 @@ class Experiment:
     def elapsed_s(self) -> float:
         return self.elapsed_before + time.time() - self.wall_start
 
+    def outer_records(self) -> list[dict[str, Any]]:
+        """Every outer step so far: the strategy's (DiLoCo's global fragments) and the first local island's SNOO
+        steps (``optim.snoo``; fragment "snoo")."""
+        snoo = self.first.snoo
+        return self.strategy.outer_records() + ([{**r, "fragment": "snoo"} for r in snoo.records] if snoo else [])
+
     # -- the loop -----------------------------------------------------------------------------------------------
     def train_step(self) -> dict[int, float]:
         """One step of the global schedule (a decoupled run: one tick); the loss of each local island that stepped."""
@@ -185,6 +191,7 @@ class Experiment:
                     progress.update(self.step, self.tokens_total, sum(losses.values()) / max(1, len(losses)))
                 if tracker is not None and self.step % cfg.log_every == 0:
                     tracker.log_train(self.train_record(losses))
+                    tracker.log_outer(self.outer_records())
                 if self.step % cfg.eval_every == 0 and self.step < cfg.steps:
                     self.evaluator.check(self.strategy)
                     with self.transport.world_view():
@@ -295,7 +302,7 @@ class Experiment:
             faults_report=self.defense.report() if self.defense is not None else [],
             diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
             sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
-            goodput=self.goodput(), **self.strategy.result_fields(),
+            goodput=self.goodput(), outer_log=self.outer_records(), **self.strategy.result_fields(),
         )
 
     # -- checkpoints --------------------------------------------------------------------------------------------

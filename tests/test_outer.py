@@ -1,0 +1,166 @@
+"""The outer-optimizer seam (``optim/outer.py``): the update rule against SNOO's equations written out by hand, the
+records each step makes, SNOO against its two references (η = 1, μ = 0 is the inner optimizer alone; SNOO on one
+island is DiLoCo with one replica, one fragment, τ = 0 and lossless outer gradients), the outer optimizer handed to
+DiLoCo as an argument, and SNOO in a run (result.json's ``outer_log``, the identity on the baseline)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_sync import batches, flat, make_replicas, train
+from torch import nn
+
+from islands_kit.comm.transport import LocalTransport
+from islands_kit.config import ConfigError, DiLoCoConfig, SyncConfig, apply_overrides
+from islands_kit.islands import snoo_params
+from islands_kit.optim.outer import OuterStep, Snoo, nesterov_sgd
+from islands_kit.presets import get_preset
+from islands_kit.run import run_experiment
+from islands_kit.sync.base import strided_fragments
+from islands_kit.sync.diloco import DiLoCo
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_outer_step_is_snoos_update_with_the_momentum_ramp(nesterov):
+    """b_t = μ_t b_{t-1} + s_t; w ← w − η (μ_t b_t + s_t) (Nesterov) or w − η b_t, μ_t = μ min(1, t / K); the
+    buffer starts (b = s) at the first step with μ_t > 0, as torch's SGD starts it."""
+    g = torch.Generator().manual_seed(3)
+    w0 = torch.randn(7, 3, generator=g)
+    deltas = [torch.randn(7, 3, generator=g) for _ in range(6)]
+    eta, mu, K = 0.6, 0.8, 3
+    slow = [nn.Parameter(w0.clone())]
+    step = OuterStep(slow, nesterov_sgd(eta, mu, nesterov), momentum_warmup=K)
+    w, b = w0.double().clone(), None
+    for t, s in enumerate(deltas):
+        step.step([s])
+        m = mu * min(1.0, t / K)
+        s = s.double()
+        if m == 0:
+            w = w - eta * s
+        else:
+            b = s.clone() if b is None else m * b + s
+            w = w - eta * ((m * b + s) if nesterov else b)
+        assert torch.allclose(slow[0].detach().double(), w, atol=1e-5)
+    assert step.n == 6
+
+
+def test_outer_record_measures_the_step():
+    slow = [nn.Parameter(torch.tensor([3.0, 4.0]))]  # ‖w‖ = 5
+    step = OuterStep(slow, nesterov_sgd(1.0, 0.0))
+    r1 = step.step([torch.tensor([0.5, 0.0])])
+    assert r1.rel_delta == pytest.approx(0.1) and r1.cos_prev is None
+    assert r1.weight_norm == pytest.approx(math.hypot(2.5, 4.0)) and r1.applied_over_delta == pytest.approx(1.0)
+    r2 = step.step([torch.tensor([0.0, -2.0])])  # orthogonal to the first
+    assert r2.cos_prev == pytest.approx(0.0)
+    r3 = step.step([torch.tensor([0.0, -1.0])])
+    assert r3.cos_prev == pytest.approx(1.0)
+    # Nesterov with a full buffer applies more than the fresh pseudo-gradient: (1 + μ) on a repeated direction
+    slow = [nn.Parameter(torch.zeros(2))]
+    nst = OuterStep(slow, nesterov_sgd(1.0, 0.9))
+    nst.step([torch.tensor([1.0, 0.0])])
+    assert nst.step([torch.tensor([1.0, 0.0])]).applied_over_delta == pytest.approx(1.0 + 0.9 * 1.9)
+
+
+def _snoo_run(eta: float, mu: float, k: int, steps: int = 12) -> tuple[nn.Module, Snoo]:
+    model = make_replicas(1)[0]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    snoo = Snoo(list(model.parameters()), k, nesterov_sgd(eta, mu))
+    for batch in batches(1, steps):
+        x, y = batch[0]
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        snoo.after_inner_step()
+    return model, snoo
+
+
+def test_snoo_with_lr_1_and_no_momentum_is_the_inner_optimizer_alone():
+    model, snoo = _snoo_run(1.0, 0.0, 3)
+    alone = make_replicas(1)[0]
+    opt = torch.optim.SGD(alone.parameters(), lr=0.1)
+    for batch in batches(1, 12):
+        x, y = batch[0]
+        ((alone(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    assert torch.allclose(flat(model), flat(alone), atol=1e-6)
+    assert [r["step"] for r in snoo.records] == [3, 6, 9, 12]
+    assert all(r["applied_over_delta"] == pytest.approx(1.0) for r in snoo.records)
+
+
+def test_snoo_is_diloco_with_one_replica():
+    """The reference: DiLoCo with M = 1, one fragment, τ = 0, fp32 outer gradients without error feedback and H = K
+    takes exactly SNOO's steps."""
+    model, snoo = _snoo_run(0.7, 0.9, 4)
+    models = make_replicas(1)
+    cfg = SyncConfig(strategy="diloco", H=4, n_fragments=1, tau=0, codec="fp32", error_feedback=False,
+                     diloco=DiLoCoConfig(outer_lr=0.7, outer_momentum=0.9))
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 1)
+    strat = DiLoCo(models, LocalTransport(1), frags, cfg, seed=0)
+    train(models, strat, batches(1, 12))
+    assert torch.allclose(flat(model), flat(models[0]), atol=1e-6)
+    assert (flat(model) - flat(make_replicas(1)[0])).abs().max() > 1e-2  # it trained
+    assert [r["step"] for r in strat.outer_records()] == [4, 8, 12]
+    for a, b in zip(snoo.records, strat.outer_records()):
+        assert a["rel_delta"] == pytest.approx(b["rel_delta"], rel=1e-5)
+
+
+def test_diloco_takes_its_outer_optimizer_as_an_argument():
+    """torchft's shape: any optimizer over the global fragments; here Adam, whose first step moves every coordinate
+    by about its lr whatever the pseudo-gradient's size."""
+    models = make_replicas(2)
+    cfg = SyncConfig(strategy="diloco", H=3, n_fragments=2, tau=0, codec="fp32", error_feedback=False)
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 2)
+    start = [torch.cat([models[0].get_parameter(n).detach().reshape(-1) for n in names]) for names in frags]
+    strat = DiLoCo(models, LocalTransport(2), frags, cfg, seed=0,
+                   outer_optimizer=lambda params: torch.optim.Adam(params, lr=1e-3))
+    assert all(isinstance(o.opt, torch.optim.Adam) for o in strat.outer)
+    train(models, strat, batches(2, 3))
+    moved = (strat.global_params[1].detach() - start[1]).abs()  # fragment 1 synced once, at step 3
+    assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], 1e-3), rtol=1e-2)
+
+
+def test_snoo_params_selects_the_outer_steps_parameters():
+    from islands_kit.model import ByteTransformer
+
+    m = ByteTransformer(get_preset("baseline", "smoke").model)
+    names = {id(p): n for n, p in m.named_parameters()}
+    assert len(snoo_params(m, "all")) == len(list(m.parameters()))
+    assert all(p.ndim >= 2 for p in snoo_params(m, "matrices"))
+    hidden = {names[id(p)] for p in snoo_params(m, "hidden")}
+    assert hidden and all(n.startswith("blocks.") and ".router." not in n and "norm" not in n for n in hidden)
+    assert "tok_emb.weight" not in hidden and "lm_head.weight" not in hidden
+
+
+def test_snoo_config_is_checked():
+    base = get_preset("baseline", "smoke")
+    for key, bad in (("optim.snoo.k", "-1"), ("optim.snoo.momentum", "1.0"), ("optim.snoo.params", "embeddings"),
+                     ("optim.snoo.lr", "0")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            apply_overrides(base, {key: bad})
+
+
+SNOO = {"optim.snoo.k": "4", "optim.snoo.lr": "0.5", "optim.snoo.momentum": "0.5", "threads": "1"}
+
+
+def test_baseline_with_snoo_identity_and_records():
+    """On the baseline (one model, data-parallel): η = 1, μ = 0 reproduces the baseline (w − (w − w̃) rounds to w̃
+    in all but a few last bits); η 0.5 / μ 0.5 changes the number, and result.json records every outer step."""
+    base = apply_overrides(get_preset("baseline", "smoke"), {"threads": "1"})
+    ref = run_experiment(base)
+    same = run_experiment(apply_overrides(base, {**SNOO, "optim.snoo.lr": "1.0", "optim.snoo.momentum": "0.0"}))
+    assert same.final_val_bpb == pytest.approx(ref.final_val_bpb, rel=1e-5)
+    snoo = run_experiment(apply_overrides(base, SNOO))
+    assert abs(snoo.final_val_bpb - ref.final_val_bpb) > 1e-4 and math.isfinite(snoo.final_val_bpb)
+    log = snoo.outer_log
+    assert [r["step"] for r in log] == list(range(4, base.steps + 1, 4)) and {r["fragment"] for r in log} == {"snoo"}
+    assert all(r["rel_delta"] > 0 and r["weight_norm"] > 0 for r in log)
+    assert ref.outer_log == [] and snoo.tokens == ref.tokens and snoo.cross_site_bytes == ref.cross_site_bytes
+
+
+def test_two_site_records_each_fragments_outer_steps():
+    r = run_experiment(apply_overrides(get_preset("two_site", "smoke"), {"threads": "1"}))
+    per_fragment = [sum(1 for rec in r.outer_log if rec["fragment"] == p) for p in range(2)]
+    assert per_fragment == r.outer_steps_per_fragment
+    assert all(rec["cos_prev"] is None for rec in r.outer_log[:2])
