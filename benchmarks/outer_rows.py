@@ -1,0 +1,188 @@
+"""The outer step's rows (issue: "the outer step that beats synchronous training"): SNOO on the baseline (one model,
+data-parallel, plus Nesterov on the pseudo-gradient of K inner steps: DiLoCo with M = 1 on the baseline's own data),
+one hypothesis a row, and the winner carried to two_site and eight_cell. Each row is one ``islands-kit run`` per seed
+with one thread, paired with the same-code baseline at the same seed, run by this script too.
+
+    OMP_NUM_THREADS=1 python benchmarks/outer_rows.py --stage snoo --jobs 2           # run what is missing (resumable)
+    python benchmarks/outer_rows.py --write                                           # benchmarks/outer-demo.json
+    python benchmarks/outer_rows.py --remake-point "SNOO K=25, 0.5/0.5"               # one row again at seed 0
+
+Runs land in ``runs/outer/<experiment>/<hash of the overrides>/seed<N>`` (``protocol.run_dir``); a finished run is
+never run again, so an interrupted invocation resumes. ``outer-demo.json`` holds the frontier files' schema (label,
+experiment, preset, overrides, seeds, bpb, baseline, fewer) plus ``replicas`` (models trained: 1, 2 or 8), the
+tuning split's bpb and both ratios (choices are read on the tuning split; the validation ratio is the one quoted).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol import ROOT, islands_kit_run, overrides, run_dir  # noqa: E402
+
+from islands_kit.presets import TWO_SITE_M1_CONTROL  # noqa: E402
+
+OUT = ROOT / "runs" / "outer"
+FILE = ROOT / "benchmarks" / "outer-demo.json"
+SEEDS3 = [0, 1, 2]
+
+
+def snoo(k: int, lr: float, mu: float, **extra: str) -> dict[str, str]:
+    """``--set`` keys of SNOO with K inner steps, outer lr η and momentum μ on top of any experiment."""
+    return {"optim.snoo.k": str(k), "optim.snoo.lr": str(lr), "optim.snoo.momentum": str(mu),
+            **{f"optim.snoo.{k2}": v for k2, v in extra.items()}}
+
+
+def outer(lr: float, mu: float, **extra: str) -> dict[str, str]:
+    """``--set`` keys of DiLoCo's outer step (two_site, the M = 1 control)."""
+    return {"sync.diloco.outer_lr": str(lr), "sync.diloco.outer_momentum": str(mu),
+            **{f"sync.{k}" if k in ("H", "codec", "error_feedback") else f"sync.diloco.{k}": v for k, v in extra.items()}}
+
+
+M1 = TWO_SITE_M1_CONTROL  # site A alone with the whole batch of 40
+FP32 = {"sync.codec": "fp32", "sync.error_feedback": "false", "sync.diloco.final_codec": "fp32"}
+
+# label -> (stage, experiment, replicas, overrides, seeds)
+ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
+    "baseline (AdamW, lr 3e-3)": ("base", "baseline", 1, {}, SEEDS3),
+    # SNOO on the baseline: the published settings first, then one hypothesis a row
+    "SNOO K=25, 0.5/0.5": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5), SEEDS3),
+    "SNOO K=25, 0.7/0.9 (DiLoCo's)": ("snoo", "baseline", 1, snoo(25, 0.7, 0.9), [0]),
+    "SNOO K=25, 0.7/0.9, ramp 10": ("snoo", "baseline", 1, snoo(25, 0.7, 0.9, momentum_warmup="10"), [0]),
+    "SNOO K=28, 0.68/0.37 (modded-nanogpt record)": ("snoo", "baseline", 1, snoo(28, 0.68, 0.37), [0]),
+    "SNOO K=100, 0.8/0.75": ("snoo", "baseline", 1, snoo(100, 0.8, 0.75), [0]),
+    "SNOO K=10, 0.5/0.5": ("snoo", "baseline", 1, snoo(10, 0.5, 0.5), [0]),
+    "SNOO K=50, 0.5/0.5": ("snoo", "baseline", 1, snoo(50, 0.5, 0.5), [0]),
+    "SNOO K=25, 0.8/0.5": ("snoo", "baseline", 1, snoo(25, 0.8, 0.5), [0]),
+    "SNOO K=25, 0.5/0.7": ("snoo", "baseline", 1, snoo(25, 0.5, 0.7), [0]),
+    "SNOO K=25, 0.5/0.5, hidden matrices only": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, params="hidden"), [0]),
+    "SNOO K=25, 0.5/0.5, slow decay 0.04": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, weight_decay="0.04"), [0]),
+    "SNOO K=25, 0.5/0.5, inner lr 4.5e-3": ("snoo", "baseline", 1, {**snoo(25, 0.5, 0.5), "optim.lr": "4.5e-3"}, [0]),
+    "SNOO K=25, 0.7/0.9, no warm-up ramp of the inner lr": (
+        "snoo", "baseline", 1, {**snoo(25, 0.7, 0.9), "optim.warmup_steps": "0"}, [0]),
+    # the M = 1 DiLoCo control (site A's own stream) beside SNOO on the baseline's stream
+    "M=1 DiLoCo H=25 fp32, 0.5/0.5, ramp 10": (
+        "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10")}, [0]),
+    # carried to two sites: the demo's two_site with the winner's effective step
+    "two_site 0.5/0.5 H=25, mean": ("two", "two_site", 2, outer(0.5, 0.5, H="25", average="mean"), [0]),
+    "two_site 0.5/0.5 H=25, radial-directional": ("two", "two_site", 2, outer(0.5, 0.5, H="25"), [0]),
+    "two_site + SNOO inside each site K=25, 0.5/0.5": ("two", "two_site", 2, snoo(25, 0.5, 0.5), [0]),
+    "eight_cell + SNOO inside each cell K=25, 0.5/0.5": ("eight", "eight_cell", 8, snoo(25, 0.5, 0.5), [0]),
+}
+BASELINE = "baseline (AdamW, lr 3e-3)"
+
+
+def _dir(experiment: str, sets: dict[str, str], seed: int) -> Path:
+    return run_dir(OUT, experiment, sets, seed)
+
+
+def _result(experiment: str, sets: dict[str, str], seed: int) -> dict | None:
+    f = _dir(experiment, sets, seed) / "result.json"
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def _run(label: str, seed: int) -> None:
+    _, experiment, _, sets, _ = ROWS[label]
+    d = _dir(experiment, sets, seed)
+    if (d / "result.json").exists():
+        return
+    t0 = time.time()
+    print(f"start {label} seed {seed}", flush=True)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "settings.json").write_text(json.dumps({"label": label, "experiment": experiment, "sets": sets, "seed": seed}))
+    try:
+        res = islands_kit_run(experiment, "demo", overrides(sets), seed, d)
+    except RuntimeError as e:
+        print(f"FAILED {label} seed {seed}: {e}", flush=True)
+        return
+    print(f"done  {label} seed {seed}: val {res['final_val_bpb']:.4f} tune {res.get('final_tune_bpb')} "
+          f"in {(time.time() - t0) / 60:.1f} min", flush=True)
+
+
+def execute(stages: list[str], jobs: int, labels: list[str] | None = None) -> None:
+    """Every missing (row, seed) of the stages (or of ``labels``), seed 0 of every row first, ``jobs`` at a time."""
+    todo = [(lab, s) for lab, row in ROWS.items() if (labels and lab in labels) or (not labels and row[0] in stages)
+            for s in row[4]]
+    todo.sort(key=lambda t: t[1])
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(lambda t: _run(*t), todo))
+
+
+def rows() -> list[dict]:
+    """The rows with results, in the frontier files' schema plus replicas, tuning-split bpb and paired ratios."""
+    base = ROWS[BASELINE]
+    out = []
+    for label, (_, experiment, replicas, sets, seeds) in ROWS.items():
+        got = [(s, _result(experiment, sets, s), _result(base[1], base[3], s)) for s in seeds]
+        got = [(s, r, b) for s, r, b in got if r is not None and b is not None]
+        if not got:
+            continue
+        val = [r["final_val_bpb"] for _, r, _ in got]
+        ratios = [r["final_val_bpb"] / b["final_val_bpb"] for _, r, b in got]
+        tune = [r.get("final_tune_bpb") for _, r, _ in got]
+        tune_ratios = [r["final_tune_bpb"] / b["final_tune_bpb"] for _, r, b in got
+                       if r.get("final_tune_bpb") and b.get("final_tune_bpb")]
+        r0 = got[0][1]
+        out.append({
+            "label": label, "experiment": experiment, "preset": "demo", "replicas": replicas,
+            "overrides": overrides(sets), "seeds": [s for s, _, _ in got], "bpb": val, "tune_bpb": tune,
+            "ratio": statistics.mean(ratios), "ratios": ratios,
+            "tune_ratio": statistics.mean(tune_ratios) if tune_ratios else None,
+            "fewer": (r0["ddp_equivalent_bytes"] / r0["cross_site_bytes"]) if r0["cross_site_bytes"] else None,
+            "cross_site_bytes": r0["cross_site_bytes"],
+            "baseline": {"experiment": base[1], "overrides": overrides(base[3]),
+                         "bpb": [b["final_val_bpb"] for _, _, b in got]},
+            "weight_norm_end": _last_norm(r0), "wall_time_s": round(r0["wall_time_s"], 1),
+        })
+    return out
+
+
+def _last_norm(res: dict) -> float | None:
+    """‖θ‖ after the last outer step (SNOO's all-parameter norm; DiLoCo: the fragments' norms combined)."""
+    log = res.get("outer_log") or []
+    last: dict = {}
+    for r in log:
+        last[r["fragment"]] = r["weight_norm"]
+    return round(sum(v * v for v in last.values()) ** 0.5, 4) if last else None
+
+
+def table(rs: list[dict]) -> str:
+    lines = ["| row | replicas | seeds | val bpb | × baseline (val) | × baseline (tune) | fewer bytes | ‖θ‖ end |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        fewer = f"{r['fewer']:.0f}x" if r["fewer"] else "—"
+        tune = f"{r['tune_ratio']:.4f}" if r["tune_ratio"] else "—"
+        lines.append(f"| {r['label']} | {r['replicas']} | {len(r['seeds'])} | {statistics.mean(r['bpb']):.4f} | "
+                     f"{r['ratio']:.4f} ({' / '.join(f'{x:.4f}' for x in r['ratios'])}) | {tune} | {fewer} | "
+                     f"{r['weight_norm_end']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stage", nargs="*", default=[], help="stages to run: " + " ".join(sorted({r[0] for r in ROWS.values()})))
+    ap.add_argument("--label", nargs="*", default=None, help="run only these rows (their labels)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--write", action="store_true", help=f"write {FILE.name} and print the table")
+    ap.add_argument("--remake-point", metavar="LABEL", help=f"re-make one row of {FILE.name} at seed 0 from its overrides")
+    a = ap.parse_args(argv)
+    if a.remake_point:
+        point = next(p for p in json.loads(FILE.read_text()) if p["label"] == a.remake_point)
+        res = islands_kit_run(point["experiment"], point["preset"], point["overrides"], 0, OUT / "remake" / "point")
+        print(json.dumps({"bpb": res["final_val_bpb"], "stored_bpb": point["bpb"][0]}))
+        return
+    if a.stage or a.label:
+        execute(a.stage, a.jobs, a.label)
+    if a.write:
+        rs = rows()
+        FILE.write_text(json.dumps(rs, indent=1) + "\n")
+        print(table(rs))
+
+
+if __name__ == "__main__":
+    main()
