@@ -65,6 +65,8 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "SNOO K=25, 0.5/0.5, inner lr 4.5e-3": ("snoo", "baseline", 1, {**snoo(25, 0.5, 0.5), "optim.lr": "4.5e-3"}, [0]),
     "SNOO K=25, 0.7/0.9, no warm-up ramp of the inner lr": (
         "snoo", "baseline", 1, {**snoo(25, 0.7, 0.9), "optim.warmup_steps": "0"}, [0]),
+    "SNOO K=25, 0.7/0.9, final fast": ("snoo2", "baseline", 1, snoo(25, 0.7, 0.9, final="fast"), [0]),
+    "SNOO K=25, 0.5/0.5, final fast": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, final="fast"), [0]),
     # the M = 1 DiLoCo control (site A's own stream) beside SNOO on the baseline's stream
     "M=1 DiLoCo H=25 fp32, 0.5/0.5, ramp 10": (
         "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10")}, [0]),

@@ -132,13 +132,13 @@ def snoo_params(model: nn.Module, which: str) -> list[nn.Parameter]:
     return [p for _, p in named]
 
 
-def build_snoo(model: nn.Module, cfg: OptimConfig) -> Snoo | None:
+def build_snoo(model: nn.Module, cfg: OptimConfig, total_steps: int) -> Snoo | None:
     """SNOO around the inner optimizer when ``optim.snoo.k`` > 0 (``optim/outer.py``), else None."""
     c = cfg.snoo
     if c.k == 0:
         return None
     return Snoo(snoo_params(model, c.params), c.k, nesterov_sgd(c.lr, c.momentum, c.nesterov), c.momentum_warmup,
-                decay=c.lr * c.weight_decay)
+                decay=c.lr * c.weight_decay, fast_at=total_steps if c.final == "fast" else None)
 
 
 class Island:
@@ -157,7 +157,7 @@ class Island:
         self.precision = precision
         self.optim_cfg = optim_cfg
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
-        self.snoo = build_snoo(model, optim_cfg)  # SNOO's slow weights around the inner optimizer (None: off)
+        self.snoo = build_snoo(model, optim_cfg, total_steps)  # SNOO's slow weights around the inner optimizer (None: off)
         position = lr_position or (lambda s: s)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(position(s), optim_cfg, total_steps))

@@ -89,6 +89,27 @@ def test_snoo_with_lr_1_and_no_momentum_is_the_inner_optimizer_alone():
     assert all(r["applied_over_delta"] == pytest.approx(1.0) for r in snoo.records)
 
 
+def test_snoo_final_fast_scores_the_inner_optimizers_last_iterate():
+    """final=fast: no outer step after the last inner step, so the model is the fast weights the K steps since the
+    previous outer step made (the same run's outer-step model differs only by that last extrapolation)."""
+    model = make_replicas(1)[0]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    snoo = Snoo(list(model.parameters()), 4, nesterov_sgd(0.7, 0.9), fast_at=12)
+    ref, ref_snoo = _snoo_run(0.7, 0.9, 4)
+    for t, batch in enumerate(batches(1, 12), start=1):
+        x, y = batch[0]
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        snoo.after_inner_step()
+        if t == 11:
+            before_last = flat(model).clone()
+    assert [r["step"] for r in snoo.records] == [4, 8] and [r["step"] for r in ref_snoo.records][-1] == 12
+    assert (flat(model) - before_last).abs().max() > 0  # the last inner step was taken ...
+    assert torch.equal(torch.cat([w.detach().reshape(-1) for w in snoo.outer.slow]), flat(model))  # ... and kept
+    assert (flat(model) - flat(ref)).abs().max() > 1e-4
+
+
 def test_snoo_is_diloco_with_one_replica():
     """The reference: DiLoCo with M = 1, one fragment, τ = 0, fp32 outer gradients without error feedback and H = K
     takes exactly SNOO's steps."""
@@ -136,7 +157,7 @@ def test_snoo_params_selects_the_outer_steps_parameters():
 def test_snoo_config_is_checked():
     base = get_preset("baseline", "smoke")
     for key, bad in (("optim.snoo.k", "-1"), ("optim.snoo.momentum", "1.0"), ("optim.snoo.params", "embeddings"),
-                     ("optim.snoo.lr", "0")):
+                     ("optim.snoo.lr", "0"), ("optim.snoo.final", "slow")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             apply_overrides(base, {key: bad})
 

@@ -67,6 +67,8 @@ class SnooConfig:
     weight_decay: float = 0.0  # decoupled decay of the slow weights at each outer step: w <- w (1 - lr x weight_decay)
     params: str = "all"  # which parameters take the outer step: all | matrices (not the norms' gains) | hidden (the
     #   blocks' matrices except the routers: embeddings, head, norms and routers follow the inner optimizer alone)
+    final: str = "outer"  # the run's last inner step: outer (an outer step like any other, its extrapolation scored)
+    #   | fast (none: the slow weights become the fast ones, so the scored model is the inner optimizer's last iterate)
 
     def __post_init__(self) -> None:
         p = "optim.snoo."
@@ -80,6 +82,7 @@ class SnooConfig:
         _check(0 <= self.weight_decay and self.lr * self.weight_decay < 1, p + "weight_decay",
                f"must be >= 0 with optim.snoo.lr x weight_decay < 1 (optim.snoo.lr={self.lr})", self.weight_decay)
         _check(self.params in SNOO_PARAMS, p + "params", "must be one of " + "|".join(SNOO_PARAMS), self.params)
+        _check(self.final in ("outer", "fast"), p + "final", "must be one of outer|fast", self.final)
 
 
 @dataclass

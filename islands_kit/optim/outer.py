@@ -118,9 +118,11 @@ class Snoo:
     stands (the fast weights, as the authors' code does), which after a K-th step are the slow weights."""
 
     def __init__(self, params: list[nn.Parameter], k: int, factory: OuterFactory, momentum_warmup: int = 0,
-                 decay: float = 0.0) -> None:
+                 decay: float = 0.0, fast_at: int | None = None) -> None:
         """``decay``: the slow matrices (ndim >= 2) are scaled by 1 − ``decay`` after each outer step (decoupled
-        weight decay on the slow weights; optim.snoo.lr x optim.snoo.weight_decay)."""
+        weight decay on the slow weights; optim.snoo.lr x optim.snoo.weight_decay). ``fast_at``: the inner step
+        (the run's last, ``optim.snoo.final=fast``) after which no outer step is taken: the slow weights become the
+        fast ones, and the scored model carries no extrapolation."""
         if k < 1:
             raise ValueError(f"optim.snoo.k: must be >= 1 to build SNOO (got {k})")
         self.fast = params
@@ -128,12 +130,17 @@ class Snoo:
         slow = [nn.Parameter(p.detach().clone()) for p in params]
         self.outer = OuterStep(slow, factory, momentum_warmup)
         self.decay = decay
+        self.fast_at = fast_at
         self.inner_steps = 0
         self.records: list[dict[str, Any]] = []  # one per outer step: its inner step and OuterRecord.as_dict()
 
     @torch.no_grad()
     def after_inner_step(self) -> None:
         self.inner_steps += 1
+        if self.inner_steps == self.fast_at:
+            for w, f in zip(self.outer.slow, self.fast):
+                w.copy_(f.detach())
+            return
         if self.inner_steps % self.k:
             return
         rec = self.outer.step([w.detach() - f.detach() for w, f in zip(self.outer.slow, self.fast)])
