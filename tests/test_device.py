@@ -17,8 +17,9 @@ from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.config import CODECS, ConfigError, apply_overrides
 from islands_kit.device import resolve_device
 from islands_kit.golden import fixture_diff, golden_config, pinned, read_run_files
-from islands_kit.islands import Island, build_optimizer, clip_grad_norm
+from islands_kit.islands import Island, clip_grad_norm
 from islands_kit.model import ByteTransformer
+from islands_kit.optim.build import build_optimizer
 from islands_kit.optim.schedule import lr_lambda
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.butterfly import Butterfly

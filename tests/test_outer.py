@@ -13,7 +13,7 @@ from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, DiLoCoConfig, SyncConfig, apply_overrides
-from islands_kit.islands import snoo_params
+from islands_kit.optim.build import snoo_params
 from islands_kit.optim.outer import OuterStep, Snoo, nesterov_sgd
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment

@@ -237,7 +237,7 @@ def test_inner_optimizer_state_is_untouched_by_an_outer_sync():
     (AdamW moments, Shampoo's Kronecker factors and grafting state) as it was — the statistics describe the local
     loss geometry, which one averaging step barely moves, and restarting them would cost the warm-up again."""
     from islands_kit.config import OptimConfig
-    from islands_kit.islands import build_optimizer
+    from islands_kit.optim.build import build_optimizer
 
     init = torch.randn(P, DIM, generator=torch.Generator().manual_seed(7))
     models = {i: Vec(init) for i in TOKENS}
