@@ -185,3 +185,21 @@ def test_two_site_records_each_fragments_outer_steps():
     per_fragment = [sum(1 for rec in r.outer_log if rec["fragment"] == p) for p in range(2)]
     assert per_fragment == r.outer_steps_per_fragment
     assert all(rec["cos_prev"] is None for rec in r.outer_log[:2])
+
+
+def test_resume_mid_window_with_snoo_is_bit_identical(tmp_path):
+    """The checkpoint after step 7 falls between SNOO's outer steps (K = 3): the slow weights, the momentum buffer and
+    the inner-step count travel in it, and resuming gives the uninterrupted run's numbers and outer records."""
+    from islands_kit.checkpoint import load_checkpoint
+    from islands_kit.run import Experiment
+
+    cfg = apply_overrides(get_preset("baseline", "smoke"), {**SNOO, "optim.snoo.k": "3", "steps": "12",
+                                                            "checkpoint_every": "7"})
+    full = run_experiment(cfg, tmp_path / "a")
+    exp = Experiment(cfg)
+    exp.load_state_dict(load_checkpoint(tmp_path / "a"))
+    assert exp.step == 7 and exp.first.snoo is not None and exp.first.snoo.inner_steps == 7
+    again = exp.run()
+    for k in ("final_val_bpb", "val_curve", "outer_log", "tokens"):
+        assert again[k] == full[k], k
+    assert [r["step"] for r in full["outer_log"]] == [3, 6, 9, 12]
