@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,6 +68,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "snoo", "baseline", 1, {**snoo(25, 0.7, 0.9), "optim.warmup_steps": "0"}, [0]),
     "SNOO K=25, 0.7/0.9, final fast": ("snoo2", "baseline", 1, snoo(25, 0.7, 0.9, final="fast"), [0]),
     "SNOO K=25, 0.5/0.5, final fast": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, final="fast"), [0]),
+    "SNOO K=25, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10"), [0]),
+    # the data-stream control: site A alone with the whole batch (no outer step): what the M = 1 rows' stream is worth
+    "site A alone (M = 1 stream, no outer step)": ("m1", "two_site", 1, {**M1, "sync.strategy": "ddp"}, [0]),
     # the M = 1 DiLoCo control (site A's own stream) beside SNOO on the baseline's stream
     "M=1 DiLoCo H=25 fp32, 0.5/0.5, ramp 10": (
         "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10")}, [0]),
@@ -106,13 +110,39 @@ def _run(label: str, seed: int) -> None:
           f"in {(time.time() - t0) / 60:.1f} min", flush=True)
 
 
+_START = threading.Lock()
+
+
+def _running() -> int:
+    """``islands-kit run`` processes writing under runs/outer (this invocation's and any other's)."""
+    return _count(f"islands_kit run .*--out {OUT.resolve()}/")
+
+
+def _count(pattern: str) -> int:
+    out = subprocess.run(["pgrep", "-fc", pattern], capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+def _run_when_free(label: str, seed: int, jobs: int) -> None:
+    """Start when fewer than ``jobs`` runs are going (another invocation's included), so that two invocations
+    never put more than ``jobs`` runs on the cores."""
+    with _START:
+        while _running() >= jobs:
+            time.sleep(10)
+        threading.Thread(target=_run, args=(label, seed)).start()
+        time.sleep(5)  # let it appear in the process list
+
+
 def execute(stages: list[str], jobs: int, labels: list[str] | None = None) -> None:
-    """Every missing (row, seed) of the stages (or of ``labels``), seed 0 of every row first, ``jobs`` at a time."""
-    todo = [(lab, s) for lab, row in ROWS.items() if (labels and lab in labels) or (not labels and row[0] in stages)
-            for s in row[4]]
-    todo.sort(key=lambda t: t[1])
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(lambda t: _run(*t), todo))
+    """Every missing (row, seed) of the stages, seed 0 of every row first; or of ``labels`` in the order given."""
+    if labels:
+        todo = [(lab, s) for s in (0, 1, 2) for lab in labels if s in ROWS[lab][4]]
+    else:
+        todo = sorted([(lab, s) for lab, row in ROWS.items() if row[0] in stages for s in row[4]], key=lambda t: t[1])
+    todo = [t for t in todo if not (_dir(ROWS[t[0]][1], ROWS[t[0]][3], t[1]) / "result.json").exists()
+            and not _count(f"islands_kit run .*--out {_dir(ROWS[t[0]][1], ROWS[t[0]][3], t[1]).resolve()}( |$)")]
+    for lab, s in todo:
+        _run_when_free(lab, s, jobs)
 
 
 def rows() -> list[dict]:
@@ -140,6 +170,7 @@ def rows() -> list[dict]:
             "baseline": {"experiment": base[1], "overrides": overrides(base[3]),
                          "bpb": [b["final_val_bpb"] for _, _, b in got]},
             "weight_norm_end": _last_norm(r0), "wall_time_s": round(r0["wall_time_s"], 1),
+            **_movement(r0),
         })
     return out
 
@@ -153,15 +184,28 @@ def _last_norm(res: dict) -> float | None:
     return round(sum(v * v for v in last.values()) ** 0.5, 4) if last else None
 
 
+def _movement(res: dict) -> dict:
+    """Medians over the run's outer steps (seed 0): ‖s‖/‖w‖, cos(s, previous s) and the applied step over ‖s‖."""
+    log = res.get("outer_log") or []
+
+    def med(k: str) -> float | None:
+        xs = [r[k] for r in log if r.get(k) is not None]
+        return round(statistics.median(xs), 4) if xs else None
+
+    return {"rel_delta_median": med("rel_delta"), "cos_prev_median": med("cos_prev"),
+            "applied_over_delta_median": med("applied_over_delta")}
+
+
 def table(rs: list[dict]) -> str:
-    lines = ["| row | replicas | seeds | val bpb | × baseline (val) | × baseline (tune) | fewer bytes | ‖θ‖ end |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | replicas | seeds | val bpb | × baseline (val) | × baseline (tune) | fewer bytes | ‖θ‖ end | "
+             "‖s‖/‖θ‖, cos(s, s_prev), applied/‖s‖ (medians) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         fewer = f"{r['fewer']:.0f}x" if r["fewer"] else "—"
         tune = f"{r['tune_ratio']:.4f}" if r["tune_ratio"] else "—"
         lines.append(f"| {r['label']} | {r['replicas']} | {len(r['seeds'])} | {statistics.mean(r['bpb']):.4f} | "
                      f"{r['ratio']:.4f} ({' / '.join(f'{x:.4f}' for x in r['ratios'])}) | {tune} | {fewer} | "
-                     f"{r['weight_norm_end']} |")
+                     f"{r['weight_norm_end']} | {r['rel_delta_median']}, {r['cos_prev_median']}, "
+                     f"{r['applied_over_delta_median']} |")
     return "\n".join(lines)
 
 
