@@ -1,0 +1,68 @@
+"""benchmarks/outer_rows.py on fabricated run folders: each row is paired per seed with the same-code baseline's run
+at that seed (a seed without its baseline is left out), the file holds the frontier schema plus replicas and both
+splits' ratios, the movement medians come from the run's outer_log, and every row re-makes from its overrides."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def rows_mod(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("outer_rows", ROOT / "benchmarks" / "outer_rows.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "OUT", tmp_path)
+    return mod
+
+
+def fake(mod, label, seed, val, tune, log=(), sent=0):
+    _, experiment, _, sets, _ = mod.ROWS[label]
+    d = mod._dir(experiment, sets, seed)
+    d.mkdir(parents=True)
+    (d / "result.json").write_text(json.dumps({
+        "final_val_bpb": val, "final_tune_bpb": tune, "cross_site_bytes": sent, "ddp_equivalent_bytes": 1000.0,
+        "wall_time_s": 1.0, "outer_log": list(log)}))
+
+
+def test_rows_pair_each_seed_with_the_same_seeds_baseline(rows_mod):
+    m = rows_mod
+    lab = "SNOO K=25, 0.5/0.5"
+    for s, (b, r) in enumerate([(2.0, 1.98), (2.2, 2.2), (2.4, 2.3)]):
+        fake(m, m.BASELINE, s, b, b + 0.1)
+        fake(m, lab, s, r, r + 0.1, log=[{"fragment": "snoo", "rel_delta": 0.1 * (s + 1), "cos_prev": None,
+                                         "weight_norm": 3.0, "applied_over_delta": 1.5}])
+    fake(m, "SNOO K=10, 0.5/0.5", 1, 2.0, 2.1)  # its seed-1 run is paired with the baseline's seed 1 ...
+    (m._dir("baseline", m.ROWS[m.BASELINE][3], 2) / "result.json").unlink()  # ... and seed 2 loses its baseline
+    got = {r["label"]: r for r in m.rows()}
+    row = got[lab]
+    assert row["seeds"] == [0, 1] and row["ratios"] == pytest.approx([0.99, 1.0])
+    assert row["ratio"] == pytest.approx(0.995) and row["tune_ratio"] == pytest.approx((2.08 / 2.1 + 1) / 2)
+    assert row["replicas"] == 1 and row["fewer"] is None and row["baseline"]["bpb"] == [2.0, 2.2]
+    assert row["weight_norm_end"] == 3.0 and row["rel_delta_median"] == 0.1 and row["cos_prev_median"] is None
+    assert row["overrides"]["optim.snoo.k"] == "25" and row["overrides"]["threads"] == "1"
+    assert "SNOO K=10, 0.5/0.5" not in got  # the row's seed is seed 0 only: the seed-1 folder is not its run
+    assert "| SNOO K=25, 0.5/0.5 | 1 | 2 |" in m.table(m.rows())
+
+
+def test_every_row_builds_a_valid_config():
+    """Every row's overrides are valid --set keys on its experiment's demo preset (no row fails at run time)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("outer_rows_cfg", ROOT / "benchmarks" / "outer_rows.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+
+    for label, (_, experiment, replicas, sets, seeds) in mod.ROWS.items():
+        cfg = apply_overrides(get_preset(experiment, "demo"), mod.overrides(sets))
+        assert seeds and replicas in (1, 2, 8), label
+        models = 1 if cfg.sync.strategy == "ddp" else len(cfg.islands)
+        assert models == replicas, label
