@@ -152,6 +152,9 @@ def test_snoo_params_selects_the_outer_steps_parameters():
     hidden = {names[id(p)] for p in snoo_params(m, "hidden")}
     assert hidden and all(n.startswith("blocks.") and ".router." not in n and "norm" not in n for n in hidden)
     assert "tok_emb.weight" not in hidden and "lm_head.weight" not in hidden
+    dense = {names[id(p)] for p in snoo_params(m, "dense")}
+    experts = {n for n in names.values() if n.split(".")[-1] in ("w1", "w2", "w3") and ".moe." in n}
+    assert experts and not dense & experts and dense | experts == set(names.values())
 
 
 def test_snoo_config_is_checked():

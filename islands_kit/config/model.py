@@ -49,7 +49,7 @@ class ModelConfig:
         _check(self.kernels in ("auto", "torch", "triton"), p + "kernels", "must be one of auto|torch|triton", self.kernels)
 
 
-SNOO_PARAMS = ("all", "matrices", "hidden")
+SNOO_PARAMS = ("all", "matrices", "hidden", "dense")
 
 
 @dataclass
@@ -66,7 +66,8 @@ class SnooConfig:
     momentum_warmup: int = 0  # outer steps over which μ ramps linearly from 0 (0 = none)
     weight_decay: float = 0.0  # decoupled decay of the slow weights at each outer step: w <- w (1 - lr x weight_decay)
     params: str = "all"  # which parameters take the outer step: all | matrices (not the norms' gains) | hidden (the
-    #   blocks' matrices except the routers: embeddings, head, norms and routers follow the inner optimizer alone)
+    #   blocks' matrices except the routers: embeddings, head, norms and routers follow the inner optimizer alone) |
+    #   dense (all but the routed experts' matrices, which follow the inner optimizer alone)
     final: str = "outer"  # the run's last inner step: outer (an outer step like any other, its extrapolation scored)
     #   | fast (none: the slow weights become the fast ones, so the scored model is the inner optimizer's last iterate)
 

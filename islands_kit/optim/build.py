@@ -33,14 +33,21 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, process_group=None) -> t
     raise ConfigError(f"optim.name: must be one of adamw|shampoo|sgd (got {cfg.name!r})")
 
 
+def _is_expert(name: str) -> bool:
+    """A routed expert's matrix (``model/moe.py``: blocks.L.moe.w1 / w2 / w3, one slice per expert)."""
+    return ".moe.w" in name
+
+
 def snoo_params(model: nn.Module, which: str) -> list[nn.Parameter]:
     """The parameters that take SNOO's outer step (``optim.snoo.params``): all; matrices (ndim >= 2, not the norms'
-    gains); hidden (the blocks' matrices except the routers)."""
+    gains); hidden (the blocks' matrices except the routers); dense (all but the routed experts' matrices)."""
     named = list(model.named_parameters())
     if which == "matrices":
         return [p for _, p in named if p.ndim >= 2]
     if which == "hidden":
         return [p for n, p in named if p.ndim >= 2 and n.startswith("blocks.") and ".router." not in n]
+    if which == "dense":
+        return [p for n, p in named if not _is_expert(n)]
     return [p for _, p in named]
 
 
