@@ -379,7 +379,7 @@ def stream_text(path: Path, name: str = "stdout") -> list[str]:
 
 
 PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
-                           r"train loss [\d.]+ nats/byte( \| val (\d\.\d{3}) bpb @(\d+))?$")
+                           r"train [\d.]+ bpb \([\d.]+ nats\)( \| val (\d\.\d{3}) bpb @(\d+))?$")
 
 
 @pytest.mark.slow
