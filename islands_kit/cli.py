@@ -90,9 +90,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           "to overwrite it")
     if args.quiet:
         cfg = apply_overrides(cfg, {"progress": False})
-    if args.dry_run:
-        return _dry_run(cfg, out, args.resume)
     if not args.seeds:
+        if args.dry_run:
+            return _dry_run([cfg], [out], args.resume)
         _run_one(cfg, out, args.resume)
         return 0
     # a seed sweep: one run per seed in OUT/s<seed>, one wandb group, then the comparison with mean ± spread
@@ -109,6 +109,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for d in dirs:
         if (d / "result.json").exists() and not args.force:
             raise ConfigError(f"--out: {d} holds a finished run (result.json); choose another --out, or pass --force")
+    if args.dry_run:
+        return _dry_run(cfgs, dirs, None)
     for c, d in zip(cfgs, dirs):
         _run_one(c, d, None)
     if _is_writer():
@@ -140,21 +142,36 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
         print(note)
 
 
-def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
+def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) -> int:
     """Make every check a run makes before training (islands_kit.preflight: config, output folder, corpus, device,
-    memory; the checkpoint when resuming) and say what would run."""
+    memory; the checkpoint when resuming) for each run (one, or a sweep's one per seed), say what would run, where
+    each run writes, and about how long each takes here (``estimate.estimate_run``: a few timed steps)."""
+    from islands_kit.checkpoint import check_resume, read_config
+    from islands_kit.estimate import estimate_run
     from islands_kit.notebooks import config_summary
     from islands_kit.preflight import preflight
 
-    preflight(cfg, out)
-    if resume:
-        from islands_kit.checkpoint import check_resume
-
-        check_resume(cfg, resume)
-    print(config_summary(cfg))
-    where = f"resume {resume} and write {out}" if resume else f"write {out}"
-    print(f"dry run: valid; would {where}/result.json (nothing trained)")
+    for cfg, out in zip(cfgs, outs):
+        preflight(cfg, out)
+        if resume:
+            check_resume(cfg, resume)
+    print(config_summary(cfgs[0]) + (f"\nseeds {' '.join(str(c.seed) for c in cfgs)}: one run each" if len(cfgs) > 1 else ""))
+    for cfg, out in zip(cfgs, outs):
+        where = f"resume {resume} and write {out}" if resume else f"write {out}"
+        print(f"dry run: valid; {cfg.experiment} seed {cfg.seed} would {where}/result.json (nothing trained)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        print("time: not estimated under torchrun (each process holds only its own islands)")
+        return 0
+    est = estimate_run(cfgs[0], read_config(resume)[1] if resume else 0)
+    total = f"; all {len(cfgs)} runs, one after another: about {_duration(len(cfgs) * est.total_s)}" if len(cfgs) > 1 else ""
+    print(f"time: {est.describe()}{total}")
     return 0
+
+
+def _duration(s: float) -> str:
+    from islands_kit.progress import format_duration
+
+    return format_duration(s)
 
 
 def _cmd_corpora(args: argparse.Namespace) -> int:
