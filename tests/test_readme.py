@@ -2,11 +2,13 @@
 exist, and the reference it points to lives in docs/."""
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 from islands_kit import cli
 
@@ -26,9 +28,17 @@ def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, c
     cmd = re.search(r"^\.venv/bin/islands-kit (run two_site --preset smoke)\s", README, re.M)
     assert cmd, "README: the quickstart command moved"
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert cli.main(shlex.split(cmd.group(1)) + ["--set", "threads=1"]) == 0
+    # the command exactly as the README shows it, in a process whose torch would use two threads: the promised
+    # numbers are the one-thread numbers, so the run itself must choose one thread
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cli.main(shlex.split(cmd.group(1))) == 0
+    finally:
+        torch.set_num_threads(before)
     assert capsys.readouterr().out == block("quickstart-output")
+    assert json.loads((tmp_path / "runs/two_site-smoke-s0/result.json").read_text())["versions"]["torch_threads"] == 1
 
 
 @pytest.mark.slow

@@ -52,7 +52,7 @@ class ExperimentConfig:
     link: LinkConfig = field(default_factory=LinkConfig)  # the wide-area link between islands (simulated clock)
     islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])  # one entry per island
     faults: FaultConfig = field(default_factory=FaultConfig)  # injected faults, an adversarial island and the defences
-    threads: int = 0  # torch intra-op threads for this run (0 = torch's default); 1 is best on a shared machine
+    threads: int = 1  # torch intra-op threads (1: the same numbers on every machine; 0 = torch's default, machine-dependent)
     checkpoint_every: int = 0  # write DIR/checkpoint.pt every N steps (0 = never); resume with --resume DIR
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "islands_kit"  # wandb project name
