@@ -40,11 +40,15 @@ test-fast: install
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
 
 # JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
-# --allow-root where make runs as root (containers), which Jupyter otherwise refuses
+# --allow-root where make runs as root (containers), which Jupyter otherwise refuses. Rooted at the checkout (notebooks/
+# and runs/ both in view); a kernel runs in notebooks/, so ISLANDS_KIT_BASE_DIR points the notebooks' relative output
+# folders (runs/...) at the checkout's runs/, where `islands-kit compare runs/...` finds them.
+# LAB_ARGS: more jupyter lab options, e.g. LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888" on a remote box
 lab: install
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || { echo "lab: installing JupyterLab (the lab extra) into $(VENV)"; \
 		$(BIN)/python -m pip install -q -e ".[lab]"; }
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	ISLANDS_KIT_BASE_DIR="$(CURDIR)" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache

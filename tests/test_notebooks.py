@@ -303,6 +303,24 @@ def test_comparison_setup_validates_every_experiment_and_shares_a_group(tmp_path
     assert resolve_out_dir("", get_preset("eight_cell", "smoke")) == tmp_path.resolve() / "runs" / "eight_cell-smoke-s0"
 
 
+def test_make_lab_puts_the_notebooks_runs_in_the_checkouts_runs_folder(tmp_path, monkeypatch):
+    """A Jupyter kernel runs in the notebook's folder: without ``make lab``'s base folder a notebook's runs landed in
+    notebooks/runs/, where ``islands-kit compare runs/...`` from the checkout does not look."""
+    printed = subprocess.run(["make", "-n", "lab", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+    base = re.search(r'ISLANDS_KIT_BASE_DIR="([^"]+)"\s+\S+/jupyter lab', printed)
+    root = re.search(r'--ServerApp.root_dir="([^"]+)"', printed)
+    assert base and root and Path(base.group(1)) == Path(root.group(1)) == ROOT  # the checkout, runs/ in view
+    # a kernel as make lab starts it (here a stand-in checkout): in notebooks/, with the base folder in its env
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    monkeypatch.setenv("ISLANDS_KIT_BASE_DIR", str(tmp_path))
+    assert resolve_out_dir("", get_preset("two_site", "smoke")) == tmp_path.resolve() / "runs" / "two_site-smoke-s0"
+    assert resolve_out_dir("runs/mine", "unused") == tmp_path.resolve() / "runs" / "mine"
+    assert resolve_out_dir(tmp_path / "elsewhere", "unused") == tmp_path.resolve() / "elsewhere"  # absolute: as given
+    assert not (tmp_path / "notebooks" / "runs").exists()
+
+
 def test_comparison_report_refuses_unequal_tokens(tmp_path):
     base = {"experiment": "baseline", "seed": 0, "preset": "smoke", "tokens": 100, "final_val_bpb": 4.0,
             "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}

@@ -3,6 +3,7 @@
 notebook's three runs and the scaling notebook's cross of points. A bad value raises ConfigError naming the field."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -51,12 +52,20 @@ def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(overrides)
 
 
+# the folder a notebook's relative output paths start from, when set (``make lab`` sets it to the checkout): a Jupyter
+# kernel runs in the notebook's own folder, so ``runs/...`` would otherwise land in ``notebooks/runs/...``, where
+# ``islands-kit compare runs/...`` from the checkout does not look
+BASE_DIR_ENV = "ISLANDS_KIT_BASE_DIR"
+
+
 def resolve_out_dir(out_dir: str | Path, default: str | Path | ExperimentConfig) -> Path:
     """``out_dir`` made absolute and created; when empty, ``default`` (for a config:
-    ``runs/<experiment>-<preset>-s<seed>``)."""
+    ``runs/<experiment>-<preset>-s<seed>``). A relative path starts from ``$ISLANDS_KIT_BASE_DIR`` when set, else from
+    the working directory."""
     if isinstance(default, ExperimentConfig):
         default = Path("runs") / f"{default.experiment}-{default.preset}-s{default.seed}"
-    out = Path(out_dir if str(out_dir) else default).resolve()
+    out = Path(os.environ.get(BASE_DIR_ENV) or ".") / Path(out_dir if str(out_dir) else default)
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     return out
 
