@@ -135,4 +135,4 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 # %%
 from islands_kit.notebooks import show_frontier
 
-frontier_drawn = show_frontier(frontier_file, out, "eight_cell")  # named: a bare call would echo True under the figure
+frontier_drawn = show_frontier(frontier_file, out, "eight_cell", preset)  # named: a bare call would echo True under the figure

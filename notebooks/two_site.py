@@ -149,7 +149,7 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 # %%
 from islands_kit.notebooks import show_frontier
 
-frontier_drawn = show_frontier(frontier_file, out)  # named: a bare call would echo True under the figure
+frontier_drawn = show_frontier(frontier_file, out, "two_site", preset)  # named: a bare call would echo True under the figure
 
 # %% [markdown]
 # ## Decoupled islands: each site at its own pace

@@ -227,13 +227,20 @@ def test_no_cell_ends_in_a_bare_call_that_returns_a_value():
                 assert name not in returning, f"{src.name}: a cell ends in a bare {name}(...) call"
 
 
-def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp_path, capsys):
+def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp_path, capsys, monkeypatch):
     from islands_kit.notebooks import show_frontier
 
-    pts = [{"label": "tuned", "fewer": 13.0, "ratio": 1.17, "default": True}]
+    pts = [{"label": "tuned", "fewer": 13.0, "ratio": 1.17, "default": True, "preset": "demo"}]
     (tmp_path / "f.json").write_text(json.dumps(pts))
-    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell") is True
+    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell", "demo") is True
     assert (tmp_path / "out" / "frontier.png").stat().st_size > 0
+    assert capsys.readouterr().out == ""  # the demo's own notebook: the points are its preset's
+    # inside a smoke run the figure is still the demo's measured points, and says so in words and in its title
+    shown = []
+    monkeypatch.setattr("islands_kit.plots.show", lambda fig, path: shown.append(fig))
+    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell", "smoke") is True
+    assert "the demo preset's measured points (f.json, benchmarks/RESULTS.md), not this smoke run's" in capsys.readouterr().out
+    assert "the demo preset's measured points" in shown[0].axes[0].get_title() and "not this run" in shown[0].axes[0].get_title()
     assert show_frontier(tmp_path / "missing.json", tmp_path / "out2") is False
     assert "missing.json not found: run benchmarks/protocol.py --write-results" in capsys.readouterr().out
     assert not (tmp_path / "out2" / "frontier.png").exists()

@@ -324,14 +324,15 @@ def test_frontier_draws_each_setting_at_its_bytes_and_ratio_with_the_default_sta
     star = ax.collections[0]
     assert tuple(star.get_facecolor()[0][:3]) == pytest.approx(matplotlib_rgb(plots.color("eight_cell", 0)))
     assert [t.get_text() for t in ax.texts] == ["1", "2"]  # numbered on the plot, named in the key
-    assert legend_texts(ax)[:2] == ["1. tuned (default): 1.170x at 13x fewer bytes",
-                                    "2. floor: 1.050x at 1x fewer bytes"]
+    # every ratio in the key names its reference
+    assert legend_texts(ax)[:2] == ["1. tuned (default): 1.170x the baseline's bpb at 13x fewer bytes than data-parallel",
+                                    "2. floor: 1.050x the baseline's bpb at 1x fewer bytes than data-parallel"]
     with pytest.raises(ValueError, match="no points"):
         plots.frontier([])
     far = plots.frontier(pts + [{"label": "sparse", "fewer": 900.0, "ratio": 1.8}], y_max=1.25)
     ax = far.axes[0]
     assert tuple(ax.collections[2].get_offsets()[0]) == (900.0, 1.25)  # drawn on the top edge ...
-    assert legend_texts(ax)[2] == "3. sparse: 1.800x at 900x fewer bytes (off the top)"  # ... its ratio in the key
+    assert legend_texts(ax)[2] == "3. sparse: 1.800x the baseline's bpb at 900x fewer bytes than data-parallel (off the top)"  # ... its ratio in the key
     assert ax.get_ylim()[1] == pytest.approx(1.26) and ax.get_ylim()[0] == pytest.approx(0.99)
 
 

@@ -118,13 +118,13 @@ def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, expe
     fig, ax = new_figure(width=10.0, height=4.6)
     for i, p in enumerate(points):
         is_default = bool(p.get("default"))
-        name = p["label"] + (" (default)" if is_default else "")
+        name = p["label"] + (" (default)" if is_default and "default" not in p["label"] else "")
         off = p["ratio"] > y_max
         y = y_max if off else p["ratio"]
         ax.scatter([p["fewer"]], [y], s=90 if is_default else 30, marker="*" if is_default else "^" if off else "o",
                    color=color(experiment, 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3,
-                   clip_on=False, label=f"{i + 1}. {name}: {p['ratio']:.3f}x at {p['fewer']:.0f}x fewer bytes"
-                   + (" (off the top)" if off else ""))
+                   clip_on=False, label=f"{i + 1}. {name}: {p['ratio']:.3f}x the baseline's bpb at {p['fewer']:.0f}x "
+                   "fewer bytes than data-parallel" + (" (off the top)" if off else ""))
         ax.annotate(str(i + 1), (p["fewer"], y), fontsize=7, xytext=(4, -9 if off else 3), textcoords="offset points")
     lo = min(1.0, min(p["ratio"] for p in points))
     ax.set_ylim(lo - 0.01, min(y_max, max(p["ratio"] for p in points)) + 0.01)
