@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from islands_kit import __version__
+from islands_kit.compare import smoke_note
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
 from islands_kit.tracking import wandb_off_note
 
@@ -133,13 +134,13 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
     if res is not None and getattr(res, "get", None) and res.get("final_val_bpb") is not None and _is_writer():
         bpb = (f"DIVERGED at step {res['diverged_at_step']} ({res['diverged_reason']}), final_val_bpb=nan"
                if res.get("diverged_at_step") is not None else f"final_val_bpb={res['final_val_bpb']:.4f}")
-        print(f"{cfg.experiment}: {bpb} (xz on the same bytes: "
+        print(f"{cfg.experiment}: {bpb} (xz on the same {res['val_bytes']:,} bytes: "
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")
-    note = wandb_off_note(cfg)
-    if note and _is_writer():
-        print(note)
+    for note in (smoke_note([cfg.preset]), wandb_off_note(cfg)):
+        if note and _is_writer():
+            print(note)
 
 
 def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) -> int:

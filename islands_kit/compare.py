@@ -151,6 +151,14 @@ def ratio_words(v: float) -> str:
     return f"{_x(v)} fewer" if v > 1 else f"{_x(1 / v)} more"
 
 
+def smoke_note(presets: Sequence[Any]) -> str:
+    """The line that comes with any smoke run's numbers ("" when none of ``presets`` is smoke): they are no result."""
+    if "smoke" not in presets:
+        return ""
+    return ("smoke: a plumbing check, not a result: a tiny model trained for seconds, so its bpb and every ratio "
+            "beside it mean nothing (`make demo` gives the numbers that do)")
+
+
 def ratio_phrase(v: float, reference: str) -> str:
     """A byte ratio in words with its reference: ``2.0x more than baseline``, ``as many as baseline``, ``none sent``."""
     words = ratio_words(v)
@@ -339,6 +347,9 @@ def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str
 
         return rows, seeds if swept else [], dumps_strict({"runs": rows, "seeds": seeds if swept else []}, indent=1)
     text = render(rows, fmt)
+    note = smoke_note([r.get("preset") for r in rows])
+    if note and fmt != "csv":
+        text = f"{note}\n\n{text}"
     if swept:
         head = "mean ± sample std over seeds:\n" if fmt == "table" else ""
         text += "\n\n" + head + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS)

@@ -236,6 +236,15 @@ def test_a_runs_summary_states_its_bytes_against_the_same_reference_as_the_table
     assert ratio_words(compare_table([r])[0]["x_fewer_bytes"]) == "3.5x fewer"
 
 
+def test_a_comparison_of_smoke_runs_says_it_is_no_result():
+    smoke = [dict(result(), preset="smoke"), dict(result("two_site", bpb=2.99), preset="smoke")]
+    text = report(smoke)[2]
+    assert text.splitlines()[0].startswith("smoke: a plumbing check, not a result")  # before any number
+    assert "smoke:" not in report([result(), result("two_site", bpb=2.99)])[2]  # the demo's numbers stand alone
+    assert report(smoke, "markdown")[2].startswith("smoke: a plumbing check")
+    assert not report(smoke, "csv")[2].startswith("smoke")  # CSV stays a table a program reads
+
+
 def test_rows_are_labelled_by_paths_relative_to_the_working_directory(tmp_path, monkeypatch):
     """The compare notebook reads its runs by absolute path; its tables must not carry this machine's folders."""
     monkeypatch.chdir(tmp_path)

@@ -336,7 +336,8 @@ def test_comparison_report_refuses_unequal_tokens(tmp_path):
     assert rows[1]["x_fewer_bytes"] == 100 and abs(rows[1]["bpb_vs_ref"] - 1.1) < 1e-12
     assert json.loads((tmp_path / "compare.json").read_text()) == rows
     assert (tmp_path / "compare.txt").read_text().strip() == text
-    assert (tmp_path / "compare.md").read_text().startswith("| run | experiment |")
+    md = (tmp_path / "compare.md").read_text()
+    assert md.startswith("smoke: a plumbing check, not a result") and "\n| run | experiment |" in md
     assert (tmp_path / "compare.csv").read_text().startswith("run,experiment,")
     with pytest.raises(ValueError, match="token budget: the runs differ"):
         comparison_report([base, dict(other, tokens=200)], tmp_path)

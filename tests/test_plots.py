@@ -332,7 +332,8 @@ def test_frontier_draws_each_setting_at_its_bytes_and_ratio_with_the_default_sta
     far = plots.frontier(pts + [{"label": "sparse", "fewer": 900.0, "ratio": 1.8}], y_max=1.25)
     ax = far.axes[0]
     assert tuple(ax.collections[2].get_offsets()[0]) == (900.0, 1.25)  # drawn on the top edge ...
-    assert legend_texts(ax)[2] == "3. sparse: 1.800x the baseline's bpb at 900x fewer bytes than data-parallel (off the top)"  # ... its ratio in the key
+    # ... its ratio in the key
+    assert legend_texts(ax)[2] == "3. sparse: 1.800x the baseline's bpb at 900x fewer bytes than data-parallel (off the top)"
     assert ax.get_ylim()[1] == pytest.approx(1.26) and ax.get_ylim()[0] == pytest.approx(0.99)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from islands_kit.compare import ratio_words, x_fewer_bytes
+from islands_kit.compare import ratio_words, smoke_note, x_fewer_bytes
 from islands_kit.config import ExperimentConfig
 
 
@@ -44,7 +44,8 @@ def result_summary(result: Mapping[str, Any]) -> str:
         bpb = f"DIVERGED at step {result['diverged_at_step']} ({result.get('diverged_reason')}): no final bpb"
     else:
         bpb = f"final validation bpb {result['final_val_bpb']:.4f} on {result.get('val_bytes', '?')} bytes"
-    return (f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
+    note = smoke_note([result.get("preset")])
+    return ((f"{note}\n" if note else "") + f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
             f"{result['tokens']:,} training tokens\n"
             f"link: {sent:,} bytes sent, {ratio_words(x_fewer_bytes(result))} than an fp32 gradient all-reduce every "
             f"step among {n_islands} islands would send; peak "
