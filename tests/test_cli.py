@@ -210,6 +210,11 @@ def test_did_you_mean_knows_common_synonyms_and_corpus_names(capsys, tmp_path):
     assert "(did you mean model.n_experts" in capsys.readouterr().err
     assert main(["run", "two_site", "--set", "data.corpus=shakespear", "--dry-run", "--out", str(tmp_path / "x")]) == 2
     assert "did you mean shakespeare?" in capsys.readouterr().err
+    # a nanoGPT user's flat keys name the kit's field in its section
+    for typed, meant in (("lr", "optim.lr"), ("learning_rate", "optim.lr"), ("max_iters", "steps"),
+                         ("n_embd", "model.d_model"), ("batch_size", "islands.0.batch_size or islands.1.batch_size")):
+        assert main(["run", "two_site", "--set", f"{typed}=1", "--out", str(tmp_path / "x")]) == 2
+        assert f"{typed}: unknown key (did you mean {meant}?)" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
