@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from islands_kit import __version__
@@ -233,7 +234,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     nested: list[Path] = []
     results = [load_result(d) for d in expand_run_dirs(args.dirs, nested)]
-    text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    with warnings.catch_warnings(record=True) as caught:  # --allow-mismatch's warning: one plain line, not Python's
+        warnings.simplefilter("always")
+        text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
     if nested:  # on stderr: the table on stdout stays machine-readable in every format
         print(f"compare: left out {len(nested)} run(s) inside other runs' folders (name them to compare them): "
               + ", ".join(map(str, nested)), file=sys.stderr)

@@ -94,7 +94,7 @@ def check_comparable(results: Sequence[dict[str, Any]], allow_mismatch: bool = F
             notes[i] = (notes[i] + ", " if notes[i] else "") + f"different {what}"
     if problems:
         what = " and ".join(p.split(":")[0] for p in problems)
-        msg = f"compare: runs on {what} that differ are not comparable: " + "; ".join(problems)
+        msg = f"compare: the runs differ in {what}, so they are not comparable: " + "; ".join(problems)
         if not allow_mismatch:
             raise ComparisonError(msg + " (--allow-mismatch compares them anyway, marking the rows)")
         warnings.warn(msg + " (compared anyway: rows marked)", RuntimeWarning, stacklevel=3)

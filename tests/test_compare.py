@@ -8,6 +8,7 @@ import io
 import json
 import math
 import statistics
+import warnings
 
 import pytest
 
@@ -69,9 +70,13 @@ def test_allow_mismatch_warns_and_marks_the_rows(capsys, tmp_path):
     text = render(rows)
     assert text.splitlines()[0].split()[-1] == "note" and "different corpus" in text.splitlines()[2]
     dirs = [write(tmp_path, n, r) for n, r in zip("abc", runs)]
-    with pytest.warns(RuntimeWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the command line says it in one plain line, not as a Python RuntimeWarning
         assert cli.main(["compare", *map(str, dirs), "--allow-mismatch"]) == 0
-    assert "different token budget" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "different token budget" in out
+    assert err.startswith("warning: compare: the runs differ in corpus and token budget, so they are not comparable: ")
+    assert "RuntimeWarning" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
@@ -234,6 +239,8 @@ def test_a_runs_summary_states_its_bytes_against_the_same_reference_as_the_table
     text = result_summary(r)
     assert "3.5x fewer than an fp32 gradient all-reduce every step among 8 islands" in text
     assert ratio_words(compare_table([r])[0]["x_fewer_bytes"]) == "3.5x fewer"
+    same = dict(result(sent=2_000_000), val_bytes=100)  # a baseline sends what its all-reduce sends
+    assert "2,000,000 bytes sent, as many as an fp32 gradient all-reduce every step among 2 islands" in result_summary(same)
 
 
 def test_a_comparison_of_smoke_runs_says_it_is_no_result():

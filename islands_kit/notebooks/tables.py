@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from islands_kit.compare import ratio_words, smoke_note, x_fewer_bytes
+from islands_kit.compare import ratio_phrase, smoke_note, x_fewer_bytes
 from islands_kit.config import ExperimentConfig
 
 
@@ -47,8 +47,9 @@ def result_summary(result: Mapping[str, Any]) -> str:
     note = smoke_note([result.get("preset")])
     return ((f"{note}\n" if note else "") + f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
             f"{result['tokens']:,} training tokens\n"
-            f"link: {sent:,} bytes sent, {ratio_words(x_fewer_bytes(result))} than an fp32 gradient all-reduce every "
-            f"step among {n_islands} islands would send; peak "
+            f"link: {sent:,} bytes sent, "
+            f"{ratio_phrase(x_fewer_bytes(result), f'an fp32 gradient all-reduce every step among {n_islands} islands')} "
+            f"would send; peak "
             f"{result['peak_link_bytes_per_s'] / 1e6:,.1f} MB/s\n"
             f"simulated wall-clock {result['sim_wall_clock_s']:.2f} s at {100 * result['compute_utilization']:.1f}% compute "
             f"utilisation; real time {result['wall_time_s']:.1f} s")
