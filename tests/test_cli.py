@@ -34,6 +34,11 @@ def test_every_config_field_has_a_one_line_help(cls):
     assert not missing, f"{cls.__name__}: add a '# help' comment to {missing} in islands_kit/config/"
 
 
+def test_the_preset_fields_help_names_every_preset():
+    text = field_help(config.ExperimentConfig)["preset"]
+    assert all(f" {name}" in text for name in PRESETS), text
+
+
 def test_config_command_prints_a_loadable_commented_listing(capsys, tmp_path):
     assert main(["config", "two_site", "--set", "sync.H=4", "--set", "islands.1.batch_size=8"]) == 0
     text = capsys.readouterr().out

@@ -39,7 +39,7 @@ class IslandConfig:
 @dataclass
 class ExperimentConfig:
     experiment: str = "baseline"  # baseline | two_site | eight_cell
-    preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | gpu)
+    preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | demo-long | gpu-small | gpu)
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast for forward/backward; fp32 weights, optimizer and sync state)
