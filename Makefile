@@ -13,6 +13,7 @@ TORCH_BUILD ?= auto
 PRESET ?= demo
 OUT    ?= runs/$(PRESET)
 LAB_ARGS ?=
+# pytest runs quiet through pyproject's addopts (-q); a second -q here would drop its "N passed in Xs" line
 # test processes (pytest-xdist): every test runs one torch thread, so one process per core; a file's tests stay in one
 # process (module fixtures such as the wheel build run once, and the torchrun tests do not compete with each other)
 TEST_JOBS ?= 2
@@ -33,11 +34,11 @@ demo: install
 test: install
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
+	WANDB_MODE=disabled $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 # the fast tier: in-process tests only (no torchrun, papermill, CLI subprocesses or kills); about a minute
 test-fast: install
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
+	WANDB_MODE=disabled $(BIN)/python -m pytest -m "not slow"
 
 # JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
 # --allow-root where make runs as root (containers), which Jupyter otherwise refuses. Rooted at the checkout (notebooks/

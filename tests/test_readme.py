@@ -57,6 +57,16 @@ def test_links_lead_to_files(target):
     assert (ROOT / target).exists(), target
 
 
+def test_make_test_ends_with_pytests_summary_line():
+    """pyproject's addopts already pass -q; one more (-qq) silences "N passed in Xs", the line a user waits for."""
+    addopts = re.search(r'^addopts\s*=\s*"([^"]*)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    calls = [line for line in (ROOT / "Makefile").read_text().splitlines() if "-m pytest" in line]
+    assert calls
+    for line in calls:
+        quiet = shlex.split(addopts).count("-q") + shlex.split(line.split("-m pytest", 1)[1]).count("-q")
+        assert quiet <= 1, f"{line.strip()}: -q {quiet} times with addopts {addopts!r}"
+
+
 def test_make_targets_named_in_the_readme_exist():
     makefile = (ROOT / "Makefile").read_text()
     for target in sorted(set(re.findall(r"^make (\w+)", README, re.M))):
