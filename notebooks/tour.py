@@ -21,12 +21,12 @@
 # the wide-area link model.
 #
 # ```bash
-# islands-kit notebook tour --out runs/tour
+# islands-kit notebook tour   # the executed copy, its figures and sample run in runs/notebook-tour (--out DIR: in DIR)
 # ```
 
 # %% tags=["parameters"]
 seed = 0
-out_dir = ""  # figures + sample run; `islands-kit notebook tour` sets its --out (runs/notebook-tour); empty: runs/tour in the working folder
+out_dir = ""  # figures + sample run; `islands-kit notebook tour` sets its --out (runs/notebook-tour); empty: runs/tour (make lab: the checkout's)
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob
 tiny_steps = 60  # training steps of the tiny MoE in the routing section
 race_steps = 150  # optimizer steps in the Shampoo vs Adam race

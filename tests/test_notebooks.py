@@ -203,6 +203,9 @@ def test_decoupled_pair_is_lockstep_and_decoupled_with_a_slow_site_b():
         assert (c.faults.straggler_island, c.faults.straggler_factor) == (1, 2.5)
         assert c.link.preset == "intra-dc" and c.seed == cfg.seed and c.sync.H == cfg.sync.H
     assert decoupled_pair(cfg, 1, 1, "")["decoupled"].link.preset == "transpacific-25g"  # empty: the notebook's link
+    # side runs: their own wandb group, so a comparison's group holds only the comparison's runs
+    in_compare = notebook_config("two_site", "smoke", 0, 0, {"wandb_group": "compare-demo-20261202"})
+    assert {c.wandb_group for c in decoupled_pair(in_compare, 1, 2.0).values()} == {"compare-demo-20261202-side-runs"}
     for args, match in (((0, 2.0, ""), r"^decoupled_windows: must be an integer >= 1"),
                         ((True, 2.0, ""), r"^decoupled_windows: must be an integer"),
                         ((2, 0.5, ""), r"^straggler_factor: must be a number >= 1"),
@@ -247,12 +250,14 @@ def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp
 
 
 def test_decoupled_table_one_line_per_run():
-    islands = {"islands": [{"name": "site-a"}, {"name": "site-b"}]}
+    islands = {"islands": [{"name": "site-a"}, {"name": "site-b"}], "faults": {"straggler_factor": 2.0}}
     results = {"lockstep": {"config": islands, "inner_steps": {"0": 16, "1": 16}, "tokens": 20480,
                             "sim_wall_clock_s": 0.0678, "goodput": 0.5, "final_val_bpb": 6.5},
                "decoupled": {"config": islands, "inner_steps": {0: 32, 1: 16}, "tokens": 32768,
                              "sim_wall_clock_s": 0.0679, "goodput": 0.8, "final_val_bpb": 5.6}}
-    lines = decoupled_table(results).splitlines()
+    title, *lines = decoupled_table(results).splitlines()
+    # relayed into a comparison's output, the table says what it is before any number
+    assert title == "two_site side runs, lock-step vs decoupled with site B 2x slower (not rows of any comparison):"
     assert lines[0].split() == ["run", "inner", "steps", "tokens", "simulated", "s", "goodput", "final", "bpb"]
     assert lines[1].split() == ["lockstep", "site-a", "16,", "site-b", "16", "20,480", "0.0678", "0.5000", "6.5000"]
     assert lines[2].split() == ["decoupled", "site-a", "32,", "site-b", "16", "32,768", "0.0679", "0.8000", "5.6000"]

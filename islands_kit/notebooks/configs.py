@@ -79,7 +79,8 @@ def decoupled_pair(cfg: ExperimentConfig, windows: int, straggler_factor: float,
     x H inner steps, every one waiting for site B; ``decoupled`` (``sync.mode=decoupled``) runs round(that x
     ``straggler_factor``) ticks of the global schedule: site A takes a step every tick, site B one every
     ``straggler_factor`` ticks, as many as in lock-step (the same simulated time when the link never holds lock-step
-    up; ``benchmarks/decoupled.py``'s equal-time arm)."""
+    up; ``benchmarks/decoupled.py``'s equal-time arm). They log to their own wandb group (``<group>-side-runs``):
+    side runs of the notebook, not members of the comparison the notebook may be part of."""
     _check(isinstance(windows, int) and not isinstance(windows, bool) and windows >= 1, "decoupled_windows",
            "must be an integer >= 1 (the section's length in H-step windows)", windows)
     _check(isinstance(straggler_factor, (int, float)) and not isinstance(straggler_factor, bool)
@@ -90,7 +91,8 @@ def decoupled_pair(cfg: ExperimentConfig, windows: int, straggler_factor: float,
     _check(len(cfg.islands) >= 2, "islands", "the decoupled section needs a site B (island 1)", len(cfg.islands))
     steps = windows * cfg.sync.H
     ticks = round(steps * straggler_factor)
-    slow: dict[str, Any] = {"faults.straggler_island": 1, "faults.straggler_factor": float(straggler_factor)}
+    slow: dict[str, Any] = {"faults.straggler_island": 1, "faults.straggler_factor": float(straggler_factor),
+                            "wandb_group": f"{cfg.wandb_group or f'{cfg.experiment}-{cfg.preset}'}-side-runs"}
     if link:
         slow["link.preset"] = link
     return {"lockstep": apply_overrides(cfg, {**slow, "sync.mode": "lockstep", "steps": steps, "eval_every": steps}),

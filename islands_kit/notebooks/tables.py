@@ -73,8 +73,12 @@ def format_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
 
 
 def decoupled_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line per run of the decoupled section (label -> result.json): inner steps per island, training tokens,
-    simulated seconds, goodput and final validation bpb."""
+    """A title that says what these runs are (the two_site notebook's side runs: in a comparison's output, where the
+    notebook's lines are relayed, they must not read as its rows), then one line per run of the decoupled section
+    (label -> result.json): inner steps per island, training tokens, simulated seconds, goodput and final bpb."""
+    factor = next(iter(results.values()))["config"].get("faults", {}).get("straggler_factor") if results else None
+    title = ("two_site side runs, lock-step vs decoupled" + (f" with site B {factor:g}x slower" if factor else "")
+             + " (not rows of any comparison):")
     rows = []
     for label, r in results.items():
         names = [i["name"] for i in r["config"]["islands"]]
@@ -83,7 +87,7 @@ def decoupled_table(results: Mapping[str, Mapping[str, Any]]) -> str:
                      "inner steps": ", ".join(f"{names[int(k)]} {steps[k]}" for k in sorted(steps, key=int)),
                      "tokens": f"{r['tokens']:,}", "simulated s": r["sim_wall_clock_s"], "goodput": r["goodput"],
                      "final bpb": r["final_val_bpb"]})
-    return format_rows(rows)
+    return title + "\n" + format_rows(rows)
 
 
 def poisoned_island_table(results: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> str:
