@@ -19,9 +19,9 @@
 # Runs the three experiment notebooks through papermill with the same preset and seed (hence the same model, global
 # batch and total training tokens), the same corpus and link, in one wandb group; then reads their `result.json` files
 # and compares them: validation bits per byte, bytes on the wide-area link (absolute, then against the baseline's
-# bytes and against an all-reduce among the run's own islands), simulated wall-clock and compute utilisation. With a list of `seeds` every experiment runs once per seed and
-# the comparison reports the mean ± spread over seeds and the ratios paired by seed; the curves draw the spread as a
-# band.
+# bytes and against an all-reduce among the run's own islands), simulated wall-clock and compute utilisation. With a
+# list of `seeds` every experiment runs once per seed and the comparison reports the mean ± spread over seeds and the
+# ratios paired by seed; the curves draw the spread as a band.
 #
 # ```bash
 # make demo   # = islands-kit notebook compare -p preset demo --out runs/demo
