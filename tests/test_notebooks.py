@@ -351,6 +351,23 @@ def test_comparison_report_refuses_unequal_tokens(tmp_path):
 # ---- tour helpers ----------------------------------------------------------------------------------------------
 
 
+def test_the_tours_plain_pytorch_diloco_equals_the_kits(tmp_path):
+    """The tour's section 5 (a two-replica DiLoCo in plain PyTorch: outer gradients, int4 with stochastic rounding and
+    error feedback, the Nesterov outer step) and the kit's sync/diloco.py on the same replicas: the same global
+    parameters and residuals, bit for bit, every round (the notebook's own cells, run here in-process)."""
+    cells = [c.partition("\n") for c in (ROOT / "notebooks" / "tour.py").read_text().split("\n# %%")[1:]]
+    code = [body for marker, _, body in cells if "[markdown]" not in marker]
+    section = [body for body in code if "int4_stochastic" in body or "tour.kit_diloco" in body]
+    assert len(section) == 2, "the tour's DiLoCo section moved"
+    ns: dict = {}
+    exec(code[0], ns)  # the parameters cell
+    ns.update(out_dir=str(tmp_path), diloco_rounds=2)
+    for body in [code[1], *section]:
+        exec(body, ns)
+    assert ns["same"] == [True, True]
+    assert ns["residual"][0].abs().max() > 0  # 4 bits lost something, and error feedback carries it
+
+
 def ngram_reference(train: bytes, val: bytes, order: int, alpha: float) -> float:
     """Plain dictionaries, one byte at a time."""
     pair, ctx = {}, {}
@@ -524,6 +541,9 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
     # the sampling section printed the model it loaded and its samples
     sampled = "".join(o.get("text", "") for o in code[-1]["outputs"] if o.get("output_type") == "stream")
     assert "deployed model of two_site after step 4" in sampled and "--- greedy\nROMEO:" in sampled
+    # the plain-PyTorch DiLoCo section ran under papermill and agreed with the kit's
+    printed = "".join(o.get("text", "") for c in code for o in c["outputs"] if o.get("output_type") == "stream")
+    assert "global parameters and residuals equal bit for bit in 3 of 3 rounds" in printed
     assert (tmp_path / "sample_run" / "model.pt").is_file()
     for png in ("tour_bpb_ladder.png", "tour_routing_states.png", "tour_balance_vs_load.png",
                 "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",
