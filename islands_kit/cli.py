@@ -26,6 +26,7 @@ from pathlib import Path
 from islands_kit import __version__
 from islands_kit.compare import smoke_note
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.progress import format_duration
 from islands_kit.tracking import wandb_off_note
 
 
@@ -165,15 +166,9 @@ def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None)
         print("time: not estimated under torchrun (each process holds only its own islands)")
         return 0
     est = estimate_run(cfgs[0], read_config(resume)[1] if resume else 0)
-    total = f"; all {len(cfgs)} runs, one after another: about {_duration(len(cfgs) * est.total_s)}" if len(cfgs) > 1 else ""
+    total = f"; all {len(cfgs)} runs, one after another: about {format_duration(len(cfgs) * est.total_s)}" if len(cfgs) > 1 else ""
     print(f"time: {est.describe()}{total}")
     return 0
-
-
-def _duration(s: float) -> str:
-    from islands_kit.progress import format_duration
-
-    return format_duration(s)
 
 
 def _cmd_corpora(args: argparse.Namespace) -> int:
