@@ -359,10 +359,10 @@ def test_the_tours_plain_pytorch_diloco_equals_the_kits(tmp_path):
     code = [body for marker, _, body in cells if "[markdown]" not in marker]
     section = [body for body in code if "int4_stochastic" in body or "tour.kit_diloco" in body]
     assert len(section) == 2, "the tour's DiLoCo section moved"
-    ns: dict = {}
+    ns: dict = {"tour": tour}  # what the set-up cell imports for this section
     exec(code[0], ns)  # the parameters cell
     ns.update(out_dir=str(tmp_path), diloco_rounds=2)
-    for body in [code[1], *section]:
+    for body in section:
         exec(body, ns)
     assert ns["same"] == [True, True]
     assert ns["residual"][0].abs().max() > 0  # 4 bits lost something, and error feedback carries it
