@@ -13,6 +13,7 @@ TORCH_BUILD ?= auto
 PRESET ?= demo
 OUT    ?= runs/$(PRESET)
 LAB_ARGS ?=
+# pytest runs quiet through pyproject's addopts (-q); a second -q here would drop its "N passed in Xs" line
 # test processes (pytest-xdist): every test runs one torch thread, so one process per core; a file's tests stay in one
 # process (module fixtures such as the wheel build run once, and the torchrun tests do not compete with each other)
 TEST_JOBS ?= 2
@@ -33,18 +34,22 @@ demo: install
 test: install
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m mypy
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
+	WANDB_MODE=disabled $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 # the fast tier: in-process tests only (no torchrun, papermill, CLI subprocesses or kills); about a minute
 test-fast: install
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
+	WANDB_MODE=disabled $(BIN)/python -m pytest -m "not slow"
 
 # JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
-# --allow-root where make runs as root (containers), which Jupyter otherwise refuses
+# --allow-root where make runs as root (containers), which Jupyter otherwise refuses. Rooted at the checkout (notebooks/
+# and runs/ both in view); a kernel runs in notebooks/, so ISLANDS_KIT_BASE_DIR points the notebooks' relative output
+# folders (runs/...) at the checkout's runs/, where `islands-kit compare runs/...` finds them.
+# LAB_ARGS: more jupyter lab options, e.g. LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888" on a remote box
 lab: install
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || { echo "lab: installing JupyterLab (the lab extra) into $(VENV)"; \
 		$(BIN)/python -m pip install -q -e ".[lab]"; }
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	ISLANDS_KIT_BASE_DIR="$(CURDIR)" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf runs wandb .pytest_cache .mypy_cache .ruff_cache

@@ -20,10 +20,13 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from islands_kit import __version__
+from islands_kit.compare import smoke_note
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.progress import format_duration
 from islands_kit.tracking import wandb_off_note
 
 
@@ -90,9 +93,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           "to overwrite it")
     if args.quiet:
         cfg = apply_overrides(cfg, {"progress": False})
-    if args.dry_run:
-        return _dry_run(cfg, out, args.resume)
     if not args.seeds:
+        if args.dry_run:
+            return _dry_run([cfg], [out], args.resume)
         _run_one(cfg, out, args.resume)
         return 0
     # a seed sweep: one run per seed in OUT/s<seed>, one wandb group, then the comparison with mean ± spread
@@ -109,6 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for d in dirs:
         if (d / "result.json").exists() and not args.force:
             raise ConfigError(f"--out: {d} holds a finished run (result.json); choose another --out, or pass --force")
+    if args.dry_run:
+        return _dry_run(cfgs, dirs, None)
     for c, d in zip(cfgs, dirs):
         _run_one(c, d, None)
     if _is_writer():
@@ -131,29 +136,38 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
     if res is not None and getattr(res, "get", None) and res.get("final_val_bpb") is not None and _is_writer():
         bpb = (f"DIVERGED at step {res['diverged_at_step']} ({res['diverged_reason']}), final_val_bpb=nan"
                if res.get("diverged_at_step") is not None else f"final_val_bpb={res['final_val_bpb']:.4f}")
-        print(f"{cfg.experiment}: {bpb} (xz on the same bytes: "
+        print(f"{cfg.experiment}: {bpb} (xz on the same {res['val_bytes']:,} bytes: "
               f"{res['compressor_bpb']['xz']:.3f}) cross_site_bytes={res['cross_site_bytes']:,} "
               f"ddp_equivalent_bytes={res['ddp_equivalent_bytes']:,} sim_wall_clock_s={res['sim_wall_clock_s']:.2f} "
               f"compute_utilization={res['compute_utilization']:.3f} -> {out / 'result.json'}")
-    note = wandb_off_note(cfg)
-    if note and _is_writer():
-        print(note)
+    for note in (smoke_note([cfg.preset]), wandb_off_note(cfg)):
+        if note and _is_writer():
+            print(note)
 
 
-def _dry_run(cfg: ExperimentConfig, out: Path, resume: str | None) -> int:
+def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) -> int:
     """Make every check a run makes before training (islands_kit.preflight: config, output folder, corpus, device,
-    memory; the checkpoint when resuming) and say what would run."""
+    memory; the checkpoint when resuming) for each run (one, or a sweep's one per seed), say what would run, where
+    each run writes, and about how long each takes here (``estimate.estimate_run``: a few timed steps)."""
+    from islands_kit.checkpoint import check_resume, read_config
+    from islands_kit.estimate import estimate_run
     from islands_kit.notebooks import config_summary
     from islands_kit.preflight import preflight
 
-    preflight(cfg, out)
-    if resume:
-        from islands_kit.checkpoint import check_resume
-
-        check_resume(cfg, resume)
-    print(config_summary(cfg))
-    where = f"resume {resume} and write {out}" if resume else f"write {out}"
-    print(f"dry run: valid; would {where}/result.json (nothing trained)")
+    for cfg, out in zip(cfgs, outs):
+        preflight(cfg, out)
+        if resume:
+            check_resume(cfg, resume)
+    print(config_summary(cfgs[0]) + (f"\nseeds {' '.join(str(c.seed) for c in cfgs)}: one run each" if len(cfgs) > 1 else ""))
+    for cfg, out in zip(cfgs, outs):
+        where = f"resume {resume} and write {out}" if resume else f"write {out}"
+        print(f"dry run: valid; {cfg.experiment} seed {cfg.seed} would {where}/result.json (nothing trained)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        print("time: not estimated under torchrun (each process holds only its own islands)")
+        return 0
+    est = estimate_run(cfgs[0], read_config(resume)[1] if resume else 0)
+    total = f"; all {len(cfgs)} runs, one after another: about {format_duration(len(cfgs) * est.total_s)}" if len(cfgs) > 1 else ""
+    print(f"time: {est.describe()}{total}")
     return 0
 
 
@@ -215,7 +229,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     nested: list[Path] = []
     results = [load_result(d) for d in expand_run_dirs(args.dirs, nested)]
-    text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    with warnings.catch_warnings(record=True) as caught:  # --allow-mismatch's warning: one plain line, not Python's
+        warnings.simplefilter("always")
+        text = report(results, args.format, args.reference, args.allow_mismatch)[2]
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
     if nested:  # on stderr: the table on stdout stays machine-readable in every format
         print(f"compare: left out {len(nested)} run(s) inside other runs' folders (name them to compare them): "
               + ", ".join(map(str, nested)), file=sys.stderr)

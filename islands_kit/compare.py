@@ -11,11 +11,13 @@ lined up:
   ``baseline`` run, else the first run — for the bpb ratio, which is paired: a row is divided by the reference
   experiment's run *with the same seed* when there is one (same data order, same initial weights), else by the
   reference run.
-* every byte ratio has one reference, the same as result.json's, the wandb summary's and the frontier plots': an fp32
-  gradient all-reduce every step among the row's own islands (``ddp_equivalent_bytes``, data-parallel training on
-  the same hardware). Another run's bytes would not do: eight cells and two sites all-reduce different amounts, so
-  "fewer than the two-site baseline" and "fewer than data-parallel" would disagree for the same run. Tables say it
-  in words ("322x fewer", "2.0x more").
+* bytes come first as absolute numbers: the total on the link, per island, and on the busiest link (one direction,
+  from the run's ledger). Two ratios stand beside them, each named in words with its reference: against the
+  reference run's bytes (the baseline's, paired by seed), and against an fp32 gradient all-reduce every step among
+  the row's *own* islands (``ddp_equivalent_bytes``, data-parallel training on the same hardware; the reference of
+  result.json, the wandb summary and the frontier plots). Both are needed: eight cells all-reduce far more than two
+  sites, so a run can send fewer bytes than its own all-reduce and still more than the two-site baseline. Tables
+  say each ratio in words ("322x fewer", "2.0x more").
 
 Each row is labelled by the folder it was read from (``run``), beside its corpus, preset, tokens and seed.
 
@@ -46,8 +48,13 @@ class ComparisonError(ValueError):
 
 
 def run_label(r: dict[str, Any]) -> str:
-    """A row's label: the folder its result.json came from (``load_result`` records it), else experiment and seed."""
-    return str(r.get("dir") or f"{r['experiment']} s{r['seed']}")
+    """A row's label: the folder its result.json came from (``load_result`` records it; relative to the working
+    directory when below it, so a table reads the same on every machine), else experiment and seed."""
+    d = r.get("dir")
+    if not d:
+        return f"{r['experiment']} s{r['seed']}"
+    p, here = Path(d), Path.cwd()
+    return str(p.relative_to(here)) if p.is_absolute() and p.is_relative_to(here) and p != here else str(d)
 
 
 def token_budget(r: dict[str, Any]) -> int:
@@ -87,7 +94,7 @@ def check_comparable(results: Sequence[dict[str, Any]], allow_mismatch: bool = F
             notes[i] = (notes[i] + ", " if notes[i] else "") + f"different {what}"
     if problems:
         what = " and ".join(p.split(":")[0] for p in problems)
-        msg = f"compare: runs on {what} that differ are not comparable: " + "; ".join(problems)
+        msg = f"compare: the runs differ in {what}, so they are not comparable: " + "; ".join(problems)
         if not allow_mismatch:
             raise ComparisonError(msg + " (--allow-mismatch compares them anyway, marking the rows)")
         warnings.warn(msg + " (compared anyway: rows marked)", RuntimeWarning, stacklevel=3)
@@ -116,6 +123,23 @@ def x_fewer_bytes(r: Mapping[str, Any]) -> float:
     return float(r["ddp_equivalent_bytes"]) / sent if sent else math.inf
 
 
+def n_islands(r: Mapping[str, Any]) -> int:
+    """How many islands a run had (result.json's ``n_islands``, else its config's island list; 1 when neither)."""
+    return int(r.get("n_islands") or len((r.get("config") or {}).get("islands") or [0]))
+
+
+def busiest_link_bytes(r: Mapping[str, Any]) -> float | None:
+    """Bytes on the run's busiest link, one direction (its ledger's ``links``); None when the result has no ledger."""
+    links = (r.get("ledger") or {}).get("links") or {}
+    return float(max(links.values())) if links else None
+
+
+def x_fewer_than(r: Mapping[str, Any], other: Mapping[str, Any]) -> float:
+    """How many times fewer bytes run ``r`` put on the link than run ``other`` (< 1: more; inf: ``r`` sent none)."""
+    sent = float(r["cross_site_bytes"])
+    return float(other["cross_site_bytes"]) / sent if sent else math.inf
+
+
 def ratio_words(v: float) -> str:
     """A byte ratio in words: ``322x fewer``, ``2.0x more``, ``same``, ``none sent``."""
     if math.isinf(v):
@@ -125,6 +149,20 @@ def ratio_words(v: float) -> str:
     if abs(v - 1) < 0.005:
         return "same"
     return f"{_x(v)} fewer" if v > 1 else f"{_x(1 / v)} more"
+
+
+def smoke_note(presets: Sequence[Any]) -> str:
+    """The line that comes with any smoke run's numbers ("" when none of ``presets`` is smoke): they are no result."""
+    if "smoke" not in presets:
+        return ""
+    return ("smoke: a plumbing check, not a result: a tiny model trained for seconds, so its bpb and every ratio "
+            "beside it mean nothing (`make demo` gives the numbers that do)")
+
+
+def ratio_phrase(v: float, reference: str) -> str:
+    """A byte ratio in words with its reference: ``2.0x more than baseline``, ``as many as baseline``, ``none sent``."""
+    words = ratio_words(v)
+    return {"same": f"as many as {reference}", "none sent": words, "?": words}.get(words, f"{words} than {reference}")
 
 
 def compare_table(results: Sequence[dict[str, Any]], reference: str | None = None,
@@ -143,13 +181,15 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
             "run": run_label(r), "experiment": r["experiment"], "corpus": r.get("corpus"), "preset": r.get("preset"),
             "tokens": r["tokens"], "token_budget": token_budget(r), "seed": r["seed"],
             "final_val_bpb": r["final_val_bpb"], "bpb_vs_ref": r["final_val_bpb"] / paired["final_val_bpb"],
-            "cross_site_bytes": sent, "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
-            "x_fewer_bytes": x_fewer_bytes(r),
+            "cross_site_bytes": sent, "n_islands": n_islands(r), "bytes_per_island": sent / n_islands(r),
+            "busiest_link_bytes": busiest_link_bytes(r), "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
+            "x_fewer_bytes": x_fewer_bytes(r), "x_fewer_than_ref": x_fewer_than(r, paired),
             # the regime (None in results written before these were recorded; outer steps: None for data-parallel)
             "tokens_per_active_param": r.get("tokens_per_active_param"),
             "outer_steps_per_fragment": r.get("outer_steps_per_fragment"),
             "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
             "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref),
+            "reference_experiment": ref["experiment"],
             "paired_with": run_label(paired), "mismatch": note,
         })
     return rows
@@ -173,8 +213,9 @@ def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any
             **_mean_spread("bpb_vs_ref", [r["bpb_vs_ref"] for r in sel]),
             "cross_site_bytes_mean": statistics.fmean(r["cross_site_bytes"] for r in sel),
             "x_fewer_bytes_mean": statistics.fmean(r["x_fewer_bytes"] for r in sel),
+            "x_fewer_than_ref_mean": statistics.fmean(r["x_fewer_than_ref"] for r in sel),
             "compute_utilization_mean": statistics.fmean(r["compute_utilization"] for r in sel),
-            "reference": sel[0]["reference"],
+            "reference": sel[0]["reference"], "reference_experiment": sel[0]["reference_experiment"],
         })
     return out
 
@@ -195,7 +236,8 @@ def _bpb(r: dict[str, Any]) -> str:
     return f"{r['final_val_bpb']:.4f}"
 
 
-def _bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """Bytes in decimal units with one decimal: ``9.5 MB``, ``210.6 KB``."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000:
             return f"{n:.1f} {unit}"
@@ -217,9 +259,12 @@ def _outer_steps(steps: list[int] | None) -> str:
 RUN_COLUMNS = [
     ("run", lambda r: r["run"]), ("experiment", lambda r: r["experiment"]), ("corpus", lambda r: str(r["corpus"])),
     ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"),
-    ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / ref", lambda r: f"{r['bpb_vs_ref']:.4f}"),
-    ("link bytes", lambda r: _bytes(r["cross_site_bytes"])),
-    ("bytes vs all-reduce", lambda r: ratio_words(r["x_fewer_bytes"])),
+    ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / {ref}", lambda r: f"{r['bpb_vs_ref']:.4f}"),
+    ("link bytes", lambda r: format_bytes(r["cross_site_bytes"])),
+    ("per island", lambda r: format_bytes(r["bytes_per_island"])),
+    ("busiest link", lambda r: "—" if r["busiest_link_bytes"] is None else format_bytes(r["busiest_link_bytes"])),
+    ("bytes vs {ref}", lambda r: ratio_words(r["x_fewer_than_ref"])),
+    ("bytes vs own all-reduce", lambda r: ratio_words(r["x_fewer_bytes"])),
     ("tokens / active param", lambda r: "—" if r["tokens_per_active_param"] is None else f"{r['tokens_per_active_param']:.1f}"),
     ("outer steps / fragment", lambda r: _outer_steps(r["outer_steps_per_fragment"])),
     ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
@@ -228,8 +273,10 @@ RUN_COLUMNS = [
 SEED_COLUMNS = [
     ("experiment", lambda r: r["experiment"]), ("seeds", lambda r: " ".join(map(str, r["seeds"]))),
     ("bpb mean ± std", lambda r: f"{r['final_val_bpb_mean']:.4f} ± {r['final_val_bpb_std']:.4f}"),
-    ("bpb / ref (paired) mean ± std", lambda r: f"{r['bpb_vs_ref_mean']:.4f} ± {r['bpb_vs_ref_std']:.4f}"),
-    ("bytes vs all-reduce", lambda r: ratio_words(r["x_fewer_bytes_mean"])),
+    ("bpb / {ref} (paired) mean ± std", lambda r: f"{r['bpb_vs_ref_mean']:.4f} ± {r['bpb_vs_ref_std']:.4f}"),
+    ("link bytes mean", lambda r: format_bytes(r["cross_site_bytes_mean"])),
+    ("bytes vs {ref}", lambda r: ratio_words(r["x_fewer_than_ref_mean"])),
+    ("bytes vs own all-reduce", lambda r: ratio_words(r["x_fewer_bytes_mean"])),
     ("util", lambda r: f"{100 * r['compute_utilization_mean']:.1f}%"),
 ]
 
@@ -256,7 +303,9 @@ def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence
     if rows and not any(r.get("mismatch") for r in rows):
         cols = [c for c in cols if c[0] != "note"]
     body = [[str(f(r)) for _, f in cols] for r in rows]
-    hdr = [name for name, _ in cols]
+    # "{ref}" in a header: the reference run's experiment, so that no ratio column stands without its reference
+    ref = str(rows[0].get("reference_experiment", "ref")) if rows else "ref"
+    hdr = [name.replace("{ref}", ref) for name, _ in cols]
     if fmt == "markdown":
         esc = [[v.replace("|", "\\|") for v in line] for line in [hdr] + body]
         lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in hdr) + "|"]
@@ -269,11 +318,16 @@ def reference_note(rows: Sequence[dict[str, Any]]) -> str:
     """The legend under a table: what "ref" is and what each number column means."""
     if not rows:
         return ""
+    ref, exp = rows[0]["reference"], rows[0].get("reference_experiment", "ref")
     return "\n".join([
         "bpb: bits per byte on the held-out bytes (lower is better).",
-        f"bpb / ref: over the run of the reference's experiment with the same seed (paired); ref = {rows[0]['reference']}.",
-        "bytes vs all-reduce: bytes the run put on the link against an fp32 gradient all-reduce every step among its "
-        "own islands (data-parallel on the same hardware).",
+        f"bpb / {exp}: over the {exp} run with the same seed (paired; reference run {ref}).",
+        "link bytes: every byte the run put on the wide-area link (all islands, both directions); per island: that "
+        "total over the run's islands; busiest link: the most bytes on one link in one direction.",
+        f"bytes vs {exp}: the run's link bytes against the {exp} run's with the same seed (the same reference as "
+        "bpb).",
+        "bytes vs own all-reduce: the run's link bytes against an fp32 gradient all-reduce every step among its own "
+        "islands (data-parallel on the same hardware: eight islands all-reduce more than two).",
         "sim s: simulated wall-clock seconds (each island's compute time from its hardware profile, plus waiting for "
         "the simulated link), not the real time the run took.",
         "util: compute utilisation, the share of that simulated time the islands spent computing rather than waiting.",
@@ -293,6 +347,9 @@ def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str
 
         return rows, seeds if swept else [], dumps_strict({"runs": rows, "seeds": seeds if swept else []}, indent=1)
     text = render(rows, fmt)
+    note = smoke_note([r.get("preset") for r in rows])
+    if note and fmt != "csv":
+        text = f"{note}\n\n{text}"
     if swept:
         head = "mean ± sample std over seeds:\n" if fmt == "table" else ""
         text += "\n\n" + head + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS)

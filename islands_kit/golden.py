@@ -16,7 +16,7 @@ from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.presets import get_preset
 
 EXPERIMENTS = ("baseline", "two_site", "eight_cell")
-UNPINNED = frozenset({"wall_time_s", "versions", "git_sha", "config"})
+UNPINNED = frozenset({"wall_time_s", "cpu_time_s", "versions", "git_sha", "config"})
 MACHINE_KEY = "_machine"
 # Elsewhere than on the machine kind that wrote a fixture, floats are compared to this relative tolerance: the same
 # torch wheel picks different CPU kernels (AVX2 / AVX-512 / AMX, MKL's per-CPU paths) whose summation orders differ in

@@ -9,11 +9,13 @@ One plain-text line per update, written to stdout so that it reads the same in e
 A run also prints one line when it starts and one when it ends (``start`` / ``end``). ``quiet`` (the config's
 ``progress = false``, the CLI's ``--quiet`` or ``ISLANDS_KIT_QUIET=1`` for CI) silences all of it.
 
-The training loss is shown in nats per byte, labelled so; the validation score in bits per byte of the held-out bytes
-(the same number as ``val_bpb`` in history.jsonl).
+Both scores are in bits per byte, so that a gap between them is a train/validation gap and not a change of unit: the
+training loss in bpb (its natural-log value, nats per byte as the optimizer sees it, beside it in brackets) and the
+validation score on the held-out bytes (the same number as ``val_bpb`` in history.jsonl).
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -109,15 +111,15 @@ class Progress:
         return (self.total - self.step) * self.elapsed_s() / done if done > 0 else float("nan")
 
     def status(self) -> str:
-        """``[two_site] step 150/300 (50%) | 768.0k tokens | 2,450 tok/s | ETA 1m02s | train loss 1.912 nats/byte |
-        val 2.910 bpb @150``: the training loss in nats per byte (natural log, as the optimizer sees it), the
-        held-out score in bits per byte; the two differ by ln 2 besides any train/validation gap."""
+        """``[two_site] step 150/300 (50%) | 768.0k tokens | 2,450 tok/s | ETA 1m02s | train 2.758 bpb (1.912
+        nats) | val 2.910 bpb @150``: both scores in bits per byte (bpb = nats / ln 2), the training loss's natural-log
+        value (what the optimizer sees) in brackets."""
         pct = 100.0 * self.step / max(1, self.total)
         tps = self.tokens_per_s()
         bpb = "" if self.bpb is None else f" | val {self.bpb:.3f} bpb @{self.bpb_step}"
         return (f"[{self.label}] step {self.step}/{self.total} ({pct:.0f}%) | {_si(self.tokens)} tokens | "
                 f"{'?' if tps != tps else f'{tps:,.0f}'} tok/s | ETA {format_duration(self.eta_s())} | "
-                f"train loss {self.loss:.3f} nats/byte{bpb}")
+                f"train {self.loss / math.log(2):.3f} bpb ({self.loss:.3f} nats){bpb}")
 
     # -- output ---------------------------------------------------------------------------------------------------
     def _emit(self, now: float, force_line: bool = False) -> None:

@@ -8,17 +8,23 @@ pieces (the router and its losses, the byte model, Shampoo, the link model) on t
   improves while the busiest expert's real load gets worse;
 * ``train_tiny_moe`` — a tiny MoE trained for a few dozen steps, recording both figures side by side;
 * ``optimizer_race`` — Shampoo against Adam on an ill-conditioned matrix least-squares problem;
-* ``link_durations`` — many transfers of one payload on an idle link, naive vs chunked.
+* ``link_durations`` — many transfers of one payload on an idle link, naive vs chunked;
+* ``kit_diloco`` — the kit's own DiLoCo (``sync/diloco.py``) on the replicas of the notebook's hand-written
+  two-replica DiLoCo, so the notebook can show that its plain PyTorch and the kit agree bit for bit.
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
-from islands_kit.config import _check
+from islands_kit.comm.transport import LocalTransport
+from islands_kit.config import DiLoCoConfig, SyncConfig, _check
+from islands_kit.sync.diloco import DiLoCo
 
 
 def _as_u8(data: Any, name: str) -> np.ndarray:
@@ -229,3 +235,28 @@ def butterfly_mixing(n_cells: int = 8) -> dict[str, torch.Tensor]:
     R = check_power_of_two(n_cells)
     return {f"after round{'s' if r else ''} {', '.join(str(i) for i in range(r + 1))}": mixing_matrix(n_cells, list(range(r + 1)))
             for r in range(R)}
+
+
+def kit_diloco(initial: nn.Module, trained: Sequence[Sequence[nn.Module]], H: int, outer_lr: float,
+               outer_momentum: float, seed: int, codec: str = "int4", block_size: int = 128) -> list[dict[str, Any]]:
+    """Outer rounds of the kit's DiLoCo (``sync.diloco.DiLoCo``: one fragment holding every parameter, τ = 0, α = 0,
+    outer SGD with Nesterov momentum, ``codec`` with stochastic rounding and error feedback, equal token weights) on
+    given replicas: ``initial`` is the global model before round 0, ``trained[r][i]`` island i's replica after the
+    inner steps of round r (trained by the caller from the global model round r - 1 produced). Per round: the
+    global parameters after the outer step (``global``, flat) and each island's error-feedback residual
+    (``residuals``), as the strategy holds them."""
+    n = len(trained[0])
+    models = {i: copy.deepcopy(initial) for i in range(n)}
+    names = [name for name, _ in initial.named_parameters()]
+    cfg = SyncConfig(strategy="diloco", H=H, n_fragments=1, tau=0, codec=codec, codec_block_size=block_size,
+                     diloco=DiLoCoConfig(alpha=0.0, outer_lr=outer_lr, outer_momentum=outer_momentum, nesterov=True))
+    strategy = DiLoCo(models, LocalTransport(n), [names], cfg, seed)
+    out = []
+    for r, replicas in enumerate(trained):
+        for i, m in enumerate(replicas):
+            models[i].load_state_dict(m.state_dict())
+        strategy.after_inner_step((r + 1) * H, {i: H for i in range(n)})  # the window's last step: the sync
+        residuals = [strategy.ef.residual((i, 0)) for i in range(n)]
+        out.append({"global": strategy.global_params[0].detach().clone(),
+                    "residuals": [torch.zeros(0) if e is None else e.clone() for e in residuals]})
+    return out

@@ -18,10 +18,10 @@
 #
 # Runs the three experiment notebooks through papermill with the same preset and seed (hence the same model, global
 # batch and total training tokens), the same corpus and link, in one wandb group; then reads their `result.json` files
-# and compares them: validation bits per byte, bytes on the wide-area link (how many times fewer than the baseline
-# sent), simulated wall-clock and compute utilisation. With a list of `seeds` every experiment runs once per seed and
-# the comparison reports the mean ± spread over seeds and the ratios paired by seed; the curves draw the spread as a
-# band.
+# and compares them: validation bits per byte, bytes on the wide-area link (absolute, then against the baseline's
+# bytes and against an all-reduce among the run's own islands), simulated wall-clock and compute utilisation. With a
+# list of `seeds` every experiment runs once per seed and the comparison reports the mean ± spread over seeds and the
+# ratios paired by seed; the curves draw the spread as a band.
 #
 # ```bash
 # make demo   # = islands-kit notebook compare -p preset demo --out runs/demo
@@ -65,12 +65,14 @@ dirs = run_comparison(experiments, shared, out, seeds=seeds, jobs=jobs)
 
 # %% [markdown]
 # ## The comparison table
-# Rows are labelled by run folder. `bpb / ref`: bpb over the baseline run with the same seed (lower is better);
-# `bytes vs all-reduce`: the row's bytes on the link against an fp32 gradient all-reduce every step among its own
-# islands (the one reference of every byte ratio in the kit); `sim s`: simulated wall-clock seconds; `util`: the
-# share of that simulated time the islands spent computing rather than waiting for the link. The legend under the
-# table says the same. Runs on different corpora or token budgets are refused. Also written to
-# `compare.{json,txt,md,csv}`.
+# Rows are labelled by run folder. `bpb / baseline`: bpb over the baseline run with the same seed (lower is better).
+# Bytes come first as absolute numbers: `link bytes` (every byte on the wide-area link), `per island` and `busiest
+# link` (one direction). Then two ratios, each headed by its reference: `bytes vs baseline` (against the baseline
+# run's bytes) and `bytes vs own all-reduce` (against an fp32 gradient all-reduce every step among the row's *own*
+# islands). Both are needed: eight cells send fewer bytes than their own 8-island all-reduce, yet more than the
+# two-island baseline. `sim s`: simulated wall-clock seconds; `util`: the share of that simulated time the islands
+# spent computing rather than waiting for the link. The legend under the table says the same. Runs on different
+# corpora or token budgets are refused. Also written to `compare.{json,txt,md,csv}`.
 
 # %%
 runs = {exp: load_run(d) for exp, d in dirs.items()}

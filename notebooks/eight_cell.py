@@ -119,10 +119,11 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 # The demo's eight_cell settings come from the comparison protocol (`benchmarks/protocol.py`): the inner lr tuned with
 # the baseline's budget on a tuning split (the butterfly wants about twice the data-parallel lr); delay-aware merges
 # and a final complete butterfly, so the deployed model is the exact cell mean; fp32 fragments exchanged `E = 16`
-# times per window (each fragment about every 3 steps), which beat the protocol's `E = 6` at every seed. Each point
-# below is one setting of the 1200-step demo against the synchronous baseline at the same seed (seed 0, or the mean of
-# seeds 0-2 where the file lists three): the star is the preset. Points further right send fewer bytes; lower is
-# better. What the measurements say (benchmarks/RESULTS.md):
+# times per window (each fragment about every 3 steps), which beat `E = 6` (the cadence the lr grid was tuned at) at
+# every seed. Each point below is one setting of the 1200-step demo against the synchronous baseline at the same seed
+# (seed 0, or the mean of seeds 0-2 where the file lists three), measured once for benchmarks/RESULTS.md: the same
+# figure whatever preset this notebook ran. The star is the demo's default, E = 16. Points further right send fewer
+# bytes than data-parallel (an all-reduce among the eight cells); lower is better. What the measurements say (benchmarks/RESULTS.md):
 # * mixing more often is the lever that moves the ratio, up to a point: every ~3 steps (E = 16) is 3.5% ahead of
 #   every ~8 steps (E = 6) for 2.6x the bytes; every 2 steps (E = 25) is no better than E = 16;
 # * at E = 6's cadence an exact mean of all eight cells (the all-reduce control) is 1.9% ahead of a pairwise exchange:
@@ -130,9 +131,10 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 # * the eight cells averaged exactly after every step (the floor, as many bytes as data-parallel) end 1.6% behind the
 #   baseline at this length (5% at the old 300-step demo): eight 5-sequence AdamW replicas, each with its own moments,
 #   are not one optimizer on the summed batch, and no mixing can beat that floor;
-# * int8 deltas with error feedback cost 0.6% at E = 6 for 3.7x fewer bytes (52x fewer than data-parallel).
+# * int8 deltas with error feedback cost 0.6% at E = 6 for 3.7x fewer bytes than fp32 there (52x fewer than
+#   data-parallel).
 
 # %%
 from islands_kit.notebooks import show_frontier
 
-frontier_drawn = show_frontier(frontier_file, out, "eight_cell")  # named: a bare call would echo True under the figure
+frontier_drawn = show_frontier(frontier_file, out, "eight_cell", preset)  # named: a bare call would echo True under the figure

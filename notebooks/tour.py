@@ -17,16 +17,16 @@
 # # A tour of islands_kit
 #
 # Small live examples of every idea the experiments rest on, each computed in seconds with the kit's real code: bytes
-# and bits per byte, MoE routing and its balance, Shampoo, Streaming DiLoCo's fragment schedule, butterfly mixing, and
-# the wide-area link model.
+# and bits per byte, MoE routing and its balance, Shampoo, Streaming DiLoCo's fragment schedule, a DiLoCo outer step
+# written in plain PyTorch (and checked against the kit's), butterfly mixing, and the wide-area link model.
 #
 # ```bash
-# islands-kit notebook tour --out runs/tour
+# islands-kit notebook tour   # the executed copy, its figures and sample run in runs/notebook-tour (--out DIR: in DIR)
 # ```
 
 # %% tags=["parameters"]
 seed = 0
-out_dir = ""  # figures + sample run; `islands-kit notebook tour` sets its --out (runs/notebook-tour); empty: runs/tour in the working folder
+out_dir = ""  # figures + sample run; `islands-kit notebook tour` sets its --out (runs/notebook-tour); empty: runs/tour (make lab: the checkout's)
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob
 tiny_steps = 60  # training steps of the tiny MoE in the routing section
 race_steps = 150  # optimizer steps in the Shampoo vs Adam race
@@ -40,6 +40,10 @@ links = ["transpacific-25g", "consumer-1g"]  # any of transpacific-25g, intra-dc
 payload_mb = 64  # one fragment's payload in MiB
 loss_prob = 0.01  # per-chunk loss probability on the link
 n_transfers = 300  # transfers per method
+diloco_H = 20  # inner steps per round of the plain-PyTorch DiLoCo (section 5)
+diloco_rounds = 3  # its outer steps
+outer_lr = 0.7  # η_out of its outer SGD (DiLoCo's value)
+outer_momentum = 0.9  # μ of its outer Nesterov momentum
 sample_steps = 24  # inner steps of the smoke two_site run sampled from in the last section
 sample_prompt = "ROMEO:"  # the text the samples continue
 
@@ -112,6 +116,12 @@ plots.show(plots.balance_vs_load(tiny), out / "tour_balance_vs_load.png")
 # preconditioners `L^{-1/4} G R^{-1/4}` approximate. Adam only rescales coordinates. Each curve is the best of three
 # learning rates. One Shampoo run starts preconditioning at step 1, when L and R hold a single gradient each
 # (Distributed Shampoo starts after some steps).
+#
+# Its nearly flat line is not a bug: it is why Shampoo waits. From one gradient G, L = G Gᵀ has eigenvalues near zero
+# along every direction G barely touches, and with ε = 1e-12 the root `L^{-1/4}` blows those directions up, so the
+# preconditioned step points where the loss hardly depends on W; grafting keeps the step Adam-sized, so the loss
+# barely moves, the next gradients are the same as the first, and the statistics stay as they were. Five Adam steps
+# first (or a larger ε: 1e-6 or 1e-2 both converge from step 1) give L and R the curvature they need.
 
 # %%
 race = tour.optimizer_race(steps=race_steps, shampoo_starts=(1, 5), seed=seed)
@@ -132,7 +142,90 @@ plots.show(plots.fragment_timeline(streaming_schedule(H, n_fragments, 2 * H), n_
            out / "tour_fragment_timeline.png")
 
 # %% [markdown]
-# ## 5. Butterfly mixing
+# ## 5. DiLoCo in plain PyTorch: the outer gradient, the outer step, 4 bits on the wire
+# What two_site does at every fragment's sync, written out on a tiny model (one fragment holding every parameter):
+# two replicas start from the global parameters θ and take `diloco_H` inner AdamW steps, each on its own data. Each
+# replica's **outer gradient** is Δᵢ = θ − θᵢ, the direction its inner steps moved, with the sign of a gradient. It
+# crosses the wire in **4 bits**: per block of 128 values a float32 scale (the block's largest |value| / 7) and one of
+# 15 levels per value, chosen by **stochastic rounding** (round up with probability equal to the fraction, so the
+# rounding is unbiased on average). **Error feedback** adds what rounding lost last time to the next outer gradient,
+# so errors do not accumulate. The two decoded outer gradients are averaged (the all-reduce) and the **outer step**
+# is plain `torch.optim.SGD` with **Nesterov momentum** on θ with Δ̄ as its gradient (DiLoCo's η_out 0.7, μ 0.9;
+# the demo plainly averages, η_out 1 and μ 0, see docs/methods.md). Replicas restart from the new θ. In the kit a
+# *fragment* is a set of parameters synced this way at its own step of the window (section 4), and
+# `sync/diloco.py` does exactly this: the last cell runs it on the same replicas and checks it agrees bit for bit.
+
+# %%
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch.manual_seed(seed)
+global_model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))  # θ, on a toy regression task
+initial, w_true, data = copy.deepcopy(global_model), torch.randn(8, 1), torch.Generator().manual_seed(seed)
+outer_opt = torch.optim.SGD(global_model.parameters(), lr=outer_lr, momentum=outer_momentum, nesterov=True)
+residual = [torch.zeros(0), torch.zeros(0)]  # error feedback: what rounding lost, per island
+noise = [torch.Generator().manual_seed(seed * 1_000_003 + 7919 * i + 17) for i in range(2)]  # seeded as the kit does
+
+
+def flat(model):  # every parameter in one vector: the fragment
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def int4_stochastic(x, gen, block=128):  # what the receiver decodes from 4 bits per value + a scale per block
+    n = x.numel()
+    xb = torch.zeros(-(-n // block) * block)
+    xb[:n] = x
+    scale = xb.view(-1, block).abs().amax(dim=1, keepdim=True) / 7  # (blocks, 1): ±7 is the block's largest value
+    v = (xb.view(-1, block) / torch.where(scale > 0, scale, torch.ones_like(scale))).clamp(-7, 7).reshape(-1)[:n]
+    q = torch.floor(v) + (torch.rand(n, generator=gen) < v - torch.floor(v)).float()  # up with p = the fraction
+    qb = torch.zeros(xb.numel())
+    qb[:n] = q
+    return (qb.view(-1, block) * scale).reshape(-1)[:n]
+
+
+trained, rounds = [], []
+for r in range(diloco_rounds):
+    replicas = [copy.deepcopy(global_model) for _ in range(2)]
+    for m in replicas:  # the inner steps
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for _ in range(diloco_H):
+            x = torch.randn(16, 8, generator=data)
+            loss = F.mse_loss(m(x), x @ w_true)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    trained.append([copy.deepcopy(m) for m in replicas])
+    deltas = [flat(global_model) - flat(m) for m in replicas]  # outer gradients Δᵢ = θ − θᵢ
+    sent = []
+    for i, d in enumerate(deltas):
+        x_eff = d + residual[i] if residual[i].numel() else d  # error feedback in ...
+        sent.append(int4_stochastic(x_eff, noise[i]))
+        residual[i] = x_eff - sent[i]  # ... and out
+    mean = (sent[0] + sent[1]) / 2  # the all-reduce (equal tokens: equal weights)
+    off = 0
+    for p in global_model.parameters():  # the outer step: Δ̄ is θ's gradient
+        p.grad = mean[off:off + p.numel()].view_as(p).clone()
+        off += p.numel()
+    outer_opt.step()
+    rounds.append({"global": flat(global_model), "residuals": [t.clone() for t in residual]})
+    n = d.numel()
+    print(f"round {r}: |Δ0| {deltas[0].norm():.4f}, |Δ1| {deltas[1].norm():.4f}, cos(Δ0, Δ1) "
+          f"{F.cosine_similarity(deltas[0], deltas[1], dim=0):.3f}; 4-bit payload {4 * -(-n // 128) + -(-n // 2)} bytes "
+          f"(fp32: {4 * n}); rounding error carried: |e0| {residual[0].norm():.5f}; last inner loss {loss.item():.4f}")
+
+# %%
+kit = tour.kit_diloco(initial, trained, diloco_H, outer_lr, outer_momentum, seed)  # sync/diloco.py, same replicas
+same = [torch.equal(a["global"], b["global"]) and all(torch.equal(x, y) for x, y in zip(a["residuals"], b["residuals"]))
+        for a, b in zip(rounds, kit)]
+print(f"the kit's sync/diloco.py on the same replicas: global parameters and residuals equal bit for bit in "
+      f"{sum(same)} of {len(same)} rounds")
+assert all(same), "the plain-PyTorch DiLoCo and the kit's disagree"
+
+# %% [markdown]
+# ## 6. Butterfly mixing
 # No all-reduce: in round r cell i swaps a fragment with cell i XOR 2^r and both keep the mean. Each round halves the
 # distance to consensus; after log2(n) rounds (with instantaneous merges) every cell holds the exact average of all of
 # them: the mixing matrix is uniform.
@@ -146,7 +239,7 @@ plots.show(plots.butterfly_timeline(exchanges, n_fragments, H, delay, H),
 plots.show(plots.mixing_matrices(tour.butterfly_mixing(n_cells)), out / "tour_mixing_matrices.png")
 
 # %% [markdown]
-# ## 6. The link: tails, and why payloads are chunked
+# ## 7. The link: tails, and why payloads are chunked
 # One payload sent many times over an otherwise idle link. *naive*: one stream, one latency draw; a lost chunk is
 # noticed at the end and the whole payload is sent again. *chunked*: the payload is cut into chunks over several warm
 # connections, each with its own latency draw; a lost or very late chunk is re-requested alone. On the seed's 25
@@ -166,7 +259,7 @@ for name in links:
                                     f"({100 * loss_prob:g}% chunk loss)"), out / f"tour_link_tails_{name}.png")
 
 # %% [markdown]
-# ## 7. Sampling from a trained run
+# ## 8. Sampling from a trained run
 # Every run saves its final weights beside `result.json`: `model.pt` (the model it deploys and scores: for
 # `two_site` the global parameters) and `model.island<i>.pt` (each island's own replica), as plain tensors that
 # `torch.load(..., weights_only=True)` reads. A short smoke `two_site` run here, then bytes sampled from it: greedy,

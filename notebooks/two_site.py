@@ -129,14 +129,15 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 # The demo's two_site settings come from the comparison protocol (`benchmarks/protocol.py`; every arm tuned with the
 # same budget on a tuning split, scored on the untouched validation bytes). Each point below is one setting of the
 # 1200-step demo against the synchronous baseline at the same seed (seed 0, or the mean of seeds 0-2 where the file
-# lists three): the star is the preset (int4 outer gradients with error feedback, each of the two fragments synced
+# lists three), measured once for benchmarks/RESULTS.md: the same figure whatever preset this notebook ran. The star
+# is the preset (int4 outer gradients with error feedback, each of the two fragments synced
 # every 50 steps, plain averaging at outer lr 1 along the radial-directional merge, the overlap step kept on top of
-# the new global state). Points further right send fewer bytes; lower is better. What the measurements say
+# the new global state). Points further right send fewer bytes than data-parallel; lower is better. What the measurements say
 # (benchmarks/RESULTS.md):
 # * the dense codecs sit together: int2, int4 every 100 steps and Streaming DiLoCo's 4-bit float (E3M0) each cost
 #   1-1.5% over the star; spending the star's bytes on twice the syncs at half the bits (int2, H = 25) costs 1.2%;
 # * SparseLoCo (the top 1/64 or 1/32 of each chunk of 4096 values at 2 bits, its decayed error feedback as the outer
-#   momentum) reaches 1000-1800x fewer bytes for 2-5% over the star, and how often it syncs matters more than how
+#   momentum) reaches 1000-1800x fewer bytes than data-parallel for 2-5% over the star, and how often it syncs matters more than how
 #   much each sync keeps: syncing half as often (H = 30) costs 7% at 1/64 kept, while at the same ~1000x keeping 1/32
 #   every 16 steps beats 1/16 every 32 by 2%; 4-bit values buy nothing over 2-bit;
 # * its slow start is the cost: the replicas restart from a global model that moved only the kept coordinates, so the
@@ -149,7 +150,7 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 # %%
 from islands_kit.notebooks import show_frontier
 
-frontier_drawn = show_frontier(frontier_file, out)  # named: a bare call would echo True under the figure
+frontier_drawn = show_frontier(frontier_file, out, "two_site", preset)  # named: a bare call would echo True under the figure
 
 # %% [markdown]
 # ## Decoupled islands: each site at its own pace

@@ -34,6 +34,11 @@ def test_every_config_field_has_a_one_line_help(cls):
     assert not missing, f"{cls.__name__}: add a '# help' comment to {missing} in islands_kit/config/"
 
 
+def test_the_preset_fields_help_names_every_preset():
+    text = field_help(config.ExperimentConfig)["preset"]
+    assert all(f" {name}" in text for name in PRESETS), text
+
+
 def test_config_command_prints_a_loadable_commented_listing(capsys, tmp_path):
     assert main(["config", "two_site", "--set", "sync.H=4", "--set", "islands.1.batch_size=8"]) == 0
     text = capsys.readouterr().out
@@ -115,10 +120,48 @@ def test_result_json_reruns_exactly_through_yaml_and_json(tmp_path, capsys):
 
 def test_dry_run_trains_nothing(tmp_path, capsys):
     out = tmp_path / "o"
-    assert main(["run", "eight_cell", "--preset", "demo", "--dry-run", "--out", str(out)]) == 0
+    assert main(["run", "eight_cell", "--dry-run", "--out", str(out)]) == 0
     assert "dry run: valid" in capsys.readouterr().out and not out.exists()
     assert main(["run", "baseline", "--dry-run", "--set", "data.corpus=/no/such.txt", "--out", str(out)]) == 2
     assert "data.corpus" in capsys.readouterr().err
+
+
+def test_a_dry_run_of_a_sweep_names_the_folders_the_sweep_writes_and_how_long_each_run_takes(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["run", "baseline", "--seeds", "0", "1", "--dry-run", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    would = [line for line in text.splitlines() if line.startswith("dry run: valid")]
+    assert would == [f"dry run: valid; baseline seed {s} would write {out / f's{s}'}/result.json (nothing trained)"
+                     for s in (0, 1)]
+    # the folders a real sweep writes (the same code picks them) and nothing else named
+    assert "baseline-smoke-s0" not in text and not out.exists()
+    (time_line,) = [line for line in text.splitlines() if line.startswith("time: about ")]
+    assert "per run (measured on this machine: 3 timed steps" in time_line and "all 2 runs" in time_line
+    # the default folder of a sweep is the sweep's, not a single run's
+    assert main(["run", "baseline", "--seeds", "0", "1", "--dry-run"]) == 0
+    assert "would write runs/baseline-smoke-seeds/s1/result.json" in capsys.readouterr().out
+
+
+def test_the_time_estimate_comes_from_timed_steps_and_evaluations(monkeypatch):
+    import time
+
+    from islands_kit import estimate
+    from islands_kit.train.experiment import Experiment
+
+    cfg = get_preset("baseline", "smoke")  # 24 steps, an evaluation at step 12 (the final one at 24)
+    step = Experiment.train_step
+
+    def slow_step(self):
+        time.sleep(0.05)
+        return step(self)
+
+    monkeypatch.setattr(Experiment, "train_step", slow_step)
+    est = estimate.estimate_run(cfg)
+    assert est.steps == 24 and est.n_evals == 1 and est.timed_steps == 3
+    assert 0.05 <= est.step_s < 0.5  # what the steps took here, sleep included
+    assert est.total_s == pytest.approx(est.setup_s + 24 * est.step_s + est.eval_s + est.final_eval_s)
+    resumed = estimate.estimate_run(cfg, start_step=12)  # a resume: only the steps still to train
+    assert resumed.steps == 12 and resumed.n_evals == 0
 
 
 @pytest.mark.slow
@@ -172,6 +215,11 @@ def test_did_you_mean_knows_common_synonyms_and_corpus_names(capsys, tmp_path):
     assert "(did you mean model.n_experts" in capsys.readouterr().err
     assert main(["run", "two_site", "--set", "data.corpus=shakespear", "--dry-run", "--out", str(tmp_path / "x")]) == 2
     assert "did you mean shakespeare?" in capsys.readouterr().err
+    # a nanoGPT user's flat keys name the kit's field in its section
+    for typed, meant in (("lr", "optim.lr"), ("learning_rate", "optim.lr"), ("max_iters", "steps"),
+                         ("n_embd", "model.d_model"), ("batch_size", "islands.0.batch_size or islands.1.batch_size")):
+        assert main(["run", "two_site", "--set", f"{typed}=1", "--out", str(tmp_path / "x")]) == 2
+        assert f"{typed}: unknown key (did you mean {meant}?)" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

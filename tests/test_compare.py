@@ -8,6 +8,7 @@ import io
 import json
 import math
 import statistics
+import warnings
 
 import pytest
 
@@ -69,9 +70,13 @@ def test_allow_mismatch_warns_and_marks_the_rows(capsys, tmp_path):
     text = render(rows)
     assert text.splitlines()[0].split()[-1] == "note" and "different corpus" in text.splitlines()[2]
     dirs = [write(tmp_path, n, r) for n, r in zip("abc", runs)]
-    with pytest.warns(RuntimeWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the command line says it in one plain line, not as a Python RuntimeWarning
         assert cli.main(["compare", *map(str, dirs), "--allow-mismatch"]) == 0
-    assert "different token budget" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "different token budget" in out
+    assert err.startswith("warning: compare: the runs differ in corpus and token budget, so they are not comparable: ")
+    assert "RuntimeWarning" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
@@ -84,7 +89,7 @@ def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
     # sites, so the eight_cell run sends fewer than its own all-reduce though more than the baseline run)
     assert [r["x_fewer_bytes"] for r in rows] == [200.0, 1.0, 1.0, 100.0, 3.5, math.inf]
     text = render(rows)
-    assert "bytes vs all-reduce" in text.splitlines()[0]
+    assert "bytes vs own all-reduce" in text.splitlines()[0]
     words = [ratio_words(r["x_fewer_bytes"]) for r in rows]
     assert words == ["200x fewer", "same", "same", "100x fewer", "3.5x fewer", "none sent"]
     assert ratio_words(0.5) == "2.0x more" and all(w in text for w in words)
@@ -104,9 +109,34 @@ def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
 def test_the_legend_explains_every_number_column():
     text = report([result(), result("two_site", bpb=3.3, sent=10_000)])[2]
     legend = text.split("\n\n")[-1]
-    for column in ("bpb:", "bpb / ref:", "bytes vs all-reduce:", "sim s: simulated wall-clock", "util: compute utilisation"):
+    for column in ("bpb:", "bpb / baseline:", "link bytes:", "per island:", "busiest link:", "bytes vs baseline:",
+                   "bytes vs own all-reduce:", "sim s: simulated wall-clock", "util: compute utilisation"):
         assert column in legend
-    assert "ref = baseline s0" in legend
+    assert "reference run baseline s0" in legend
+
+
+def test_bytes_show_absolutes_first_then_both_ratios_each_named_by_its_reference():
+    """eight cells send fewer bytes than their own 8-island all-reduce, yet more than the two-island baseline: the
+    table gives the absolute bytes (total, per island, busiest link) and both ratios, headed by their references."""
+    base = dict(result(sent=9_500_000), ddp_equivalent_bytes=9_500_000, n_islands=2, ledger={"links": {"0->1": 4_750_000, "1->0": 4_750_000}})
+    cells = dict(result("eight_cell", sent=19_000_000), ddp_equivalent_bytes=66_500_000, n_islands=8,
+                 ledger={"links": {f"{i}->{i ^ 1}": 792_000 for i in range(8)}})
+    old = dict(result("two_site", sent=950_000), ddp_equivalent_bytes=9_500_000)  # a result written before n_islands and the ledger were recorded
+    rows = compare_table([base, cells, old])
+    assert [r["bytes_per_island"] for r in rows] == [4_750_000, 2_375_000, 475_000]
+    assert [r["busiest_link_bytes"] for r in rows] == [4_750_000, 792_000, None]
+    assert [ratio_words(r["x_fewer_than_ref"]) for r in rows] == ["same", "2.0x more", "10x fewer"]
+    assert [ratio_words(r["x_fewer_bytes"]) for r in rows] == ["same", "3.5x fewer", "10x fewer"]
+    lines = render(rows).splitlines()
+    head = lines[0]
+    cols = ["link bytes", "per island", "busiest link", "bytes vs baseline", "bytes vs own all-reduce"]
+    at = [head.index(c) for c in cols]
+    assert at == sorted(at) and head.index("bpb / baseline") < at[0]  # absolutes first, then the ratios
+    cell = lines[2]
+    assert [cell[i:].split("  ")[0] for i in at] == ["19.0 MB", "2.4 MB", "792.0 KB", "2.0x more", "3.5x fewer"]
+    assert "—" in lines[3]  # no ledger: no busiest link, and no number made up for it
+    # against another reference the header names it: no ratio column without its reference
+    assert "bytes vs eight_cell" in render(compare_table([base, cells], reference="eight_cell")).splitlines()[0]
 
 
 def test_a_comparison_folder_with_side_runs_inside_a_run_compares_the_runs(tmp_path, capsys):
@@ -209,3 +239,24 @@ def test_a_runs_summary_states_its_bytes_against_the_same_reference_as_the_table
     text = result_summary(r)
     assert "3.5x fewer than an fp32 gradient all-reduce every step among 8 islands" in text
     assert ratio_words(compare_table([r])[0]["x_fewer_bytes"]) == "3.5x fewer"
+    same = dict(result(sent=2_000_000), val_bytes=100)  # a baseline sends what its all-reduce sends
+    assert "2,000,000 bytes sent, as many as an fp32 gradient all-reduce every step among 2 islands" in result_summary(same)
+
+
+def test_a_comparison_of_smoke_runs_says_it_is_no_result():
+    smoke = [dict(result(), preset="smoke"), dict(result("two_site", bpb=2.99), preset="smoke")]
+    text = report(smoke)[2]
+    assert text.splitlines()[0].startswith("smoke: a plumbing check, not a result")  # before any number
+    assert "smoke:" not in report([result(), result("two_site", bpb=2.99)])[2]  # the demo's numbers stand alone
+    assert report(smoke, "markdown")[2].startswith("smoke: a plumbing check")
+    assert not report(smoke, "csv")[2].startswith("smoke")  # CSV stays a table a program reads
+
+
+def test_rows_are_labelled_by_paths_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """The compare notebook reads its runs by absolute path; its tables must not carry this machine's folders."""
+    monkeypatch.chdir(tmp_path)
+    inside = write(tmp_path / "runs", "baseline", result())
+    outside = write(tmp_path.parent / f"{tmp_path.name}-elsewhere", "two_site", result("two_site"))
+    rows = compare_table([load_result(inside.resolve()), load_result(outside.resolve()), load_result("runs/baseline")])
+    assert [r["run"] for r in rows] == ["runs/baseline", str(outside.resolve()), "runs/baseline"]
+    assert rows[0]["reference"] == "runs/baseline" and str(tmp_path) not in render(rows).replace(str(outside), "")

@@ -203,6 +203,9 @@ def test_decoupled_pair_is_lockstep_and_decoupled_with_a_slow_site_b():
         assert (c.faults.straggler_island, c.faults.straggler_factor) == (1, 2.5)
         assert c.link.preset == "intra-dc" and c.seed == cfg.seed and c.sync.H == cfg.sync.H
     assert decoupled_pair(cfg, 1, 1, "")["decoupled"].link.preset == "transpacific-25g"  # empty: the notebook's link
+    # side runs: their own wandb group, so a comparison's group holds only the comparison's runs
+    in_compare = notebook_config("two_site", "smoke", 0, 0, {"wandb_group": "compare-demo-20261202"})
+    assert {c.wandb_group for c in decoupled_pair(in_compare, 1, 2.0).values()} == {"compare-demo-20261202-side-runs"}
     for args, match in (((0, 2.0, ""), r"^decoupled_windows: must be an integer >= 1"),
                         ((True, 2.0, ""), r"^decoupled_windows: must be an integer"),
                         ((2, 0.5, ""), r"^straggler_factor: must be a number >= 1"),
@@ -227,25 +230,34 @@ def test_no_cell_ends_in_a_bare_call_that_returns_a_value():
                 assert name not in returning, f"{src.name}: a cell ends in a bare {name}(...) call"
 
 
-def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp_path, capsys):
+def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp_path, capsys, monkeypatch):
     from islands_kit.notebooks import show_frontier
 
-    pts = [{"label": "tuned", "fewer": 13.0, "ratio": 1.17, "default": True}]
+    pts = [{"label": "tuned", "fewer": 13.0, "ratio": 1.17, "default": True, "preset": "demo"}]
     (tmp_path / "f.json").write_text(json.dumps(pts))
-    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell") is True
+    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell", "demo") is True
     assert (tmp_path / "out" / "frontier.png").stat().st_size > 0
+    assert capsys.readouterr().out == ""  # the demo's own notebook: the points are its preset's
+    # inside a smoke run the figure is still the demo's measured points, and says so in words and in its title
+    shown = []
+    monkeypatch.setattr("islands_kit.plots.show", lambda fig, path: shown.append(fig))
+    assert show_frontier(tmp_path / "f.json", tmp_path / "out", "eight_cell", "smoke") is True
+    assert "the demo preset's measured points (f.json, benchmarks/RESULTS.md), not this smoke run's" in capsys.readouterr().out
+    assert "the demo preset's measured points" in shown[0].axes[0].get_title() and "not this run" in shown[0].axes[0].get_title()
     assert show_frontier(tmp_path / "missing.json", tmp_path / "out2") is False
     assert "missing.json not found: run benchmarks/protocol.py --write-results" in capsys.readouterr().out
     assert not (tmp_path / "out2" / "frontier.png").exists()
 
 
 def test_decoupled_table_one_line_per_run():
-    islands = {"islands": [{"name": "site-a"}, {"name": "site-b"}]}
+    islands = {"islands": [{"name": "site-a"}, {"name": "site-b"}], "faults": {"straggler_factor": 2.0}}
     results = {"lockstep": {"config": islands, "inner_steps": {"0": 16, "1": 16}, "tokens": 20480,
                             "sim_wall_clock_s": 0.0678, "goodput": 0.5, "final_val_bpb": 6.5},
                "decoupled": {"config": islands, "inner_steps": {0: 32, 1: 16}, "tokens": 32768,
                              "sim_wall_clock_s": 0.0679, "goodput": 0.8, "final_val_bpb": 5.6}}
-    lines = decoupled_table(results).splitlines()
+    title, *lines = decoupled_table(results).splitlines()
+    # relayed into a comparison's output, the table says what it is before any number
+    assert title == "two_site side runs, lock-step vs decoupled with site B 2x slower (not rows of any comparison):"
     assert lines[0].split() == ["run", "inner", "steps", "tokens", "simulated", "s", "goodput", "final", "bpb"]
     assert lines[1].split() == ["lockstep", "site-a", "16,", "site-b", "16", "20,480", "0.0678", "0.5000", "6.5000"]
     assert lines[2].split() == ["decoupled", "site-a", "32,", "site-b", "16", "32,768", "0.0679", "0.8000", "5.6000"]
@@ -303,6 +315,24 @@ def test_comparison_setup_validates_every_experiment_and_shares_a_group(tmp_path
     assert resolve_out_dir("", get_preset("eight_cell", "smoke")) == tmp_path.resolve() / "runs" / "eight_cell-smoke-s0"
 
 
+def test_make_lab_puts_the_notebooks_runs_in_the_checkouts_runs_folder(tmp_path, monkeypatch):
+    """A Jupyter kernel runs in the notebook's folder: without ``make lab``'s base folder a notebook's runs landed in
+    notebooks/runs/, where ``islands-kit compare runs/...`` from the checkout does not look."""
+    printed = subprocess.run(["make", "-n", "lab", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+    base = re.search(r'ISLANDS_KIT_BASE_DIR="([^"]+)"\s+\S+/jupyter lab', printed)
+    root = re.search(r'--ServerApp.root_dir="([^"]+)"', printed)
+    assert base and root and Path(base.group(1)) == Path(root.group(1)) == ROOT  # the checkout, runs/ in view
+    # a kernel as make lab starts it (here a stand-in checkout): in notebooks/, with the base folder in its env
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    monkeypatch.setenv("ISLANDS_KIT_BASE_DIR", str(tmp_path))
+    assert resolve_out_dir("", get_preset("two_site", "smoke")) == tmp_path.resolve() / "runs" / "two_site-smoke-s0"
+    assert resolve_out_dir("runs/mine", "unused") == tmp_path.resolve() / "runs" / "mine"
+    assert resolve_out_dir(tmp_path / "elsewhere", "unused") == tmp_path.resolve() / "elsewhere"  # absolute: as given
+    assert not (tmp_path / "notebooks" / "runs").exists()
+
+
 def test_comparison_report_refuses_unequal_tokens(tmp_path):
     base = {"experiment": "baseline", "seed": 0, "preset": "smoke", "tokens": 100, "final_val_bpb": 4.0,
             "cross_site_bytes": 1000, "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
@@ -311,13 +341,31 @@ def test_comparison_report_refuses_unequal_tokens(tmp_path):
     assert rows[1]["x_fewer_bytes"] == 100 and abs(rows[1]["bpb_vs_ref"] - 1.1) < 1e-12
     assert json.loads((tmp_path / "compare.json").read_text()) == rows
     assert (tmp_path / "compare.txt").read_text().strip() == text
-    assert (tmp_path / "compare.md").read_text().startswith("| run | experiment |")
+    md = (tmp_path / "compare.md").read_text()
+    assert md.startswith("smoke: a plumbing check, not a result") and "\n| run | experiment |" in md
     assert (tmp_path / "compare.csv").read_text().startswith("run,experiment,")
     with pytest.raises(ValueError, match="token budget: the runs differ"):
         comparison_report([base, dict(other, tokens=200)], tmp_path)
 
 
 # ---- tour helpers ----------------------------------------------------------------------------------------------
+
+
+def test_the_tours_plain_pytorch_diloco_equals_the_kits(tmp_path):
+    """The tour's section 5 (a two-replica DiLoCo in plain PyTorch: outer gradients, int4 with stochastic rounding and
+    error feedback, the Nesterov outer step) and the kit's sync/diloco.py on the same replicas: the same global
+    parameters and residuals, bit for bit, every round (the notebook's own cells, run here in-process)."""
+    cells = [c.partition("\n") for c in (ROOT / "notebooks" / "tour.py").read_text().split("\n# %%")[1:]]
+    code = [body for marker, _, body in cells if "[markdown]" not in marker]
+    section = [body for body in code if "int4_stochastic" in body or "tour.kit_diloco" in body]
+    assert len(section) == 2, "the tour's DiLoCo section moved"
+    ns: dict = {"tour": tour}  # what the set-up cell imports for this section
+    exec(code[0], ns)  # the parameters cell
+    ns.update(out_dir=str(tmp_path), diloco_rounds=2)
+    for body in section:
+        exec(body, ns)
+    assert ns["same"] == [True, True]
+    assert ns["residual"][0].abs().max() > 0  # 4 bits lost something, and error feedback carries it
 
 
 def ngram_reference(train: bytes, val: bytes, order: int, alpha: float) -> float:
@@ -379,7 +427,7 @@ def stream_text(path: Path, name: str = "stdout") -> list[str]:
 
 
 PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
-                           r"train loss [\d.]+ nats/byte( \| val (\d\.\d{3}) bpb @(\d+))?$")
+                           r"train [\d.]+ bpb \([\d.]+ nats\)( \| val (\d\.\d{3}) bpb @(\d+))?$")
 
 
 @pytest.mark.slow
@@ -493,6 +541,9 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
     # the sampling section printed the model it loaded and its samples
     sampled = "".join(o.get("text", "") for o in code[-1]["outputs"] if o.get("output_type") == "stream")
     assert "deployed model of two_site after step 4" in sampled and "--- greedy\nROMEO:" in sampled
+    # the plain-PyTorch DiLoCo section ran under papermill and agreed with the kit's
+    printed = "".join(o.get("text", "") for c in code for o in c["outputs"] if o.get("output_type") == "stream")
+    assert "global parameters and residuals equal bit for bit in 3 of 3 rounds" in printed
     assert (tmp_path / "sample_run" / "model.pt").is_file()
     for png in ("tour_bpb_ladder.png", "tour_routing_states.png", "tour_balance_vs_load.png",
                 "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",

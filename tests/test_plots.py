@@ -128,15 +128,15 @@ def test_balance_vs_load_means_over_layers():
     assert legend_texts(bal_ax)[:2] == ["aux", "none"]
 
 
-def test_comparison_bars():
-    common = {"seed": 0, "reference": "runs/demo/baseline"}
+def test_comparison_bars_show_absolute_bytes_first_and_both_ratios_with_their_reference():
+    common = {"seed": 0, "reference": "runs/demo/baseline", "reference_experiment": "baseline"}
     rows = [
         {"experiment": "baseline", "final_val_bpb": 3.0, "cross_site_bytes": 1e9, "ddp_equivalent_bytes": 1e9,
-         "x_fewer_bytes": 1.0, "compute_utilization": 0.5, **common},
+         "n_islands": 2, "x_fewer_bytes": 1.0, "x_fewer_than_ref": 1.0, "compute_utilization": 0.5, **common},
         {"experiment": "two_site", "final_val_bpb": 3.1, "cross_site_bytes": 1e6, "ddp_equivalent_bytes": 1e9,
-         "x_fewer_bytes": 1000.0, "compute_utilization": 0.99, **common},
+         "n_islands": 2, "x_fewer_bytes": 1000.0, "x_fewer_than_ref": 1000.0, "compute_utilization": 0.99, **common},
         {"experiment": "eight_cell", "final_val_bpb": 3.2, "cross_site_bytes": 2e9, "ddp_equivalent_bytes": 7e9,
-         "x_fewer_bytes": 3.5, "compute_utilization": 1.0, **common},
+         "n_islands": 8, "x_fewer_bytes": 3.5, "x_fewer_than_ref": 0.5, "compute_utilization": 1.0, **common},
     ]
     fig = plots.comparison_bars(rows)
     assert_readable(fig, 3)
@@ -145,11 +145,27 @@ def test_comparison_bars():
     assert bytes_ax.get_yscale() == "log"
     assert [round(p.get_height(), 6) for p in util_ax.patches] == [50.0, 99.0, 100.0]
     assert [t.get_text() for t in bpb_ax.get_xticklabels()] == ["baseline", "two_site", "eight_cell"]
-    assert [t.get_text() for t in bytes_ax.texts] == ["same", "1,000x fewer", "3.5x fewer"]
-    # each bar's reference is its own islands' all-reduce, one dotted tick per bar
+    # absolute bytes first (total, per island), then each ratio after its reference in words: eight_cell sends
+    # fewer than its own 8-island all-reduce yet twice the baseline's bytes, and the figure says both
+    labels = [t.get_text().splitlines() for t in bytes_ax.texts]
+    assert labels[2] == ["2.0 GB total", "250.0 MB per island", "vs baseline:", "2.0x more", "vs own all-reduce:",
+                         "3.5x fewer"]
+    assert labels[1][2:] == ["vs baseline:", "1,000x fewer", "vs own all-reduce:", "1,000x fewer"]
+    assert "baseline" in bytes_ax.get_title() and "own all-reduce" in bytes_ax.get_title()
+    # each bar's own-islands all-reduce is a dotted tick, and the legend covers none of them, nor any label
     (ticks,) = bytes_ax.collections
     assert [round(seg[0][1]) for seg in ticks.get_segments()] == [1000, 1000, 7000]
-    assert legend_texts(bytes_ax) == ["fp32 all-reduce every step (same islands)"]
+    assert legend_texts(bytes_ax) == ["fp32 all-reduce every step among the run's own islands"]
+    fig.canvas.draw()
+    legend = bytes_ax.get_legend().get_window_extent()
+    to_px = bytes_ax.transData.transform
+    for (x0, y), (x1, _) in ticks.get_segments():
+        (px0, py), (px1, _) = to_px((x0, y)), to_px((x1, y))
+        assert not (legend.x0 < px1 and px0 < legend.x1 and legend.y0 <= py <= legend.y1), "the legend covers a tick"
+    for t in bytes_ax.texts:
+        assert not legend.overlaps(t.get_window_extent()), f"the legend covers {t.get_text()!r}"
+    boxes = [t.get_window_extent() for t in bytes_ax.texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), "bar labels overlap"
 
 
 def test_bpb_band_draws_mean_and_one_std_over_seeds():
@@ -308,14 +324,16 @@ def test_frontier_draws_each_setting_at_its_bytes_and_ratio_with_the_default_sta
     star = ax.collections[0]
     assert tuple(star.get_facecolor()[0][:3]) == pytest.approx(matplotlib_rgb(plots.color("eight_cell", 0)))
     assert [t.get_text() for t in ax.texts] == ["1", "2"]  # numbered on the plot, named in the key
-    assert legend_texts(ax)[:2] == ["1. tuned (default): 1.170x at 13x fewer bytes",
-                                    "2. floor: 1.050x at 1x fewer bytes"]
+    # every ratio in the key names its reference
+    assert legend_texts(ax)[:2] == ["1. tuned (default): 1.170x the baseline's bpb at 13x fewer bytes than data-parallel",
+                                    "2. floor: 1.050x the baseline's bpb at 1x fewer bytes than data-parallel"]
     with pytest.raises(ValueError, match="no points"):
         plots.frontier([])
     far = plots.frontier(pts + [{"label": "sparse", "fewer": 900.0, "ratio": 1.8}], y_max=1.25)
     ax = far.axes[0]
     assert tuple(ax.collections[2].get_offsets()[0]) == (900.0, 1.25)  # drawn on the top edge ...
-    assert legend_texts(ax)[2] == "3. sparse: 1.800x at 900x fewer bytes (off the top)"  # ... its ratio in the key
+    # ... its ratio in the key
+    assert legend_texts(ax)[2] == "3. sparse: 1.800x the baseline's bpb at 900x fewer bytes than data-parallel (off the top)"
     assert ax.get_ylim()[1] == pytest.approx(1.26) and ax.get_ylim()[0] == pytest.approx(0.99)
 
 

@@ -42,9 +42,9 @@ def test_lines_off_a_terminal_say_step_tokens_rate_eta_and_bpb(clock):
     assert lines[0] == "[two_site s0] start: 100 steps x 1,000 tokens | preset demo"
     # one line per tenth of the run (steps 10 and 20) plus the first update, and one at the evaluation
     assert [int(re.search(r"step (\d+)/", x).group(1)) for x in lines[1:]] == [1, 10, 20, 20]
-    # units on both numbers: the training loss in nats per byte, the held-out score in bits per byte
+    # one unit for both scores, bits per byte (a train/val gap then reads as one), the loss's nats beside it
     assert lines[-1] == ("[two_site s0] step 20/100 (20%) | 20.0k tokens | 2,000 tok/s | ETA 40.0s | "
-                         "train loss 2.500 nats/byte | val 3.142 bpb @20")
+                         "train 3.607 bpb (2.500 nats) | val 3.142 bpb @20")
     clock.t += 40
     p.end("final val bpb 3.0000")
     assert out.getvalue().splitlines()[-1] == "[two_site s0] done in 50.0s: final val bpb 3.0000"

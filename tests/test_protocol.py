@@ -112,7 +112,7 @@ def test_eight_cell_frontier_points_pair_each_row_with_the_baseline_at_the_seed(
          val=2.7, sent=20.0)
     pts = protocol.frontier_points(tmp_path, "eight_cell")
     assert [(p["label"], p["default"]) for p in pts] == [
-        (protocol.DEFAULT_LABEL["eight_cell"], False), ("E=16 (the demo default)", True),
+        (protocol.DEFAULT_LABEL["eight_cell"], False), ("E=16, every ~3 steps (the demo default, the best E measured)", True),
         ("floor: every-step average", False)]
     assert all(name in protocol.ABLATIONS[arm] for arm, rows in protocol.FRONTIER_ROWS.items() for name in rows)
     assert protocol.frontier_file("two_site", "demo").name == "frontier-demo.json"  # the name the notebook reads
@@ -230,7 +230,7 @@ def test_a_point_read_back_from_a_run_holds_the_overrides_that_remake_its_config
     from islands_kit.presets import TWO_SITE_M1_CONTROL, get_preset
 
     sets = {"sync.codec": "ctop64_int2", "sync.codec_block_size": "4096", "sync.diloco.error_feedback_decay": "0.95",
-            "sync.diloco.final_codec": "", "sync.stochastic_rounding": "false", "threads": "1", **TWO_SITE_M1_CONTROL}
+            "sync.diloco.final_codec": "", "sync.stochastic_rounding": "false", "threads": "2", **TWO_SITE_M1_CONTROL}
     cfg = apply_overrides(get_preset("two_site", "demo"), {**sets, "seed": 2, "wandb_mode": "disabled",
                                                            "progress": "false"})
     res = {"experiment": "two_site", "preset": "demo", "config": json.loads(json.dumps(cfg.to_dict()))}

@@ -2,11 +2,13 @@
 exist, and the reference it points to lives in docs/."""
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 from islands_kit import cli
 
@@ -26,9 +28,17 @@ def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, c
     cmd = re.search(r"^\.venv/bin/islands-kit (run two_site --preset smoke)\s", README, re.M)
     assert cmd, "README: the quickstart command moved"
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert cli.main(shlex.split(cmd.group(1)) + ["--set", "threads=1"]) == 0
+    # the command exactly as the README shows it, in a process whose torch would use two threads: the promised
+    # numbers are the one-thread numbers, so the run itself must choose one thread
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cli.main(shlex.split(cmd.group(1))) == 0
+    finally:
+        torch.set_num_threads(before)
     assert capsys.readouterr().out == block("quickstart-output")
+    assert json.loads((tmp_path / "runs/two_site-smoke-s0/result.json").read_text())["versions"]["torch_threads"] == 1
 
 
 @pytest.mark.slow
@@ -45,6 +55,16 @@ def test_smoke_sample_is_what_sample_prints(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("target", sorted(set(re.findall(r"\]\(([^)#]+)\)", README))))
 def test_links_lead_to_files(target):
     assert (ROOT / target).exists(), target
+
+
+def test_make_test_ends_with_pytests_summary_line():
+    """pyproject's addopts already pass -q; one more (-qq) silences "N passed in Xs", the line a user waits for."""
+    addopts = re.search(r'^addopts\s*=\s*"([^"]*)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    calls = [line for line in (ROOT / "Makefile").read_text().splitlines() if "-m pytest" in line]
+    assert calls
+    for line in calls:
+        quiet = shlex.split(addopts).count("-q") + shlex.split(line.split("-m pytest", 1)[1]).count("-q")
+        assert quiet <= 1, f"{line.strip()}: -q {quiet} times with addopts {addopts!r}"
 
 
 def test_make_targets_named_in_the_readme_exist():

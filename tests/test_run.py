@@ -44,6 +44,28 @@ def test_result_contract_and_files(two_site_result):
     assert [h["step"] for h in hist] == [12] and hist[-1]["final"]
     assert res.val_curve == [[h["tokens"], h["val_bpb"]] for h in hist]
     assert set(res.compressor_bpb) == {"gzip", "bz2", "xz"}
+    assert 0 < saved["cpu_time_s"] and 0 < saved["wall_time_s"]
+
+
+def test_a_run_records_its_cpu_seconds_apart_from_its_wall_seconds():
+    """cpu_time_s: what the run's process computed, which on a shared machine wall time overstates (waiting for the
+    cores counts in wall time, not in CPU time); a resume carries it on."""
+    import time
+
+    from islands_kit.train.experiment import Experiment
+
+    exp = Experiment(smoke("baseline"))
+    cpu0, wall0 = exp.cpu_s(), exp.elapsed_s()
+    time.sleep(0.3)  # waiting: wall time, no CPU time
+    assert exp.elapsed_s() - wall0 >= 0.3 and exp.cpu_s() - cpu0 < 0.1
+    t = time.process_time()
+    while time.process_time() - t < 0.2:  # computing: CPU time
+        pass
+    assert exp.cpu_s() - cpu0 >= 0.2
+    state = exp.state_dict()
+    again = Experiment(smoke("baseline"))
+    again.load_state_dict(state)
+    assert again.cpu_s() >= state["cpu_s"] >= 0.2
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 End to end through the real CLI under torchrun: two_site with 2 processes (one per island), two_site with 3 processes
 (one per data-parallel rank: island 0's two ranks share gradients and Shampoo blocks over their island group) and
 eight_cell with 8 processes must write the same result.json as the simulator — final_val_bpb, the byte ledger per
-channel and link, the simulated clock, peak rate and transfer times — to the last bit (only wall_time_s differs).
+channel and link, the simulated clock, peak rate and transfer times — to the last bit (only wall_time_s and cpu_time_s differ).
 Failures: a peer that vanishes ends the survivor with a DistributedError long before the (deliberately huge) timeout;
 a peer that hangs ends it after the per-operation timeout; a peer that never arrives ends the rendezvous after it.
 Decoupled mode (sync.mode=decoupled, point-to-point messages only): the same result.json as the simulator with a
@@ -87,7 +87,7 @@ def test_torchrun_matches_simulator(tmp_path: Path, experiment: str, nproc: int,
     assert dist_res["final_val_bpb"] == sim_res["final_val_bpb"]  # bit-identical, not approximately
     assert dist_res["cross_site_bytes"] > 0 and dist_res["ledger"] == sim_res["ledger"]
     diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
-    assert diff == {"wall_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+    assert diff == {"wall_time_s", "cpu_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
     hist_d = [json.loads(l) for l in (tmp_path / "dist" / "history.jsonl").read_text().splitlines()]
     hist_s = [json.loads(l) for l in (tmp_path / "sim" / "history.jsonl").read_text().splitlines()]
     for d, s in zip(hist_d, hist_s, strict=True):  # the mid-run records see the whole world's ledger and clock
@@ -329,7 +329,7 @@ def test_undefended_nan_island_diverges_at_the_same_step_as_the_simulator(tmp_pa
     assert sim_res["diverged_at_step"] is not None and sim_res["final_val_bpb"] is None
     diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
     # the reason lists the islands this process saw diverge: rank 0 holds island 0 only
-    assert diff <= {"wall_time_s", "diverged_reason"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+    assert diff <= {"wall_time_s", "cpu_time_s", "diverged_reason"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
     prefix = "Diverged: training loss is not finite on island(s) 0 (nan)"
     assert dist_res["diverged_reason"] == prefix and sim_res["diverged_reason"].startswith(prefix)
 
@@ -355,7 +355,7 @@ def test_killed_rank_and_torchrun_resume_is_bit_identical(tmp_path: Path, experi
     dist_res = json.loads((out / "result.json").read_text())
     sim_res = _simulate(experiment, sets, tmp_path / "sim")
     diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
-    assert diff == {"wall_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+    assert diff == {"wall_time_s", "cpu_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
 
 
 def test_torchrun_resume_refuses_a_missing_shard_on_every_rank(tmp_path: Path) -> None:
@@ -402,7 +402,7 @@ def test_decoupled_torchrun_matches_simulator(tmp_path: Path, extra: list[str]) 
     assert dist_res["final_val_bpb"] == sim_res["final_val_bpb"]
     assert dist_res["decoupled"]["merges"] == sim_res["decoupled"]["merges"]
     diff = {k for k in sim_res if sim_res[k] != dist_res.get(k)}
-    assert diff == {"wall_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
+    assert diff == {"wall_time_s", "cpu_time_s"}, {k: (sim_res[k], dist_res.get(k)) for k in diff}
     hist_d = [json.loads(l) for l in (tmp_path / "dist" / "history.jsonl").read_text().splitlines()]
     hist_s = [json.loads(l) for l in (tmp_path / "sim" / "history.jsonl").read_text().splitlines()]
     keys = ("step", "tokens", "val_bpb", "cross_site_bytes", "sim_time_s")
@@ -448,7 +448,7 @@ def test_decoupled_run_survives_a_dead_island(tmp_path: Path, quorum: int) -> No
     strip = lambda m: {k: v for k, v in m.items() if k != "island_steps"}  # noqa: E731
     assert [strip(m) for m in rep["merges"]] == [strip(m) for m in sim["decoupled"]["merges"]]
     clocks = {"island_busy_s", "island_idle_s", "compute_utilization", "goodput", "config", "decoupled",
-              "wall_time_s"}
+              "wall_time_s", "cpu_time_s"}
     diff = {k for k in sim if sim[k] != res.get(k)}
     assert diff <= clocks, {k: (sim[k], res.get(k)) for k in diff - clocks}
     assert res["final_val_bpb"] == sim["final_val_bpb"] and res["ledger"] == sim["ledger"]

@@ -39,7 +39,7 @@ class IslandConfig:
 @dataclass
 class ExperimentConfig:
     experiment: str = "baseline"  # baseline | two_site | eight_cell
-    preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | gpu)
+    preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | demo-long | gpu-small | gpu)
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast for forward/backward; fp32 weights, optimizer and sync state)
@@ -52,7 +52,7 @@ class ExperimentConfig:
     link: LinkConfig = field(default_factory=LinkConfig)  # the wide-area link between islands (simulated clock)
     islands: list[IslandConfig] = field(default_factory=lambda: [IslandConfig()])  # one entry per island
     faults: FaultConfig = field(default_factory=FaultConfig)  # injected faults, an adversarial island and the defences
-    threads: int = 0  # torch intra-op threads for this run (0 = torch's default); 1 is best on a shared machine
+    threads: int = 1  # torch intra-op threads (1: the same numbers on every machine; 0 = torch's default, machine-dependent)
     checkpoint_every: int = 0  # write DIR/checkpoint.pt every N steps (0 = never); resume with --resume DIR
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "islands_kit"  # wandb project name

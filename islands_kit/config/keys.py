@@ -34,14 +34,17 @@ SYNONYMS: dict[str, str] = {
     "experts": "n_experts", "topk": "top_k", "num_heads": "n_heads", "block_size": "seq_len", "seq_length": "seq_len",
     "context_length": "seq_len", "warmup": "warmup_steps", "dataset": "corpus", "eval_interval": "eval_every",
     "optimizer": "name", "wd": "weight_decay", "sync_every": "H", "inner_steps": "H", "delay": "tau",
+    # nanoGPT's names
+    "max_iters": "steps", "n_layer": "n_layers", "n_embd": "d_model", "n_head": "n_heads", "warmup_iters": "warmup_steps",
 }
 
 
 def nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
     """' (did you mean X?)' for the valid keys closest to a mistyped one, else ''. A key that moved (``MOVED_KEYS``)
     names its new place; then, in the same section, a common synonym (``learning_rate`` -> ``lr``), an acronym of
-    the typed words (``learning_rate`` -> ``lr``) or a name containing / contained in the typed one; then the
-    closest spellings (difflib)."""
+    the typed words (``learning_rate`` -> ``lr``) or a name containing / contained in the typed one; then a field of
+    that name (or synonym) in another section (nanoGPT's flat ``lr``, ``batch_size``, ``max_iters`` -> ``optim.lr``,
+    ``islands.<i>.batch_size``, ``steps``); then the closest spellings (difflib)."""
     if prefix + key in MOVED_KEYS:
         return f" (did you mean {MOVED_KEYS[prefix + key]}? the key moved there)"
     same_depth = [v for v in valid if v.count(".") == key.count(".")]
@@ -55,6 +58,9 @@ def nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
                 or (min(len(name), len(last)) >= 3 and (name in last or last in name)))
 
     near = [v for v in siblings if named_alike(v)]
+    if not near:
+        want = {last.lower(), SYNONYMS.get(last.lower(), "")}
+        near = [v for v in valid if v.rpartition(".")[2] in want]
     near += [v for v in difflib.get_close_matches(key, same_depth, n=3, cutoff=0.6) if v not in near]
     near = near[:3]
     return f" (did you mean {' or '.join(prefix + n for n in near)}?)" if near else ""

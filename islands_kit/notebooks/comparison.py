@@ -81,7 +81,7 @@ def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_di
     Streams each notebook's output (its progress lines, labelled with the run) and prints a line as each run starts
     and ends. ``jobs`` > 1 (``comparison_jobs``): that many notebooks at once, each in its own process with one torch
     thread (``threads=1``: the numbers are then those of any one-thread run of the same seed); 1: one after another
-    with the preset's threads. Returns label (``experiment``, or ``experiment s<seed>``) -> output folder
+    with the config's threads (one unless overridden). Returns label (``experiment``, or ``experiment s<seed>``) -> output folder
     (result.json, history.jsonl, PNGs and the executed notebook), in the order of ``experiments`` and ``seeds``."""
     out = Path(out_dir)
     seeds = sweep_seeds(shared["seed"], seeds)

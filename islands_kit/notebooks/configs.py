@@ -3,6 +3,7 @@
 notebook's three runs and the scaling notebook's cross of points. A bad value raises ConfigError naming the field."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -51,12 +52,20 @@ def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(overrides)
 
 
+# the folder a notebook's relative output paths start from, when set (``make lab`` sets it to the checkout): a Jupyter
+# kernel runs in the notebook's own folder, so ``runs/...`` would otherwise land in ``notebooks/runs/...``, where
+# ``islands-kit compare runs/...`` from the checkout does not look
+BASE_DIR_ENV = "ISLANDS_KIT_BASE_DIR"
+
+
 def resolve_out_dir(out_dir: str | Path, default: str | Path | ExperimentConfig) -> Path:
     """``out_dir`` made absolute and created; when empty, ``default`` (for a config:
-    ``runs/<experiment>-<preset>-s<seed>``)."""
+    ``runs/<experiment>-<preset>-s<seed>``). A relative path starts from ``$ISLANDS_KIT_BASE_DIR`` when set, else from
+    the working directory."""
     if isinstance(default, ExperimentConfig):
         default = Path("runs") / f"{default.experiment}-{default.preset}-s{default.seed}"
-    out = Path(out_dir if str(out_dir) else default).resolve()
+    out = Path(os.environ.get(BASE_DIR_ENV) or ".") / Path(out_dir if str(out_dir) else default)
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -70,7 +79,8 @@ def decoupled_pair(cfg: ExperimentConfig, windows: int, straggler_factor: float,
     x H inner steps, every one waiting for site B; ``decoupled`` (``sync.mode=decoupled``) runs round(that x
     ``straggler_factor``) ticks of the global schedule: site A takes a step every tick, site B one every
     ``straggler_factor`` ticks, as many as in lock-step (the same simulated time when the link never holds lock-step
-    up; ``benchmarks/decoupled.py``'s equal-time arm)."""
+    up; ``benchmarks/decoupled.py``'s equal-time arm). They log to their own wandb group (``<group>-side-runs``):
+    side runs of the notebook, not members of the comparison the notebook may be part of."""
     _check(isinstance(windows, int) and not isinstance(windows, bool) and windows >= 1, "decoupled_windows",
            "must be an integer >= 1 (the section's length in H-step windows)", windows)
     _check(isinstance(straggler_factor, (int, float)) and not isinstance(straggler_factor, bool)
@@ -81,7 +91,8 @@ def decoupled_pair(cfg: ExperimentConfig, windows: int, straggler_factor: float,
     _check(len(cfg.islands) >= 2, "islands", "the decoupled section needs a site B (island 1)", len(cfg.islands))
     steps = windows * cfg.sync.H
     ticks = round(steps * straggler_factor)
-    slow: dict[str, Any] = {"faults.straggler_island": 1, "faults.straggler_factor": float(straggler_factor)}
+    slow: dict[str, Any] = {"faults.straggler_island": 1, "faults.straggler_factor": float(straggler_factor),
+                            "wandb_group": f"{cfg.wandb_group or f'{cfg.experiment}-{cfg.preset}'}-side-runs"}
     if link:
         slow["link.preset"] = link
     return {"lockstep": apply_overrides(cfg, {**slow, "sync.mode": "lockstep", "steps": steps, "eval_every": steps}),

@@ -40,11 +40,13 @@ def ddp_bytes_per_step(result: Mapping[str, Any]) -> float:
     return float(result["ddp_equivalent_bytes"]) / max(int(result["steps"]), 1)
 
 
-def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site") -> bool:
+def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site",
+                  run_preset: str | None = None) -> bool:
     """Draw the protocol's measured bpb-vs-bytes points of ``experiment`` (``benchmarks/frontier-*.json``, written by
     ``benchmarks/protocol.py --write-results``; a relative path is read from the installed wheel, which carries them,
-    or the checkout) with ``plots.frontier``, saved as OUT_DIR/frontier.png. Without the file, say how to measure it
-    and return False."""
+    or the checkout) with ``plots.frontier``, saved as OUT_DIR/frontier.png. The title says whose points they are (the
+    preset they were measured at, not the run beside them); when that is not ``run_preset`` a line says so too. Without
+    the file, say how to measure it and return False."""
     from islands_kit import plots
     from islands_kit.resources import resource_file
 
@@ -52,5 +54,11 @@ def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: st
     if not path.exists():
         print(f"{path} not found: run benchmarks/protocol.py --write-results in a checkout to measure the frontier")
         return False
-    plots.show(plots.frontier(json.loads(path.read_text()), experiment=experiment), Path(out_dir) / "frontier.png")
+    points = json.loads(path.read_text())
+    measured = str(points[0].get("preset", "demo")) if points else "demo"
+    if run_preset is not None and run_preset != measured:
+        print(f"frontier.png: the {measured} preset's measured points ({path.name}, benchmarks/RESULTS.md), not this "
+              f"{run_preset} run's: the figure is the same whatever this notebook ran")
+    title = f"{experiment}: quality vs bytes, the {measured} preset's measured points (benchmarks/RESULTS.md), not this run"
+    plots.show(plots.frontier(points, title=title, experiment=experiment), Path(out_dir) / "frontier.png")
     return True

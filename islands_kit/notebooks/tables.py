@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from islands_kit.compare import ratio_words, x_fewer_bytes
+from islands_kit.compare import ratio_phrase, smoke_note, x_fewer_bytes
 from islands_kit.config import ExperimentConfig
 
 
@@ -44,10 +44,12 @@ def result_summary(result: Mapping[str, Any]) -> str:
         bpb = f"DIVERGED at step {result['diverged_at_step']} ({result.get('diverged_reason')}): no final bpb"
     else:
         bpb = f"final validation bpb {result['final_val_bpb']:.4f} on {result.get('val_bytes', '?')} bytes"
-    return (f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
+    note = smoke_note([result.get("preset")])
+    return ((f"{note}\n" if note else "") + f"{result['experiment']}: {bpb} (xz -9e on the same bytes: {result['compressor_bpb']['xz']:.3f}); "
             f"{result['tokens']:,} training tokens\n"
-            f"link: {sent:,} bytes sent, {ratio_words(x_fewer_bytes(result))} than an fp32 gradient all-reduce every "
-            f"step among {n_islands} islands would send; peak "
+            f"link: {sent:,} bytes sent, "
+            f"{ratio_phrase(x_fewer_bytes(result), f'an fp32 gradient all-reduce every step among {n_islands} islands')} "
+            f"would send; peak "
             f"{result['peak_link_bytes_per_s'] / 1e6:,.1f} MB/s\n"
             f"simulated wall-clock {result['sim_wall_clock_s']:.2f} s at {100 * result['compute_utilization']:.1f}% compute "
             f"utilisation; real time {result['wall_time_s']:.1f} s")
@@ -71,8 +73,12 @@ def format_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None
 
 
 def decoupled_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line per run of the decoupled section (label -> result.json): inner steps per island, training tokens,
-    simulated seconds, goodput and final validation bpb."""
+    """A title that says what these runs are (the two_site notebook's side runs: in a comparison's output, where the
+    notebook's lines are relayed, they must not read as its rows), then one line per run of the decoupled section
+    (label -> result.json): inner steps per island, training tokens, simulated seconds, goodput and final bpb."""
+    factor = next(iter(results.values()))["config"].get("faults", {}).get("straggler_factor") if results else None
+    title = ("two_site side runs, lock-step vs decoupled" + (f" with site B {factor:g}x slower" if factor else "")
+             + " (not rows of any comparison):")
     rows = []
     for label, r in results.items():
         names = [i["name"] for i in r["config"]["islands"]]
@@ -81,7 +87,7 @@ def decoupled_table(results: Mapping[str, Mapping[str, Any]]) -> str:
                      "inner steps": ", ".join(f"{names[int(k)]} {steps[k]}" for k in sorted(steps, key=int)),
                      "tokens": f"{r['tokens']:,}", "simulated s": r["sim_wall_clock_s"], "goodput": r["goodput"],
                      "final bpb": r["final_val_bpb"]})
-    return format_rows(rows)
+    return title + "\n" + format_rows(rows)
 
 
 def poisoned_island_table(results: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> str:

@@ -9,17 +9,20 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from islands_kit import references
-from islands_kit.compare import ratio_words
+from islands_kit.compare import format_bytes, ratio_words
 from islands_kit.plots.style import _CYCLE, color, new_figure
 
 
 def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
-    """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link (log scale) with each run's
-    fp32 all-reduce every step among its own islands as a dotted tick and each bar's ratio to it in words, and
-    compute utilisation."""
+    """Three panels from ``compare.compare_table`` rows: final bpb, bytes on the link and compute utilisation.
+
+    The bytes panel (log scale) shows absolute bytes first: each bar is the run's total, labelled with it and its
+    bytes per island; each run's fp32 all-reduce every step among its own islands is a dotted tick. Under the
+    numbers, both ratios with their reference in words: against the reference run (the baseline) and against the
+    run's own all-reduce. Head-room above the tallest tick keeps the legend clear of every tick and label."""
     if not rows:
         raise ValueError("rows: need at least one compare_table row")
-    fig, axes = new_figure(ncols=3, width=4.2)
+    fig, axes = new_figure(ncols=3, width=4.8)
     several = len({r["seed"] for r in rows}) > 1
     labels = [f"{r['experiment']}\ns{r['seed']}" if several else str(r["experiment"]) for r in rows]
     cols = [color(str(r["experiment"]), i) for i, r in enumerate(rows)]
@@ -30,18 +33,26 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
         axes[0].annotate(f"{v:.3f}", (p, v), ha="center", va="bottom", fontsize=8)
     axes[0].set_ylabel("final validation bpb (bits per byte)")
     axes[0].set_title("Quality at equal tokens")
+    ref = str(rows[0].get("reference_experiment", "the reference run"))
     sent = [max(float(r["cross_site_bytes"]), 1.0) / 1e6 for r in rows]
     axes[1].bar(pos, sent, color=cols)
     allreduce = [float(r["ddp_equivalent_bytes"]) / 1e6 for r in rows]
     axes[1].hlines(allreduce, pos - 0.4, pos + 0.4, linestyles=":", color="0.3",
-                   label="fp32 all-reduce every step (same islands)")
-    axes[1].legend(fontsize=8)
+                   label="fp32 all-reduce every step among the run's own islands")
+    for p, r, s, a in zip(pos, rows, sent, allreduce):
+        n = int(r.get("n_islands") or 1)
+        text = [f"{format_bytes(float(r['cross_site_bytes']))} total", f"{format_bytes(float(r['cross_site_bytes']) / n)} per island"]
+        if "x_fewer_than_ref" in r:
+            text += [f"vs {ref}:", ratio_words(float(r["x_fewer_than_ref"]))]
+        text += ["vs own all-reduce:", ratio_words(float(r["x_fewer_bytes"]))]
+        axes[1].annotate("\n".join(text), (p, max(s, a)), xytext=(0, 3), textcoords="offset points", ha="center",
+                         va="bottom", fontsize=7)
     axes[1].set_yscale("log")
-    for p, r in zip(pos, rows):
-        axes[1].annotate(ratio_words(float(r["x_fewer_bytes"])), (p, max(float(r["cross_site_bytes"]), 1.0) / 1e6),
-                         ha="center", va="bottom", fontsize=8)
+    top = max(sent + allreduce)
+    axes[1].set_ylim(min(sent + allreduce) / 3, top * 10 ** 3)  # room for the labels, then the legend, above
+    axes[1].legend(fontsize=7, loc="upper center")
     axes[1].set_ylabel("bytes on the link (MB, log scale)")
-    axes[1].set_title("Communication")
+    axes[1].set_title(f"Communication (ratios: vs {ref}'s bytes, vs own all-reduce)", fontsize=9)
     util = [100 * float(r["compute_utilization"]) for r in rows]
     axes[2].bar(pos, util, color=cols)
     axes[2].set_ylim(0, 105)
@@ -107,13 +118,13 @@ def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, expe
     fig, ax = new_figure(width=10.0, height=4.6)
     for i, p in enumerate(points):
         is_default = bool(p.get("default"))
-        name = p["label"] + (" (default)" if is_default else "")
+        name = p["label"] + (" (default)" if is_default and "default" not in p["label"] else "")
         off = p["ratio"] > y_max
         y = y_max if off else p["ratio"]
         ax.scatter([p["fewer"]], [y], s=90 if is_default else 30, marker="*" if is_default else "^" if off else "o",
                    color=color(experiment, 0) if is_default else _CYCLE[(i + 3) % len(_CYCLE)], zorder=3,
-                   clip_on=False, label=f"{i + 1}. {name}: {p['ratio']:.3f}x at {p['fewer']:.0f}x fewer bytes"
-                   + (" (off the top)" if off else ""))
+                   clip_on=False, label=f"{i + 1}. {name}: {p['ratio']:.3f}x the baseline's bpb at {p['fewer']:.0f}x "
+                   "fewer bytes than data-parallel" + (" (off the top)" if off else ""))
         ax.annotate(str(i + 1), (p["fewer"], y), fontsize=7, xytext=(4, -9 if off else 3), textcoords="offset points")
     lo = min(1.0, min(p["ratio"] for p in points))
     ax.set_ylim(lo - 0.01, min(y_max, max(p["ratio"] for p in points)) + 0.01)

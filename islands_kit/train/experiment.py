@@ -102,11 +102,13 @@ class Experiment:
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
         self.elapsed_before = 0.0  # wall seconds spent before a resume
+        self.cpu_before = 0.0  # this run's process CPU seconds before a resume
         self.history: list[dict[str, Any]] = []
         self.diverged_at_step: int | None = None  # set when the run stops on NaN/inf (see run())
         self.diverged_reason: str | None = None
         self.val_curve: list[list[float]] = []
         self.wall_start = time.time()
+        self.cpu_start = time.process_time()
         self.progress: Progress | None = None  # set by run_experiment: live progress lines
         # the one process that writes outputs (under torch.distributed: rank 0, which holds island 0)
         self.is_writer = min(self.islands) == 0 and self.transport.is_writer
@@ -170,6 +172,11 @@ class Experiment:
         steps (``optim.snoo``; fragment "snoo")."""
         snoo = self.first.snoo
         return self.strategy.outer_records() + ([{**r, "fragment": "snoo"} for r in snoo.records] if snoo else [])
+
+    def cpu_s(self) -> float:
+        """CPU seconds this run's process has spent on it (every thread; set-up included): on a shared machine, where
+        wall time also counts the other jobs, what the run really cost."""
+        return self.cpu_before + time.process_time() - self.cpu_start
 
     # -- the loop -----------------------------------------------------------------------------------------------
     def train_step(self) -> dict[int, float]:
@@ -294,7 +301,7 @@ class Experiment:
             ledger=led.to_dict(), transfer_time_s=self.transport.transfer_stats("fragments"),
             sim_wall_clock_s=max(clock.now.values()), compute_utilization=clock.utilization(),
             island_busy_s=dict(clock.busy), island_idle_s=dict(clock.idle),
-            wall_time_s=self.elapsed_s(),
+            wall_time_s=self.elapsed_s(), cpu_time_s=self.cpu_s(),
             # device, precision, GPU name and count, CUDA and NCCL versions (GPU fields null on the CPU)
             **describe_device(self.device, cfg.precision),
             versions=versions(), git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
@@ -316,7 +323,7 @@ class Experiment:
             "adversary": self.adversary.state_dict() if self.adversary is not None else None,
             "defense": self.defense.state_dict() if self.defense is not None else None,
             "history": self.history, "val_curve": self.val_curve,
-            "torch_rng": torch.get_rng_state(), "elapsed_s": self.elapsed_s(),
+            "torch_rng": torch.get_rng_state(), "elapsed_s": self.elapsed_s(), "cpu_s": self.cpu_s(),
             "transport": transport,
         }
 
@@ -338,3 +345,5 @@ class Experiment:
         self.val_curve = [list(v) for v in state["val_curve"]]
         torch.set_rng_state(state["torch_rng"])
         self.elapsed_before = float(state["elapsed_s"])
+        cpu = state.get("cpu_s", 0.0)  # a checkpoint written before CPU time was kept, or a bad value: start from 0
+        self.cpu_before = float(cpu) if isinstance(cpu, (int, float)) and math.isfinite(cpu) and cpu >= 0 else 0.0
