@@ -10,7 +10,7 @@ import pytest
 
 from islands_kit import orbit
 from islands_kit.comm.link import LinkModel, Windows, link_config
-from islands_kit.config import ConfigError
+from islands_kit.config import ConfigError, ExperimentConfig, IslandConfig, apply_overrides
 from islands_kit.config.orbit import OrbitConfig, StationConfig
 
 MU, R = 398600.4418, 6371.0088  # km^3/s^2, km: written out here, not read from the library
@@ -167,3 +167,11 @@ def test_bad_station_and_schedule_settings_name_the_field() -> None:
         link_config("transpacific-25g", schedule="lunar")
     with pytest.raises(ConfigError, match=r"link\.contact_period_s: must be 0 with schedule=orbit"):
         link_config("leo-satellite", schedule="orbit")
+
+
+def test_an_experiment_on_the_orbit_has_no_island_beyond_its_stations_and_satellites() -> None:
+    cfg = ExperimentConfig(islands=[IslandConfig()] * 2)
+    apply_overrides(cfg, {"link.preset": "leo-orbit"})  # station + satellite: fine
+    with pytest.raises(ConfigError, match=r"islands: link.schedule=orbit: .*1 ground station.*2 satellites"):
+        apply_overrides(ExperimentConfig(islands=[IslandConfig()] * 4),
+                        {"link.preset": "leo-orbit", "link.orbit.n_satellites": "2"})
