@@ -200,10 +200,12 @@ def eclipse_windows(cfg: OrbitConfig, k: int) -> list[Window]:
 
 
 def compute_factor(cfg: OrbitConfig, k: int, t_sim: float) -> float:
-    """Compute speed of satellite ``k`` at simulated time ``t_sim``: ``eclipse_throttle`` in shadow, else 1."""
+    """Compute speed of satellite ``k`` at simulated time ``t_sim``: ``eclipse_throttle`` in shadow, else 1 (the
+    same shadow as ``eclipse_windows``, repeating every ``horizon_s`` like the contact windows)."""
     t = (t_sim * cfg.time_compression) % cfg.horizon_s  # orbital time within the repeating horizon
-    shade = any(a <= t < b for a, b in eclipse_windows(cfg, k))
-    return cfg.eclipse_throttle if shade else 1.0
+    ue = eclipse_half_angle(cfg)
+    off = argument_of_latitude(cfg, k, t) % (2.0 * math.pi) - math.pi  # from the middle of the shadow
+    return cfg.eclipse_throttle if ue > 0.0 and abs(off) < ue else 1.0
 
 
 def contact_plan(cfg: OrbitConfig) -> OrbitPlan:

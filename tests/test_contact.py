@@ -12,7 +12,16 @@ import pytest
 import torch
 
 from islands_kit.comm.codecs import fp32_codec
-from islands_kit.comm.link import ALWAYS_UP, ContactPlan, LinkModel, Periodic, Windows, link_config, up_windows
+from islands_kit.comm.link import (
+    ALWAYS_UP,
+    ContactPlan,
+    LinkModel,
+    Periodic,
+    Windows,
+    down_time_s,
+    link_config,
+    up_windows,
+)
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import LinkConfig
 
@@ -37,6 +46,8 @@ def test_windows_walk_any_list() -> None:
     assert list(up_windows(cyc, 0.0, 210.0)) == [(0.0, 5.0), (90.0, 100.0), (100.0, 105.0), (190.0, 200.0),
                                                  (200.0, 205.0)]
     assert list(up_windows(ALWAYS_UP, 3.0, 9.0)) == [(3.0, 9.0)]
+    assert down_time_s(cyc, 0.0, 210.0) == 210.0 - 35.0 and down_time_s(ALWAYS_UP, 0.0, 5.0) == 0.0
+    assert down_time_s(Periodic(60.0, 0.5), 20.0, 200.0) == pytest.approx(180.0 - 10.0 - 30.0 - 30.0 - 20.0)
     assert Windows(()).next_up(0.0) == (math.inf, math.inf)
 
 

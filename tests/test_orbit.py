@@ -100,6 +100,7 @@ def test_eclipse_fraction_at_beta_zero_is_asin_r_over_a_over_pi(h: float) -> Non
         shade = x < 0 and math.hypot(y, z) < R
         if abs(math.hypot(y, z) - R) > 1e-3:  # not on the shadow's edge
             assert orbit.compute_factor(cfg, 1, t) == (cfg.eclipse_throttle if shade else 1.0)
+            assert any(a <= t < b for a, b in orbit.eclipse_windows(cfg, 1)) == shade  # the listed windows agree
 
 
 def test_eclipse_shrinks_with_beta_and_vanishes_beyond_the_critical_angle() -> None:

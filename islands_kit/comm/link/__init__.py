@@ -92,6 +92,7 @@ from islands_kit.comm.link.contact import (
     Periodic,
     Windows,
     contact_plan,
+    down_time_s,
     up_windows,
 )
 from islands_kit.comm.link.latency import (
@@ -107,6 +108,6 @@ from islands_kit.comm.link.transfer import Transfer, received, transfer_time_sta
 from islands_kit.config import LINK_PRESETS, ConfigError, link_config
 
 __all__ = ["ALWAYS_UP", "NEVER_UP", "LATE_SIGMAS", "REORDER_SLACK_RTT", "LINK_PRESETS", "ContactPlan", "LinkModel",
-           "Periodic", "Transfer", "Windows", "closed_form_time", "contact_plan", "effective_rate_bps",
+           "Periodic", "Transfer", "Windows", "closed_form_time", "contact_plan", "down_time_s", "effective_rate_bps",
            "late_threshold_s", "received", "link_config", "one_way_latency", "transfer_time_stats", "up_windows",
            "ConfigError"]

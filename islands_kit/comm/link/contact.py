@@ -122,6 +122,12 @@ def up_windows(schedule: Schedule, t0: float, t1: float) -> Iterator[tuple[float
         t = e
 
 
+def down_time_s(schedule: Schedule, t0: float, t1: float) -> float:
+    """Seconds of [t0, t1) when the link is down: what a transfer posted at t0 can at most spend waiting for a
+    window before t1."""
+    return (t1 - t0) - sum(b - a for a, b in up_windows(schedule, t0, t1)) if t1 > t0 else 0.0
+
+
 @dataclass(frozen=True)
 class ContactPlan:
     """Every directed link's schedule and rate: ``links[(src, dst)] = (schedule, rate_bps or None)``; a pair not
