@@ -80,6 +80,11 @@ class ExperimentConfig:
         n = len(self.islands)
         if self.sync.strategy == "butterfly" or self.sync.routing_sync_mode == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
+        if self.link.schedule == "orbit":
+            o = self.link.orbit
+            _check(n <= len(o.stations) + o.n_satellites, "islands", "link.schedule=orbit: islands are the orbit's "
+                   f"{len(o.stations)} ground station(s) then its {o.n_satellites} satellites; an island beyond them "
+                   "has no link at all", n)
         _check(0 <= self.threads <= MAX_THREADS, "threads", f"must be >= 0 and <= {MAX_THREADS} (0 = torch default)",
                self.threads)
         _check(isinstance(self.log_every, int) and self.log_every >= 1, "log_every", "must be an integer >= 1",

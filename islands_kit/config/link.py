@@ -1,10 +1,13 @@
 """The wide-area link section (``link.*``) and the named links (``LINK_PRESETS``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from islands_kit.config.orbit import OrbitConfig
 from islands_kit.config.rules import MAX_CHUNK_FAILURE, MAX_SENDS_PER_CHUNK, _check, _check_fields
+
+SCHEDULES = ("periodic", "orbit")
 
 
 @dataclass
@@ -28,8 +31,10 @@ class LinkConfig:
     pacing_bps: float = 0.0  # 0 = no pacing cap
     chunk_bytes: int = 4 << 20  # chunk size of a chunked transfer
     method: str = "chunked"  # chunked | naive
-    contact_period_s: float = 0.0  # >0: intermittent contact (LEO); link up for contact_fraction of each period
+    schedule: str = "periodic"  # contact schedule: periodic (contact_period_s, every pair alike) | orbit (link.orbit)
+    contact_period_s: float = 0.0  # periodic, >0: intermittent contact; link up for contact_fraction of each period
     contact_fraction: float = 1.0  # share of each contact period the link is up
+    orbit: OrbitConfig = field(default_factory=OrbitConfig)  # schedule=orbit: per-link windows from orbit geometry
     fec_group: int = 16  # chunked + FEC: data chunks per erasure-coded group
     fec_parity: int = 0  # parity chunks per group (any fec_group of the group's chunks rebuild it); 0 = no FEC
 
@@ -57,6 +62,10 @@ class LinkConfig:
         _check(self.pacing_bps >= 0, p + "pacing_bps", "must be >= 0 (0 = no cap)", self.pacing_bps)
         _check(self.chunk_bytes >= 1, p + "chunk_bytes", "must be >= 1", self.chunk_bytes)
         _check(self.method in ("chunked", "naive"), p + "method", "must be one of chunked|naive", self.method)
+        _check(self.schedule in SCHEDULES, p + "schedule", "must be one of " + "|".join(SCHEDULES), self.schedule)
+        _check(self.schedule == "periodic" or self.contact_period_s == 0, p + "contact_period_s",
+               "must be 0 with schedule=orbit (the orbit decides every link's windows)", self.contact_period_s)
+        _check(isinstance(self.orbit, OrbitConfig), p + "orbit", "must be an OrbitConfig", self.orbit)
         _check(self.contact_period_s >= 0, p + "contact_period_s", "must be >= 0", self.contact_period_s)
         _check(0 < self.contact_fraction <= 1, p + "contact_fraction", "must be in (0, 1]", self.contact_fraction)
         _check(self.fec_group >= 1, p + "fec_group", "must be >= 1", self.fec_group)
@@ -87,6 +96,13 @@ LINK_PRESETS: dict[str, dict[str, Any]] = {
     "leo-satellite": dict(bandwidth_bps=200e6, rtt_s=0.040, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
                           tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
                           contact_period_s=60.0, contact_fraction=0.5),
+    # Ground links of satellites in low Earth orbit (link.orbit: 4 satellites at 550 km, one station, 25° mask): up
+    # only while a satellite is above the station's elevation mask, per satellite and station (a few minutes a pass).
+    # 520 Mbit/s is Sentinel-2's X-band downlink (ESA); a round trip over the 25° slant range (~1,100 km) is ~7.5 ms;
+    # the noise figures are leo-satellite's. Sources: docs/methods.md.
+    "leo-orbit": dict(bandwidth_bps=520e6, rtt_s=0.0075, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
+                      tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
+                      schedule="orbit", contact_period_s=0.0, contact_fraction=1.0),
 }
 
 

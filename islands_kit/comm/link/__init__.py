@@ -13,9 +13,16 @@ Model (one ``LinkModel`` per link; all times in seconds on the simulated clock)
   ``L = rtt/2 · exp(jitter_sigma · |Z|) + T`` (``Z`` standard normal: a log-normal body that never goes below the
   speed-of-light floor rtt/2), plus with probability ``tail_prob`` a Pareto tail ``T = tail_scale_s · U^(-1/tail_alpha)``
   (``U`` uniform in (0, 1], so ``T >= tail_scale_s``), else ``T = 0``.
-* Contact windows (intermittent links, e.g. LEO). When ``contact_period_s > 0`` the wire serialises bytes only during
-  the first ``contact_fraction`` of each period ``[k·P, k·P + f·P)``; a transfer pauses outside and resumes at the next
-  window. Bytes already sent still arrive (propagation is not gated).
+* Contact windows (intermittent links, e.g. LEO). Each direction has a contact schedule (``contact.py``) and the wire
+  serialises bytes only inside its up-intervals; a transfer pauses outside and resumes at the next window. Bytes
+  already sent still arrive (propagation is not gated). ``link.schedule`` says where the schedules come from:
+  ``periodic`` (the default) gives every pair the same windows, the first ``contact_fraction`` of each period
+  ``[k·P, k·P + f·P)`` when ``contact_period_s > 0`` (always up otherwise); ``orbit`` gives each link its own list of
+  windows, and possibly its own rate, from the orbit geometry of ``link.orbit`` (``islands_kit/orbit.py``: ground
+  passes, inter-satellite links). A ``ContactPlan`` passed to ``LinkModel`` replaces the config's (any windows per
+  link). Every transport prices transfers with a ``LinkModel`` built from the same config, so the same schedule
+  decides delivery in the simulator and under torch.distributed. A direction that is never up again stops the run
+  with an error naming the link.
 * Connections and slow start. A direction holds ``n_connections`` connections with a congestion window each. With
   ``warm=True`` keep-alives hold every window at the bandwidth-delay product (``BDP = rate_bps/8 · rtt_s`` bytes,
   shared among the connections), so a transfer runs at full rate from its first byte. With ``warm=False`` a connection
@@ -78,6 +85,16 @@ otherwise: the chunked sender keeps its chunks back to back, so the last chunk's
 the naive stream's. With FEC the parity of every group but the last is serialised before the last group's data, so the
 duration is the closed form of ``nbytes + (G - 1) · m · chunk_bytes`` (G groups).
 """
+from islands_kit.comm.link.contact import (
+    ALWAYS_UP,
+    NEVER_UP,
+    ContactPlan,
+    Periodic,
+    Windows,
+    contact_plan,
+    down_time_s,
+    up_windows,
+)
 from islands_kit.comm.link.latency import (
     LATE_SIGMAS,
     REORDER_SLACK_RTT,
@@ -90,5 +107,7 @@ from islands_kit.comm.link.model import LinkModel
 from islands_kit.comm.link.transfer import Transfer, received, transfer_time_stats
 from islands_kit.config import LINK_PRESETS, ConfigError, link_config
 
-__all__ = ["LATE_SIGMAS", "REORDER_SLACK_RTT", "LINK_PRESETS", "LinkModel", "Transfer", "closed_form_time", "effective_rate_bps", "late_threshold_s",
-           "received", "link_config", "one_way_latency", "transfer_time_stats", "ConfigError"]
+__all__ = ["ALWAYS_UP", "NEVER_UP", "LATE_SIGMAS", "REORDER_SLACK_RTT", "LINK_PRESETS", "ContactPlan", "LinkModel",
+           "Periodic", "Transfer", "Windows", "closed_form_time", "contact_plan", "down_time_s", "effective_rate_bps",
+           "late_threshold_s", "received", "link_config", "one_way_latency", "transfer_time_stats", "up_windows",
+           "ConfigError"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from islands_kit.comm.link.contact import ContactPlan, contact_plan
 from islands_kit.comm.link.latency import effective_rate_bps, late_threshold_s, one_way_latency
 from islands_kit.comm.link.transfer import Transfer
 from islands_kit.comm.link.wire import Sender, Wire
@@ -19,6 +20,7 @@ from islands_kit.config import LinkConfig
 @dataclass
 class _Direction:
     wire: Wire
+    bdp_bytes: float  # this direction's bandwidth-delay product (its rate may be the contact plan's)
     cwnd: list[float]  # per connection, bytes (inf = full)
     last_use: list[float]
     count: int = 0
@@ -27,7 +29,8 @@ class _Direction:
 class LinkModel:
     """Seeded simulator of one wide-area link (see the module docstring for the model)."""
 
-    def __init__(self, cfg: LinkConfig, seed: int = 0, vectorise: bool = True, repair: bool = True) -> None:
+    def __init__(self, cfg: LinkConfig, seed: int = 0, vectorise: bool = True, repair: bool = True,
+                 contacts: ContactPlan | None = None) -> None:
         if not isinstance(cfg, LinkConfig):
             raise TypeError(f"cfg: must be a LinkConfig (got {type(cfg).__name__})")
         if not (isinstance(seed, (int, np.integer)) and seed >= 0):
@@ -38,15 +41,20 @@ class LinkModel:
         self.repair = repair  # False: the receiver never re-requests (see "Contents" above)
         self.rate_bps = effective_rate_bps(cfg)
         self.bdp_bytes = self.rate_bps / 8.0 * cfg.rtt_s
+        # when each direction may send and at what rate; by default what the config says (``contact_plan``), so
+        # every LinkModel made from one config -- the simulator's and each torch.distributed rank's -- agrees
+        self.contacts = contact_plan(cfg) if contacts is None else contacts
         self._dirs: dict[tuple[int, int], _Direction] = {}
 
     def _direction(self, src: int, dst: int) -> _Direction:
         d = self._dirs.get((src, dst))
         if d is None:
-            c = self.cfg
+            c, plan = self.cfg, self.contacts
             n = c.n_connections
-            d = _Direction(Wire(self.rate_bps, c.contact_period_s, c.contact_fraction),
-                           [float(c.init_cwnd_bytes)] * n, [-math.inf] * n)
+            own = plan.rate_bps(src, dst)
+            rate = self.rate_bps if own is None else (min(own, c.pacing_bps) if c.pacing_bps > 0 else own)
+            wire = Wire(rate, plan.schedule(src, dst), f"{src} -> {dst}; {plan.why_down}" if plan.why_down else "")
+            d = _Direction(wire, rate / 8.0 * c.rtt_s, [float(c.init_cwnd_bytes)] * n, [-math.inf] * n)
             self._dirs[(src, dst)] = d
         return d
 
@@ -72,7 +80,7 @@ class LinkModel:
         """Sum of the windows of ``conns`` at ``start_s`` (restart after idle when not kept warm)."""
         if self.cfg.warm:
             return math.inf
-        share = self.bdp_bytes / len(conns)
+        share = d.bdp_bytes / len(conns)
         total = 0.0
         for i in conns:
             if start_s - d.last_use[i] > self.cfg.idle_timeout_s:
@@ -97,7 +105,7 @@ class LinkModel:
         rng = np.random.default_rng(key)
         d.count += 1
         conns = list(range(self.cfg.n_connections)) if self.cfg.method == "chunked" else [0]
-        sender = Sender(d.wire, self.cfg.rtt_s, self._open_window(d, conns, start_s), self.bdp_bytes)
+        sender = Sender(d.wire, self.cfg.rtt_s, self._open_window(d, conns, start_s), d.bdp_bytes)
         if self.cfg.method == "chunked":
             tr = self._chunked(nbytes, start_s, sender, rng, key)
         else:

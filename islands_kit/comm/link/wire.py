@@ -7,14 +7,16 @@ import math
 
 import numpy as np
 
+from islands_kit.comm.link.contact import Schedule
+
 
 class Wire:
-    """One direction's serialiser: sorted, disjoint busy intervals plus the contact-window calendar."""
+    """One direction's serialiser: sorted, disjoint busy intervals plus its contact schedule (``contact.py``)."""
 
-    def __init__(self, rate_bps: float, period_s: float, fraction: float) -> None:
+    def __init__(self, rate_bps: float, contact: Schedule, why_down: str = "") -> None:
         self.rate_bps = rate_bps
-        self.period_s = period_s
-        self.fraction = fraction
+        self.contact = contact
+        self.why_down = why_down  # said when a transfer meets a link that is never up again
         self.starts: list[float] = []
         self.ends: list[float] = []
 
@@ -23,14 +25,11 @@ class Wire:
 
     def _in_contact(self, t: float) -> tuple[float, float]:
         """Earliest time >= t inside a contact window, and that window's end."""
-        if self.period_s <= 0:
-            return t, math.inf
-        P, up = self.period_s, self.period_s * self.fraction
-        k = math.floor(t / P)
-        end = k * P + up
-        if t < end:
-            return t, end
-        return (k + 1) * P, (k + 1) * P + up
+        s, e = self.contact.next_up(t)
+        if s == math.inf:
+            raise RuntimeError(f"link: no contact window at or after t = {t:.6g} s on this direction; its bytes "
+                               "would never leave" + (f" ({self.why_down})" if self.why_down else ""))
+        return s, e
 
     def free_span(self, t: float) -> tuple[float, float]:
         """Earliest time s >= t when the wire is free and in contact, and when that free span ends."""
@@ -122,7 +121,7 @@ class Sender:
         return t
 
     def can_vectorise(self, ready: float) -> bool:
-        return self.full and self.wire.period_s <= 0 and ready >= self.wire.last_end() and ready >= self.free_at
+        return self.full and self.wire.contact.always_up and ready >= self.wire.last_end() and ready >= self.free_at
 
     def send_many(self, sizes: np.ndarray, ready: float) -> np.ndarray:
         """Back-to-back chunks on a free, full-window, always-in-contact wire: last-byte times in one cumsum.
