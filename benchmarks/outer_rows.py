@@ -66,6 +66,10 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "SNOO K=25, 0.5/0.5, inner lr 4.5e-3": ("snoo", "baseline", 1, {**snoo(25, 0.5, 0.5), "optim.lr": "4.5e-3"}, [0]),
     "SNOO K=25, 0.7/0.9, no warm-up ramp of the inner lr": (
         "snoo", "baseline", 1, {**snoo(25, 0.7, 0.9), "optim.warmup_steps": "0"}, [0]),
+    "SNOO K=25, 0.7/0.9, experts follow AdamW (dense)": ("snoo2", "baseline", 1, snoo(25, 0.7, 0.9, params="dense"), [0]),
+    "SNOO K=25, 0.5/0.5, experts follow AdamW (dense)": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, params="dense"), [0]),
+    "SNOO K=25, 0.7/0.9, ramp 10, slow decay 0.04": (
+        "snoo2", "baseline", 1, snoo(25, 0.7, 0.9, momentum_warmup="10", weight_decay="0.04"), [0]),
     "SNOO K=25, 0.7/0.9, final fast": ("snoo2", "baseline", 1, snoo(25, 0.7, 0.9, final="fast"), [0]),
     "SNOO K=25, 0.5/0.5, final fast": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, final="fast"), [0]),
     "SNOO K=25, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10"), [0]),
