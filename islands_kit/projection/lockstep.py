@@ -10,7 +10,7 @@ pieces: a ``LocalTransport`` (its ``SimClock``, its ``Ledger`` and the ``LinkMod
    waited for (``sync.routing.RoutingSync``);
 3. data parallelism: the fp32 gradient is all-reduced and waited for at once (``sync.ddp.DDP``);
 4. Streaming DiLoCo: the outer results due at t are waited for, the fragments of ``schedule`` due at t are posted
-   (``sync.diloco.sync_schedule``), landing after step t + τ, and those due at once (τ = 0) are waited for.
+   (``sync.schedule.sync_schedule``), landing after step t + τ, and those due at once (τ = 0) are waited for.
 
 At the end (``final_fragment_bytes``) every result in flight is waited for and every fragment with steps since its
 last sync goes once more and is waited for (``DiLoCo.finalize``). Only waiting idles an island, so the simulated wall
@@ -30,7 +30,7 @@ from islands_kit.config import ExperimentConfig
 from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
 from islands_kit.sync.base import PendingQueue, strided_fragments
-from islands_kit.sync.diloco import sync_schedule
+from islands_kit.sync.schedule import sync_schedule
 
 
 @dataclass(frozen=True)

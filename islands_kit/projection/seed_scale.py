@@ -37,7 +37,7 @@ from islands_kit.config import DiLoCoConfig, LinkConfig, ModelConfig, SyncConfig
 from islands_kit.islands import HARDWARE, step_flops
 from islands_kit.projection.decoupled import DecoupledPlan, DecoupledResult, price_decoupled
 from islands_kit.projection.lockstep import LockStepPlan, price_lock_step, summary
-from islands_kit.sync.diloco import sync_schedule
+from islands_kit.sync.schedule import sync_schedule
 
 __all__ = ["ideal_link", "seed_scale_projection"]
 

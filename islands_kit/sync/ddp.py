@@ -11,6 +11,7 @@ from torch import nn
 
 from islands_kit.comm.transport import Transport, ring_bytes
 from islands_kit.sync.base import FragmentView, LockstepStrategy
+from islands_kit.sync.registry import StrategySpec, register_strategy
 
 
 def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
@@ -46,3 +47,6 @@ class DDP(LockstepStrategy):
 
     def eval_state(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.models[self.ids[0]].state_dict().items()}
+
+
+register_strategy(StrategySpec.of("ddp", None, lambda a: DDP(a.models, a.transport)))

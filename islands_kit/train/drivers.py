@@ -48,6 +48,16 @@ class Driver(abc.ABC):
         step count itself)."""
         return None
 
+    @classmethod
+    def create(cls, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport, step_s: dict[int, float],
+               strategy: Any) -> Driver:
+        """The driver over ``strategy`` (a strategy of this driver's kind: ``sync/registry.py``)."""
+        return cls(cfg, islands, transport, step_s, strategy)  # type: ignore[call-arg]
+
+    @staticmethod
+    def check_placement(cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport) -> None:
+        """Refuse a placement of islands on processes this driver cannot run (before the strategy is built)."""
+
     def preempted(self, island: int, step: int) -> bool:
         """Is ``island`` away during inner step ``step``? Never where the strategy needs every island (it waits)."""
         f = self.cfg.faults
@@ -94,6 +104,15 @@ class LockstepDriver(Driver):
         super().__init__(cfg, islands, transport, step_s)
         self.strategy: LockstepStrategy = strategy
         self.routing = routing
+
+    @classmethod
+    def create(cls, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport, step_s: dict[int, float],
+               strategy: Any) -> Driver:
+        """With the routing statistics on their own channel (pairwise with ``sync.routing_sync_mode=butterfly``)."""
+        s = cfg.sync
+        routing = RoutingSync(transport, s.routing_sync and cfg.model.n_experts > 1,
+                              butterfly=s.routing_sync_mode == "butterfly")
+        return cls(cfg, islands, transport, step_s, strategy, routing)
 
     def stall_for_preemption(self, t: int) -> None:
         """A strategy that needs every island under a preemption: when the preempted island leaves (before inner
