@@ -103,7 +103,7 @@ def make_transport(cfg: ExperimentConfig,
     initialising torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
     wrong process count fails at once on every rank."""
     layout = RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
-    decoupled = cfg.sync.mode == "decoupled"
+    decoupled = cfg.sync.traits.own_clocks
     n = len(cfg.islands)
     if decoupled and layout.world_size != n:
         raise ConfigError(f"islands[*].dp_ranks: sync.mode=decoupled runs one process per island: WORLD_SIZE must "

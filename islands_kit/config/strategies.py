@@ -33,19 +33,29 @@ class StrategyTraits:
     quorum: bool = False  # merges what a quorum of islands sent (sync.quorum must not exceed the islands)
     checkpoints: bool = True  # its state can be checkpointed (checkpoint_every > 0)
     projection: str = ""  # how projection/ prices it: every_step (gradients) | fragments (lock-step) | quorum | ""
+    summary: str = ""  # its settings in one line, a str.format template of ``s`` (the SyncConfig); "" = description
+
+    def summarise(self, sync: object) -> str:
+        """The one-line summary of ``sync`` (a SyncConfig this row answers) that the notebooks print."""
+        return self.summary.format(s=sync) if self.summary else self.description
 
 
+_DILOCO_SUMMARY = ("H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, outer lr {s.diloco.outer_lr} "
+                   "(Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), codec {s.codec}, routing sync {s.routing_sync}")
 STRATEGY_TRAITS: dict[str, StrategyTraits] = {t.name: t for t in (
     StrategyTraits("ddp", "ddp", "lockstep", "ddp (gradients all-reduced every step, fp32)",
                    synchronous=True, global_state=True, projection="every_step"),
     StrategyTraits("diloco", "diloco", "lockstep", "streaming DiLoCo (fragments synced every H steps, outer step)",
-                   takes_faults=True, global_state=True, projection="fragments"),
+                   takes_faults=True, global_state=True, projection="fragments",
+                   summary="streaming DiLoCo " + _DILOCO_SUMMARY),
     StrategyTraits("butterfly", "butterfly", "lockstep", "butterfly mixing (pairwise fragment exchanges, no all-reduce)",
-                   own_replica=True, pairwise=True),
+                   own_replica=True, pairwise=True,
+                   summary="butterfly H={s.H}, P={s.n_fragments} fragments, {s.butterfly.exchanges_per_window} exchanges per "
+                   "window, merge delay tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}"),
     StrategyTraits("decoupled", "diloco", "decoupled",
                    "decoupled DiLoCo (own clocks, a quorum merges what arrives in time)",
                    global_state=True, own_clocks=True, quorum=True, checkpoints=False,
-                   projection="quorum"),
+                   projection="quorum", summary="decoupled streaming DiLoCo (quorum {s.quorum}, grace {s.grace_s} s) " + _DILOCO_SUMMARY),
 )}
 
 

@@ -130,10 +130,11 @@ def plan_for_config(cfg: ExperimentConfig, model: MoETransformer) -> LockStepPla
     step times from the islands' hardware, fragment sizes from the strided fragments and the codec, as training
     computes them. Constant H only; no warm start, faults or preemption (the run would differ from the plan)."""
     s = cfg.sync
-    if s.strategy not in ("diloco", "ddp") or s.mode != "lockstep" or s.routing_sync_mode != "all_reduce":
+    kind = s.traits.projection  # every_step (gradients) | fragments | quorum (projection/decoupled.py) | "" (none)
+    if kind not in ("every_step", "fragments") or s.routing_sync_mode != "all_reduce":
         raise ValueError(f"sync.strategy, sync.mode, sync.routing_sync_mode: the projection prices lockstep diloco|ddp "
                          f"with all-reduced routing (got {s.strategy}, {s.mode}, {s.routing_sync_mode})")
-    if s.strategy == "diloco" and (s.diloco.h_schedule != "constant" or s.diloco.warm_start_steps):
+    if kind == "fragments" and (s.diloco.h_schedule != "constant" or s.diloco.warm_start_steps):
         raise ValueError("sync.diloco: the projection prices the constant H schedule without a warm start "
                          f"(got h_schedule={s.diloco.h_schedule!r}, warm_start_steps={s.diloco.warm_start_steps})")
     if cfg.faults.preempt_island >= 0 or cfg.faults.straggler_island >= 0:
@@ -143,7 +144,7 @@ def plan_for_config(cfg: ExperimentConfig, model: MoETransformer) -> LockStepPla
     n = len(cfg.islands)
     balanced = cfg.model.n_experts > 1 and cfg.model.bias_balancing and s.routing_sync and n > 1
     routing = get_codec("fp32").nbytes(cfg.model.n_layers * cfg.model.n_experts) if balanced else 0
-    if s.strategy == "ddp":
+    if kind == "every_step":
         grad = get_codec("fp32").nbytes(model.num_params()) if n > 1 else 0
         return LockStepPlan(step_s, cfg.steps, routing_bytes=routing, gradient_bytes=grad)
     params = dict(model.named_parameters())

@@ -132,9 +132,8 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
                 "skipped_merges": real.skipped_merges, "payload_bytes": real.payload_bytes,
                 "peak_link_bytes_per_s": real.peak_link_bytes_per_s, "channels": real.channels}
 
-    streaming = run(stream) if "streaming" in schedules else None
-    sync = run(ddp) if "ddp" in schedules else None
-    decoupled = run_decoupled() if "decoupled" in schedules else None
+    runs = {"streaming": lambda: run(stream), "ddp": lambda: run(ddp), "decoupled": run_decoupled}
+    streaming, sync, decoupled = (runs[k]() if k in schedules else None for k in SCHEDULES)
     return {
         "link": asdict(cfg),
         "link_rate_bps": effective_rate_bps(cfg),
