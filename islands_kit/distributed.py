@@ -25,7 +25,7 @@ Under torchrun a worker that *fails* (non-zero exit) also makes the agent stop t
 
 ``sync.mode=decoupled`` (one process per island only) uses no collective after the rendezvous: the islands and the
 synchroniser (rank 0) exchange bounded point-to-point messages, and an island that dies or stops answering is dropped
-from the run rather than ending it (``comm/torch_dist.py``, ``sync/decoupled.py``). Preemption faults run there too.
+from the run rather than ending it (``comm/torch_dist/``, ``sync/decoupled.py``). Preemption faults run there too.
 """
 from __future__ import annotations
 
