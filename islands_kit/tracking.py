@@ -187,7 +187,7 @@ class Tracker:
         prev = previous_wandb_run(resume)
         run_id = prev["id"] if prev and prev.get("project") == cfg.wandb_project else None
         self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
-                              name=run_name(cfg, out_dir), tags=run_tags(cfg),
+                              name=run_name(cfg, out_dir), tags=run_tags(cfg), notes=cfg.sync.traits.description,
                               config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
                               resume="allow" if run_id else None, reinit="create_new",
                               settings=wandb_settings(self.mode))

@@ -27,7 +27,7 @@ class StrategyTraits:
     synchronous: bool = False  # one model on the global batch: a preempted island stalls the job; the baseline's kind
     takes_faults: bool = False  # an aggregation step where an attack and a robust defence act (faults.attack/defense)
     global_state: bool = False  # a global model a preempted island rejoins from
-    own_replica: bool = False  # deploys a replica of its own (no global model to score; butterfly cells)
+    own_replica: bool = False  # no global model: it deploys a replica (or, with a final average, the replicas' mean)
     pairwise: bool = False  # exchanges with partner i XOR 2^r: needs a power-of-two number of islands
     own_clocks: bool = False  # islands on their own clocks, one process each: no lock-step-only schedules
     quorum: bool = False  # merges what a quorum of islands sent (sync.quorum must not exceed the islands)
