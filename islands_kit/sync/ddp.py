@@ -24,7 +24,6 @@ def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
 
 class DDP(LockstepStrategy):
     name = "ddp"
-    needs_every_island = True  # one global batch: a preempted island stalls the job
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         super().__init__(models, transport)
