@@ -123,8 +123,3 @@ def is_reference(name: str) -> bool:
     """Is ``name`` the synchronous reference experiment (an unknown name is not)?"""
     row = EXPERIMENT_TABLE.get(name)
     return row is not None and row.reference
-
-
-def notebook_experiments() -> tuple[str, ...]:
-    """The experiments that have a notebook of their own."""
-    return tuple(r.name for r in EXPERIMENT_TABLE.values() if r.notebook)
