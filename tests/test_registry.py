@@ -61,6 +61,7 @@ def toy() -> Iterator[None]:
         unregister_strategy(TOY_TRAITS.name)
 
 
+@pytest.mark.slow  # trains for seconds
 def test_a_toy_strategy_and_experiment_run_at_smoke(toy: None, tmp_path) -> None:
     cfg = apply_overrides(get_preset("four_cell", "smoke"), {"threads": 1})
     assert [i.name for i in cfg.islands] == ["cell-0", "cell-1", "cell-2", "cell-3"]
