@@ -259,8 +259,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
     print(format_environment(environment(), short=args.short))
     return 0
 
-_CONFIG_EPILOG = """\
-experiments: baseline | two_site | eight_cell
+_CONFIG_EPILOG = f"""\
+experiments: {' | '.join(EXPERIMENTS)}
 presets:     smoke (seconds, tests) | demo (minutes on 2 CPU cores) | demo-long (2x demo's steps) |
              gpu-small, gpu (one GPU)
 config:      `islands-kit config EXPERIMENT` lists every field (--set KEY=VALUE takes its dotted key, e.g.

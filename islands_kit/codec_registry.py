@@ -1,4 +1,4 @@
-"""The one registry of wire codecs: name, wire id and value grid of each (the formats are in ``comm/codecs.py``).
+"""The one registry of wire codecs: name, wire id and value grid of each (the formats are in ``comm/codecs/``).
 
 A leaf module (imports nothing from islands_kit) so that ``config`` can validate ``sync.codec`` without importing the
 wire, ``comm.codecs`` builds every codec from these rows, and the Triton codec kernel is handed a row's numbers.

@@ -37,6 +37,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from islands_kit.config.experiment_table import is_reference
+
 FORMATS = ("table", "markdown", "csv", "json")
 # config fields that change no number of a run: left out when grouping the seeds of one configuration
 _NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads",
@@ -113,7 +115,7 @@ def pick_reference(results: Sequence[dict[str, Any]], reference: str | None = No
                 return i
         raise ComparisonError(f"reference: {reference!r} is neither a compared run nor an experiment among them "
                               f"(runs: {', '.join(run_label(r) for r in results)})")
-    return next((i for i, r in enumerate(results) if r["experiment"] == "baseline"), 0)
+    return next((i for i, r in enumerate(results) if is_reference(r["experiment"])), 0)
 
 
 def x_fewer_bytes(r: Mapping[str, Any]) -> float:

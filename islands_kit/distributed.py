@@ -25,7 +25,7 @@ Under torchrun a worker that *fails* (non-zero exit) also makes the agent stop t
 
 ``sync.mode=decoupled`` (one process per island only) uses no collective after the rendezvous: the islands and the
 synchroniser (rank 0) exchange bounded point-to-point messages, and an island that dies or stops answering is dropped
-from the run rather than ending it (``comm/torch_dist.py``, ``sync/decoupled.py``). Preemption faults run there too.
+from the run rather than ending it (``comm/torch_dist/``, ``sync/decoupled.py``). Preemption faults run there too.
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def make_transport(cfg: ExperimentConfig,
     initialising torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
     wrong process count fails at once on every rank."""
     layout = RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
-    decoupled = cfg.sync.mode == "decoupled"
+    decoupled = cfg.sync.traits.own_clocks
     n = len(cfg.islands)
     if decoupled and layout.world_size != n:
         raise ConfigError(f"islands[*].dp_ranks: sync.mode=decoupled runs one process per island: WORLD_SIZE must "

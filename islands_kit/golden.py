@@ -13,9 +13,10 @@ import platform
 from typing import Any
 
 from islands_kit.config import ExperimentConfig, apply_overrides
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.presets import get_preset
 
-EXPERIMENTS = ("baseline", "two_site", "eight_cell")
+EXPERIMENTS = tuple(EXPERIMENT_TABLE)  # one fixture per experiment of the table
 UNPINNED = frozenset({"wall_time_s", "cpu_time_s", "versions", "git_sha", "config"})
 MACHINE_KEY = "_machine"
 # Elsewhere than on the machine kind that wrote a fixture, floats are compared to this relative tolerance: the same

@@ -39,10 +39,11 @@ import json
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
+from islands_kit.config.experiment_table import Hardware, experiment_row
 
 PRESETS = ("smoke", "demo", "demo-long", "gpu-small", "gpu")
 GPU_PRESETS = ("gpu-small", "gpu")
-# the CPU demo's presets: the demo's model and per-experiment settings (_DEMO_SETTINGS), at their own lengths
+# the CPU demo's presets: the demo's model and per-experiment settings (the experiment table's ``demo``), at their own lengths
 DEMO_PRESETS = ("demo", "demo-long")
 
 _DEMO: dict[str, Any] = dict(seq_len=128, d_model=64, n_layers=4, n_heads=2, d_expert=64)
@@ -62,11 +63,11 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
         raise ConfigError(f"model size: must be one of {'|'.join(MODEL_SIZES)} (got {size!r})")
     return ModelConfig(**{**MODEL_SIZES[size], **overrides})
 _RUN: dict[str, dict[str, Any]] = {
-    # steps, eval_every, eval_bytes, warmup, lr (the demo's lr, per experiment: _DEMO_SETTINGS)
+    # steps, eval_every, eval_bytes, warmup, lr (the demo's lr, per experiment: the table's ``demo``)
     "smoke": dict(steps=24, eval_every=12, data=dict(eval_bytes=2048, final_eval_bytes=4096), optim=dict(warmup_steps=4, lr=3e-3)),
     # width 64 for 1200 steps: 30 tokens per active parameter, 24 outer steps per fragment at H = 50 (the scaling
     # study's longest point); the tuning split is held out so that a demo run is the protocol's run (bpb on the same
-    # untouched validation bytes); each experiment's inner lr is its protocol winner (_DEMO_SETTINGS)
+    # untouched validation bytes); each experiment's inner lr is its protocol winner (the table's ``demo``)
     "demo": dict(steps=1200, eval_every=150, data=dict(eval_bytes=32768, tune_fraction=0.05),
                  optim=dict(warmup_steps=120)),
     # AdamW on the GPU presets: at 2400 steps Shampoo's inverse roots (eight replicas' eigendecompositions) would
@@ -84,30 +85,6 @@ _RUN["demo-long"] = dict(_RUN["demo"], steps=2 * _RUN["demo"]["steps"], eval_eve
                          optim=dict(warmup_steps=2 * _RUN["demo"]["optim"]["warmup_steps"]))
 
 
-# what the demo sets per experiment on top of _RUN["demo"] and _SYNC (nested like preset_dict's result), from the
-# protocol (benchmarks/protocol.py: eight settings each at seed 0, lowest bpb on the tuning split; RESULTS, "The protocol
-# at the 1200-step demo"): two_site's and eight_cell's winning inner lr. The baseline keeps 3e-3: its winner on the
-# tuning split (2.52e-3) is behind 3e-3 on the validation bytes at every seed (0.75% on average), and a weaker baseline
-# would flatter every ratio the demo shows. eight_cell also mixes each fragment 16 times per window (every ~3 steps)
-# instead of 6: ahead on the tuning split at every seed (3.4% at seed 0) for 2.6x its bytes (still 5.4x fewer than
-# data-parallel) and 3% more simulated time.
-_DEMO_SETTINGS: dict[str, dict[str, Any]] = {
-    "baseline": {"optim": {"lr": 3e-3}},
-    "two_site": {"optim": {"lr": 3e-3}},
-    "eight_cell": {"optim": {"lr": 7.14e-3}, "sync": {"butterfly": {"exchanges_per_window": 16}}},
-}
-
-
-# what demo-long changes on top of _DEMO_SETTINGS (besides its length): two_site merges the sites' outer gradients by
-# the plain token-weighted mean. At 2400 steps the mean beats the radial-directional merge on the tuning split at every
-# seed (1.0181 against 1.0249 x the baseline, paired over seeds 0-2; validation 1.0149 against 1.0179); at 1200 steps
-# the radial-directional merge wins by 1.6% on both splits, so the demo keeps it (RESULTS, "The demo at twice its
-# length")
-_DEMO_LONG_SETTINGS: dict[str, dict[str, Any]] = {
-    "two_site": {"sync": {"diloco": {"average": "mean"}}},
-}
-
-
 def _merge(d: dict[str, Any], over: dict[str, Any]) -> None:
     """``over``'s leaves written into ``d`` (nested dicts merged, not replaced)."""
     for k, v in over.items():
@@ -122,40 +99,16 @@ def _merge(d: dict[str, Any], over: dict[str, Any]) -> None:
 _BATCH_SCALE = {"gpu": 4}
 
 
+# the hardware profiles of the CPU and the GPU presets: site A has 3 units of the faster CPU profile, site B 4 units
+# of the slower one; GPU presets: 4 x GB300 (10 PFLOP/s) against 3 x B300 (6.75 PFLOP/s); a cell one unit of the
+# faster profile
+_HARDWARE = {False: Hardware("cpu-2core", 3, "cpu-1core", 4, "cpu-2core"), True: Hardware("gb300", 4, "b300", 3, "b300")}
+
+
 def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
-    """The same global batch in every experiment (3:2 = 24 + 16 for two sites, 8 x 5 for cells, times the preset's
-    ``_BATCH_SCALE``).
-
-    Site A: 2 data-parallel ranks of 12 sequences; site B: one rank accumulating 2 micro-batches of 8. CPU presets:
-    site A has 3 units of the faster CPU profile, site B 4 units of the slower one; GPU presets: 4 x GB300 (10 PFLOP/s)
-    against 3 x B300 (6.75 PFLOP/s). Per-step compute is then (nearly) equal — 3:2 throughput for 3:2 batches — as a
-    well-planned two-site run would arrange."""
-    gpu = preset in GPU_PRESETS
-    hw_a, n_a, hw_b, n_b, hw_cell = ("gb300", 4, "b300", 3, "b300") if gpu else ("cpu-2core", 3, "cpu-1core", 4, "cpu-2core")
-    k = _BATCH_SCALE.get(preset, 1)
-    if experiment in ("baseline", "two_site"):
-        return [dict(name="site-a", batch_size=24 * k, micro_batch_size=12 * k, dp_ranks=2, hardware=hw_a, n_accelerators=n_a),
-                dict(name="site-b", batch_size=16 * k, micro_batch_size=8 * k, dp_ranks=1, hardware=hw_b, n_accelerators=n_b)]
-    return [dict(name=f"cell-{i}", batch_size=5 * k, micro_batch_size=5 * k, dp_ranks=1, hardware=hw_cell, n_accelerators=1)
-            for i in range(8)]
-
-
-_SYNC: dict[str, dict[str, Any]] = {
-    "baseline": dict(strategy="ddp"),
-    # the tuned method (benchmarks/protocol.py, RESULTS): outer SGD lr 1.0 without momentum (Nesterov matches it only
-    # with a momentum warm-up), the two sites' outer gradients merged by radial-directional averaging (their mean norm
-    # along their mean direction), the tau overlap steps kept on top of the new global state (keep_local) and the
-    # final flush at int8
-    "two_site": dict(strategy="diloco", H=50, n_fragments=2, tau=1, codec="int4", stochastic_rounding=True,
-                     error_feedback=True, routing_sync=True,
-                     diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, merge="keep_local", final_codec="int8",
-                                 average="radial_directional")),
-    # routing statistics travel along the butterfly too (pairwise, no collective among all cells); tau = the merge
-    # delay; delay-aware merges keep the steps taken during it, and a final complete butterfly deploys the cell mean
-    "eight_cell": dict(strategy="butterfly", H=50, n_fragments=2, tau=2, codec="fp32", stochastic_rounding=True,
-                       error_feedback=True, routing_sync=True, routing_sync_mode="butterfly",
-                       butterfly=dict(exchanges_per_window=6, merge="delay_aware", final_average=True)),
-}
+    """The experiment's islands (its row of the experiment table) on the preset's hardware, the same global batch in
+    every experiment (40 sequences a step, times the preset's ``_BATCH_SCALE``)."""
+    return experiment_row(experiment).islands(_HARDWARE[preset in GPU_PRESETS], _BATCH_SCALE.get(preset, 1))
 
 
 # the like-for-like control of eight_cell (``--set`` keys on top of the eight_cell preset): the same eight cells
@@ -196,13 +149,12 @@ TWO_SITE_M1_CONTROL = two_site_m1_control("demo")  # the CPU presets' site A (sm
 
 
 def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
-    if experiment not in _SYNC:
-        raise ConfigError(f"experiment: must be one of {'|'.join(_SYNC)} (got {experiment!r})")
+    row = experiment_row(experiment)  # a ConfigError naming the experiments if there is none
     if preset not in PRESETS:
         raise ConfigError(f"preset: unknown preset (valid: {', '.join(PRESETS)}) (got {preset!r})")
     size = "demo" if preset in DEMO_PRESETS else preset  # MODEL_SIZES names the model, not the length
     d: dict[str, Any] = {"experiment": experiment, "preset": preset, "model": dict(MODEL_SIZES[size]),
-                         "islands": _islands(experiment, preset), "sync": copy.deepcopy(_SYNC[experiment])}
+                         "islands": _islands(experiment, preset), "sync": copy.deepcopy(row.sync)}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
     if preset == "smoke":
@@ -212,9 +164,9 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
         d["wandb_mode"] = "disabled"
         d["progress"] = False
     if preset in DEMO_PRESETS:
-        _merge(d, _DEMO_SETTINGS[experiment])
+        _merge(d, row.demo)
     if preset == "demo-long":
-        _merge(d, _DEMO_LONG_SETTINGS.get(experiment, {}))
+        _merge(d, row.demo_long)
     if preset in GPU_PRESETS:  # the scaling-law paper's H: 80 outer steps per fragment in 2400 steps
         d["sync"]["H"] = 30
     return d

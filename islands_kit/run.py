@@ -20,7 +20,7 @@ from islands_kit.config import ExperimentConfig
 from islands_kit.io import sweep_stale_temporaries
 from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
-from islands_kit.sync.diloco import diloco_schedule
+from islands_kit.sync.schedule import diloco_schedule
 from islands_kit.tracking import Tracker
 from islands_kit.train.experiment import Experiment
 from islands_kit.train.outputs import LINK_TIMELINE, write_outputs

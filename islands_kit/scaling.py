@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
+from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides
+from islands_kit.config.experiment_table import is_reference
 from islands_kit.presets import get_preset
 from islands_kit.references import CHINCHILLA_TOKENS_PER_PARAM, REFERENCE_DILOCO_M2, REFERENCE_DILOCO_M8, REFERENCE_STREAMING_M2, reference_flops
 from islands_kit.run import run_experiment
 
-EXPERIMENTS = ("baseline", "two_site", "eight_cell")
 __all__ = ["CHINCHILLA_TOKENS_PER_PARAM", "EXPERIMENTS", "REFERENCE_DILOCO_M2", "REFERENCE_DILOCO_M8",
            "REFERENCE_STREAMING_M2", "reference_flops"]
 
@@ -118,9 +118,9 @@ def study_table(out: str | Path, points: Sequence[Point], seeds: Sequence[int],
                                    "flops": 6.0 * any_res["params_active"] * any_res["tokens"]}
             for e, r in res.items():
                 row[f"{e}_bpb"] = r["final_val_bpb"]
-            base = row.get("baseline_bpb")
+            base = next((row.get(f"{e}_bpb") for e in experiments if is_reference(e)), None)
             for e in experiments:
-                if e != "baseline" and base and row.get(f"{e}_bpb") is not None:
+                if not is_reference(e) and base and row.get(f"{e}_bpb") is not None:
                     row[f"{e}_ratio"] = row[f"{e}_bpb"] / base
             rows.append(row)
     return rows
@@ -128,14 +128,13 @@ def study_table(out: str | Path, points: Sequence[Point], seeds: Sequence[int],
 
 def table_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The study as a Markdown table (one row per point and seed)."""
-    head = ("| axis | width | steps | seed | params (active) | FLOPs | baseline bpb | two_site bpb (ratio) | "
-            "eight_cell bpb (ratio) |\n|---|---|---|---|---|---|---|---|---|")
+    columns = [f"{e} bpb" if is_reference(e) else f"{e} bpb (ratio)" for e in EXPERIMENTS]
+    head = "| axis | width | steps | seed | params (active) | FLOPs | " + " | ".join(columns) + " |\n|" + "---|" * (6 + len(columns))
     lines = [head]
     for r in rows:
         def cell(e: str) -> str:
             b = r.get(f"{e}_bpb")
             return "—" if b is None else f"{b:.4f} ({r[f'{e}_ratio']:.4f})" if f"{e}_ratio" in r else f"{b:.4f}"
         lines.append(f"| {r['axis']} | {r['width']} | {r['steps']} | {r['seed']} | {r['params_total']:,} "
-                     f"({r['params_active']:,}) | {r['flops']:.2e} | {cell('baseline')} | {cell('two_site')} | "
-                     f"{cell('eight_cell')} |")
+                     f"({r['params_active']:,}) | {r['flops']:.2e} | " + " | ".join(cell(e) for e in EXPERIMENTS) + " |")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from islands_kit.config.strategies import modes_of
 from islands_kit.figures import save_standard_figures
 from islands_kit.records import RESULT_KEYS, dumps_strict, finite, load_result, write_json_atomic
 from islands_kit.wandb_files import offline_run_records, wait_for_offline_run
@@ -63,7 +64,7 @@ def run_name(cfg: Any, out_dir: str | Path | None) -> str:
     run, the token budget, and the run folder's own name when it adds something (the two_site notebook's
     ``decoupled/lockstep`` and ``decoupled/decoupled`` side runs), e.g. ``two_site-demo-s0-lockstep-3.07Mtok``."""
     parts = [cfg.experiment, cfg.preset, f"s{cfg.seed}"]
-    if cfg.sync.strategy == "diloco":
+    if len(modes_of(cfg.sync.strategy)) > 1:  # a strategy that runs in more than one sync mode says which
         parts.append(cfg.sync.mode)
     parts.append(f"{_si(token_budget(cfg))}tok")
     leaf = Path(out_dir).name if out_dir else ""
@@ -186,7 +187,7 @@ class Tracker:
         prev = previous_wandb_run(resume)
         run_id = prev["id"] if prev and prev.get("project") == cfg.wandb_project else None
         self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
-                              name=run_name(cfg, out_dir), tags=run_tags(cfg),
+                              name=run_name(cfg, out_dir), tags=run_tags(cfg), notes=cfg.sync.traits.description,
                               config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
                               resume="allow" if run_id else None, reinit="create_new",
                               settings=wandb_settings(self.mode))

@@ -135,7 +135,7 @@ plots.show(plots.loss_curves(race, title="Shampoo vs Adam: ½·mean((AWB − C)�
 # result is merged τ steps later, while the inner steps go on.
 
 # %%
-from islands_kit.sync.diloco import fragment_offsets, streaming_schedule
+from islands_kit.sync.schedule import fragment_offsets, streaming_schedule
 
 print("offsets inside the window:", fragment_offsets(H, n_fragments))
 plots.show(plots.fragment_timeline(streaming_schedule(H, n_fragments, 2 * H), n_fragments, H, tau, 2 * H),

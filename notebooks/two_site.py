@@ -117,7 +117,7 @@ plots.show(figs["routing_load.png"], out / "routing_load.png")
 # transfer overlaps, ● the merge. The offsets spread the traffic over the window instead of one burst per window.
 
 # %%
-from islands_kit.sync.diloco import streaming_schedule
+from islands_kit.sync.schedule import streaming_schedule
 
 s = cfg.sync
 shown = min(cfg.steps, 2 * s.H)

@@ -245,7 +245,7 @@ def test_gpu_presets_train_on_the_gpu_in_bf16_with_adamw_in_the_methods_regime(p
     from islands_kit.islands import HARDWARE
     from islands_kit.model import ByteTransformer
     from islands_kit.presets import get_preset
-    from islands_kit.sync.diloco import sync_schedule
+    from islands_kit.sync.schedule import sync_schedule
 
     for experiment in ("baseline", "two_site", "eight_cell"):
         cfg = get_preset(experiment, preset)

@@ -7,7 +7,7 @@ import pytest
 
 from islands_kit import plots
 from islands_kit.sync.butterfly import butterfly_schedule, mixing_matrix
-from islands_kit.sync.diloco import streaming_schedule
+from islands_kit.sync.schedule import streaming_schedule
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

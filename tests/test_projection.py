@@ -25,7 +25,7 @@ from islands_kit.projection import (
     summary,
 )
 from islands_kit.run import run_experiment
-from islands_kit.sync.diloco import sync_schedule
+from islands_kit.sync.schedule import sync_schedule
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
 

@@ -15,7 +15,8 @@ from islands_kit.config import ConfigError, SyncConfig
 from islands_kit.model import ByteTransformer
 from islands_kit.presets import PRESETS, get_preset
 from islands_kit.sync.base import strided_fragments
-from islands_kit.sync.diloco import DiLoCo, fragment_offsets
+from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.schedule import fragment_offsets
 
 P, H, DIM = 3, 6, 5
 TOKENS = {0: 3, 1: 2}  # the seed's 3:2 sites
@@ -275,7 +276,7 @@ def _tensors(obj):
 
 
 def test_qsr_windows_by_hand():
-    from islands_kit.sync.diloco import qsr_windows, streaming_schedule, sync_schedule
+    from islands_kit.sync.schedule import qsr_windows, streaming_schedule, sync_schedule
 
     def lr_at(t: int) -> float:
         return 0.01 if t < 10 else 0.001

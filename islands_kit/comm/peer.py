@@ -5,7 +5,7 @@ link model, a clock, a tensor index or an allocation before it has been typed, c
 to its sender. Every refusal is a ``PeerError`` (a ``ValueError``): ``ControlError`` for control messages
 (``comm/control.py``: strict JSON, depth, duplicate keys, int64 integers, schema), ``PayloadError`` for the rest. Its
 one-line message and its ``peer`` / ``field`` attributes name the sender and what was wrong. What the receiver does
-with it is the mode's choice (``comm/torch_dist.py``): in lock-step every rank stops; in decoupled mode the
+with it is the mode's choice (``comm/torch_dist/``): in lock-step every rank stops; in decoupled mode the
 synchroniser drops the island (it is *lost*, as if its process had died; the quorum decides whether merges go on).
 
 Rules, per thing a peer sends:

@@ -18,12 +18,12 @@ from islands_kit.config.coerce import from_dict
 from islands_kit.config.data import DataConfig
 from islands_kit.config.diloco import DecoupledConfig, DiLoCoConfig
 from islands_kit.config.experiment import (
-    EXPERIMENTS,
     PRECISIONS,
     ExperimentConfig,
     IslandConfig,
     check_device_spelling,
 )
+from islands_kit.config.experiment_table import EXPERIMENTS
 from islands_kit.config.faults import ATTACKS, DEFENSES, FaultConfig
 from islands_kit.config.keys import MOVED_KEYS, SYNONYMS
 from islands_kit.config.link import LINK_PRESETS, LinkConfig, link_config

@@ -7,10 +7,12 @@ from typing import Any
 
 from islands_kit.config.coerce import build
 from islands_kit.config.data import DataConfig
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.faults import FaultConfig
 from islands_kit.config.link import LinkConfig
 from islands_kit.config.model import ModelConfig, OptimConfig
 from islands_kit.config.rules import MAX_THREADS, SEED_MAX, STEPS_MAX, _check, _check_fields
+from islands_kit.config.strategies import strategies_that
 from islands_kit.config.sync import SyncConfig
 
 
@@ -38,7 +40,7 @@ class IslandConfig:
 
 @dataclass
 class ExperimentConfig:
-    experiment: str = "baseline"  # baseline | two_site | eight_cell
+    experiment: str = "baseline"  # baseline | two_site | eight_cell (config/experiment_table.py: the registered ones)
     preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | demo-long | gpu-small | gpu)
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)
@@ -65,7 +67,8 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         _check_fields(self, "")
-        _check(self.experiment in EXPERIMENTS, "experiment", "must be one of " + "|".join(EXPERIMENTS), self.experiment)
+        _check(self.experiment in EXPERIMENT_TABLE, "experiment", "must be one of " + "|".join(EXPERIMENT_TABLE),
+               self.experiment)
         _check(isinstance(self.seed, int) and 0 <= self.seed <= SEED_MAX, "seed", "must be an integer >= 0 and <= 2^32 - 1",
                self.seed)
         check_device_spelling(self.device)
@@ -78,7 +81,8 @@ class ExperimentConfig:
             isl.validate(f"islands[{i}]")
         _check(self.wandb_mode in ("offline", "online", "disabled"), "wandb_mode", "must be one of offline|online|disabled", self.wandb_mode)
         n = len(self.islands)
-        if self.sync.strategy == "butterfly" or self.sync.routing_sync_mode == "butterfly":
+        traits = self.sync.traits
+        if traits.pairwise or self.sync.routing_sync_mode == "butterfly":
             _check(n >= 2 and (n & (n - 1)) == 0, "islands", "butterfly mixing needs a power-of-two number of cells >= 2", n)
         if self.link.schedule == "orbit":
             o = self.link.orbit
@@ -97,26 +101,28 @@ class ExperimentConfig:
         if f.attack != "none":
             _check(0 <= f.attack_island < n, "faults.attack_island", f"must be an island index < {n}", f.attack_island)
         if f.attack != "none" or f.defense != "none":
-            _check(self.sync.strategy == "diloco", "faults.attack" if f.attack != "none" else "faults.defense",
-                   "attacks and defences need sync.strategy=diloco (the only strategy with an aggregation step)",
-                   f.attack if f.attack != "none" else f.defense)
+            _check(traits.takes_faults or not traits.own_clocks,
+                   "faults.attack", "attacks and defences run in lock-step mode only (the synchroniser merges with "
+                   "sync.decoupled.*)", f.attack if f.attack != "none" else f.defense)
+            _check(traits.takes_faults, "faults.attack" if f.attack != "none" else "faults.defense",
+                   f"attacks and defences need sync.strategy={strategies_that('takes_faults')} (a strategy with an "
+                   "aggregation step)", f.attack if f.attack != "none" else f.defense)
         if f.defense != "none":
             _check(self.sync.diloco.average == "mean", "sync.diloco.average",
                    "must be mean with faults.defense (the defence's robust rule replaces the mean)", self.sync.diloco.average)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
-            _check(self.sync.strategy in ("diloco", "ddp"), "faults.preempt_island",
-                   "preemption needs the diloco strategy (butterfly cells have no global state to rejoin from) or ddp "
-                   "(the synchronous job stalls until the island is back)", f.preempt_island)
-        if self.sync.mode == "decoupled":
+            _check(traits.global_state, "faults.preempt_island",
+                   f"preemption needs sync.strategy={strategies_that('global_state')} (a global state to rejoin from, "
+                   "or a synchronous job that stalls until the island is back)", f.preempt_island)
+        if traits.quorum:
             _check(self.sync.quorum <= n, "sync.quorum", f"must be <= the number of islands ({n})", self.sync.quorum)
-            _check(f.attack == "none" and f.defense == "none", "faults.attack",
-                   "attacks and defences run in lock-step mode only (the synchroniser merges with sync.decoupled.*)",
-                   f.attack if f.attack != "none" else f.defense)
+        if not traits.checkpoints:
             _check(self.checkpoint_every == 0, "checkpoint_every",
-                   "must be 0 with sync.mode=decoupled (its in-flight merges are not checkpointed yet)",
+                   f"must be 0 with sync.mode={self.sync.mode} (its in-flight merges are not checkpointed yet)",
                    self.checkpoint_every)
-        if self.experiment == "baseline":
-            _check(self.sync.strategy == "ddp", "sync.strategy", "the baseline experiment is synchronous: must be ddp", self.sync.strategy)
+        if EXPERIMENT_TABLE[self.experiment].reference:
+            _check(traits.synchronous, "sync.strategy", f"the {self.experiment} experiment is synchronous: must be "
+                   f"{strategies_that('synchronous')}", self.sync.strategy)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,7 +143,6 @@ class ExperimentConfig:
         return build(cls, d, "")
 
 
-EXPERIMENTS = ("baseline", "two_site", "eight_cell")
 PRECISIONS = ("fp32", "bf16")
 _DEVICE_RE = re.compile(r"(auto|cpu|cuda|cuda:\d+)")
 

@@ -12,10 +12,10 @@ SCHEDULES = ("periodic", "orbit")
 
 @dataclass
 class LinkConfig:
-    """Wide-area link between islands; see islands_kit/comm/link.py for the model and ``LINK_PRESETS`` below for the
+    """Wide-area link between islands; see islands_kit/comm/link/ for the model and ``LINK_PRESETS`` below for the
     named links."""
 
-    preset: str = "transpacific-25g"  # named link (comm/link.py); setting it sets every link field
+    preset: str = "transpacific-25g"  # named link (comm/link/); setting it sets every link field
     bandwidth_bps: float = 25e9  # bits per second
     rtt_s: float = 0.145  # base round-trip time
     jitter_sigma: float = 0.25  # log-normal body of the per-transfer extra latency (relative to rtt)

@@ -30,7 +30,7 @@ SEED_MAX = 2**32 - 1  # derived seeds (seed x 1,000,003 + ...) must stay inside 
 STEPS_MAX = 10**9  # inner steps: the schedules and counters are exact far beyond any run this kit can do
 MAX_LR = 10.0  # a learning rate above this only diverges (weights are O(init_std); Adam steps are O(lr))
 MAX_THREADS = 1024  # torch allocates a pool per thread: a million threads ends in MemoryError before step 1
-# The link resends a chunk until it arrives and gives up after MAX_SENDS_PER_CHUNK sends (comm/link.py). At a failure
+# The link resends a chunk until it arrives and gives up after MAX_SENDS_PER_CHUNK sends (comm/link/). At a failure
 # probability p = loss_prob + corrupt_prob <= MAX_CHUNK_FAILURE, giving up has probability p^10000 < 1e-43.
 MAX_SENDS_PER_CHUNK = 10_000
 MAX_CHUNK_FAILURE = 0.99

@@ -7,6 +7,7 @@ from islands_kit.codec_registry import CODECS
 from islands_kit.config.butterfly import ButterflyConfig
 from islands_kit.config.diloco import DecoupledConfig, DiLoCoConfig
 from islands_kit.config.rules import _check, _check_fields
+from islands_kit.config.strategies import MODES, StrategyTraits, strategy_names, traits_of
 
 
 @dataclass
@@ -16,7 +17,7 @@ class SyncConfig:
     The knobs of one strategy live in its sub-config: ``sync.diloco.*`` (DiLoCoConfig), ``sync.butterfly.*``
     (ButterflyConfig)."""
 
-    strategy: str = "ddp"  # ddp | diloco | butterfly
+    strategy: str = "ddp"  # ddp | diloco | butterfly (config/strategies.py: the registered names)
     H: int = 50  # inner steps per window
     n_fragments: int = 1  # P; 1 = plain (non-streaming) DiLoCo
     tau: int = 0  # τ: what is sent after step t is merged after step t + tau (DiLoCo outer result, butterfly fragment)
@@ -38,7 +39,8 @@ class SyncConfig:
     def __post_init__(self) -> None:
         p = "sync."
         _check_fields(self, p)
-        _check(self.strategy in ("ddp", "diloco", "butterfly"), p + "strategy", "must be one of ddp|diloco|butterfly", self.strategy)
+        known = strategy_names()
+        _check(self.strategy in known, p + "strategy", "must be one of " + "|".join(known), self.strategy)
         _check(self.H >= 1, p + "H", "must be >= 1", self.H)
         _check(self.n_fragments >= 1, p + "n_fragments", "must be >= 1", self.n_fragments)
         _check(self.H >= self.n_fragments, p + "H", f"must be >= sync.n_fragments={self.n_fragments} so every fragment gets its own offset", self.H)
@@ -53,12 +55,15 @@ class SyncConfig:
                "needs sync.error_feedback=true (it decays the error-feedback buffer)", self.diloco.error_feedback_decay)
         _check(not self.diloco.eager or self.tau >= 1, p + "diloco.eager",
                "needs sync.tau >= 1 (with tau = 0 nothing overlaps)", self.diloco.eager)
-        _check(self.mode in ("lockstep", "decoupled"), p + "mode", "must be one of lockstep|decoupled", self.mode)
+        _check(self.mode in MODES, p + "mode", "must be one of " + "|".join(MODES), self.mode)
         _check(isinstance(self.quorum, int) and self.quorum >= 1, p + "quorum", "must be an integer >= 1", self.quorum)
         _check(self.grace_s >= 0, p + "grace_s", "must be >= 0 (seconds)", self.grace_s)
-        if self.mode == "decoupled":
-            _check(self.strategy == "diloco", p + "mode", "decoupled needs sync.strategy=diloco (a synchroniser "
-                   "merging outer gradients)", self.mode)
+        if self.traits.own_clocks:
             _check(not self.diloco.eager and self.diloco.warm_start_steps == 0, p + "diloco",
-                   "eager updates and the warm start are lock-step schedules: not with sync.mode=decoupled",
+                   f"eager updates and the warm start are lock-step schedules: not with sync.mode={self.mode}",
                    "eager" if self.diloco.eager else "warm_start_steps")
+
+    @property
+    def traits(self) -> StrategyTraits:
+        """What the strategy of ``strategy`` and ``mode`` can do (a ConfigError naming the known ones if none)."""
+        return traits_of(self.strategy, self.mode)

@@ -10,7 +10,8 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.faults.attacks import DELTA_ATTACKS, WIRE_ATTACKS, Adversary, inject_non_finite
 from islands_kit.faults.defense import DETECTORS, Defense, FlagReport
 from islands_kit.faults.robust import default_trim, trimmed_mean, trimmed_mean_reference, weighted_median, weighted_median_reference
-from islands_kit.sync.diloco import DiLoCo, diloco_schedule
+from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.schedule import diloco_schedule
 
 __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense", "FlagReport", "default_trim",
            "detection_summary", "inject_non_finite", "install", "trimmed_mean", "trimmed_mean_reference",

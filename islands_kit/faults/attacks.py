@@ -37,7 +37,7 @@ INJECT_FRACTION = 0.01  # share of values (or block scales) the nan attack overw
 
 def inject_non_finite(payload: Payload, fraction: float, generator: torch.Generator) -> Payload:
     """A copy of ``payload`` with NaN, +Inf, −Inf (in turn) written over ``max(1, round(fraction · m))`` of its m
-    values (fp32, bf16) or block scales (block codecs: ``[nb float32 scales][codes]``, see comm/codecs.py)."""
+    values (fp32, bf16) or block scales (block codecs: ``[nb float32 scales][codes]``, see comm/codecs/)."""
     data = payload.data.clone()  # fresh, so 4-byte aligned for the float views
     if payload.codec == "fp32":
         vals = data.view(torch.float32)  # (n,)

@@ -3,7 +3,7 @@
 - ``grouped_mm``: the MoE expert matmul over expert-sorted tokens, optionally with MXFP8 emulation.
 - ``mx_qdq``: MXFP8 quantise-dequantise with a straight-through gradient.
 - ``codec_quantize_ef`` / ``codec_dequantize``: the Triton fast path of the wire codecs' quantise + rounding + error
-  feedback (Triton only: the codecs' definition and torch path live in ``comm/codecs.py``, which calls these).
+  feedback (Triton only: the codecs' definition and torch path live in ``comm/codecs/``, which calls these).
 
 The Triton modules are imported lazily, on the first call that uses them, so that this package imports (and the torch
 path works) without Triton, and so that ``TRITON_INTERPRET`` is read when the kernels are first needed.
@@ -79,7 +79,7 @@ def codec_quantize_ef(
     *, bits: int, qmax: float, minifloat: bool, emin: int, mbits: int, block_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The fused Triton wire-codec step (quantise x + residual per block, round, error feedback) — only the fast path:
-    the definition and the torch path are ``comm/codecs.py``, which decides (``use_triton``) to call this.
+    the definition and the torch path are ``comm/codecs/``, which decides (``use_triton``) to call this.
 
     x: (n,) floating; residual: None or (n,) float32; noise: None (nearest-even) or (n,) uniforms in [0, 1).
     Grid: ``bits`` per code, top level ``qmax``, ``minifloat`` (OCP float grid, ``emin``/``mbits``) or uniform.

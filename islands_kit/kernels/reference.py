@@ -1,6 +1,6 @@
 """Plain torch references for the model kernels in this package: each Triton kernel must equal one of these.
 
-Two pieces (the wire-codec kernel's definition is the torch codec itself, ``comm/codecs.py``):
+Two pieces (the wire-codec kernel's definition is the torch codec itself, ``comm/codecs/``):
 
 - ``grouped_mm_reference``: the MoE expert feed-forward matmul over tokens sorted by expert — a loop over the experts'
   contiguous row slices (the obvious code; the Triton kernel must match it).

@@ -1,7 +1,7 @@
 """Triton kernels: the fused fast path of the wire codecs' per-block quantise + rounding + error feedback, and the
 matching dequantise.
 
-The definition of the codecs is the torch code in ``comm/codecs.py``; these kernels are an optional fast path
+The definition of the codecs is the torch code in ``comm/codecs/``; these kernels are an optional fast path
 *behind* it (the codec calls them when the kernel backend selects Triton) and must equal it bit for bit. This module
 takes tensors and a codec's grid numbers and returns tensors; it knows nothing of codecs, payloads or the wire.
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.config import ConfigError, _check
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.resources import resource_dir
 
 NOTEBOOK_DIR = resource_dir("notebooks")
-EXPERIMENT_NOTEBOOKS = ("baseline", "two_site", "eight_cell")
+EXPERIMENT_NOTEBOOKS = tuple(r.notebook for r in EXPERIMENT_TABLE.values() if r.notebook)  # one per experiment
 # the kernel's own log (a warning that its local TCP sockets are unencrypted, "KeyboardInterrupt caught in kernel" at
 # shutdown) says nothing about the notebook; in a nested run (the compare notebook) it would land in the outputs
 KERNEL_QUIET = ["--IPKernelApp.log_level=CRITICAL"]

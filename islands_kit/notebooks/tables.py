@@ -22,15 +22,7 @@ def config_summary(cfg: ExperimentConfig) -> str:
                                  f"{i.batch_size // (i.dp_ranks * i.micro_batch_size)} x {i.micro_batch_size}, "
                                  f"{i.n_accelerators} x {i.hardware})" for i in cfg.islands),
     ]
-    if s.strategy == "ddp":
-        lines.append("sync: ddp (gradients all-reduced every step, fp32)")
-    elif s.strategy == "diloco":
-        lines.append(f"sync: streaming DiLoCo H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, "
-                     f"outer lr {s.diloco.outer_lr} (Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), codec {s.codec}, "
-                     f"routing sync {s.routing_sync}")
-    else:
-        lines.append(f"sync: butterfly H={s.H}, P={s.n_fragments} fragments, {s.butterfly.exchanges_per_window} exchanges per "
-                     f"window, merge delay tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}")
+    lines.append("sync: " + s.traits.summarise(s))
     lines.append(f"link: {lk.preset} ({lk.bandwidth_bps / 1e9:g} Gbit/s, rtt {lk.rtt_s * 1e3:g} ms, {lk.method}); "
                  f"wandb {cfg.wandb_mode} project {cfg.wandb_project!r} group {cfg.wandb_group!r}")
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 """The inner learning-rate schedule, its one home: the islands' optimizers follow it and Streaming DiLoCo's quadratic
-synchronisation rule reads it (``sync.diloco.diloco_schedule``)."""
+synchronisation rule reads it (``sync.schedule.diloco_schedule``)."""
 from __future__ import annotations
 
 import math

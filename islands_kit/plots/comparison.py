@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from islands_kit import references
 from islands_kit.compare import format_bytes, ratio_words
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE, EXPERIMENTS
 from islands_kit.plots.style import _CYCLE, color, new_figure
 
 
@@ -62,7 +63,7 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
         ax.set_xticks(pos, labels, fontsize=8 if several else None)
         ax.set_xlabel("experiment")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title or "baseline vs two_site vs eight_cell")
+    fig.suptitle(title or " vs ".join(EXPERIMENTS))
     return fig
 
 
@@ -76,7 +77,7 @@ def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) 
     # the two arms of the cross are two lines per strategy: longer runs at one width (solid), wider models at one
     # length (dashed); the point where they meet belongs to both
     arms = (("length", "longer runs", "-"), ("width", "wider models", "--"))
-    for e, marker in (("two_site", "o"), ("eight_cell", "s")):
+    for e, marker in ((r.name, r.marker) for r in EXPERIMENT_TABLE.values() if not r.reference):
         for axis, what, style in arms:
             pts: dict[float, list[float]] = {}
             for r in rows:

@@ -15,7 +15,7 @@ def fragment_timeline(schedule: Sequence[tuple[int, int]], n_fragments: int, H: 
     """Streaming DiLoCo timeline: for each fragment p, when its outer gradient is sent (after step t) and when the
     outer result is merged (after step t + τ); the transfer overlaps the τ inner steps in between.
 
-    schedule: ``sync.diloco.streaming_schedule(H, P, steps)`` pairs (step, fragment)."""
+    schedule: ``sync.schedule.streaming_schedule(H, P, steps)`` pairs (step, fragment)."""
     fig, ax = new_figure(width=9.0, height=0.6 * n_fragments + 2.2)
     for w in range(0, steps + 1, H):
         ax.axvline(w + 0.5, color="0.8", lw=1, zorder=0)

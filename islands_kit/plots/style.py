@@ -13,10 +13,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+
 History = Sequence[Mapping[str, Any]]
 
-# One colour per experiment, so the three runs look the same in every figure.
-COLORS = {"baseline": "#1f77b4", "two_site": "#d62728", "eight_cell": "#2ca02c"}
+# One colour per experiment (its row of the experiment table), so its runs look the same in every figure.
+COLORS = {name: row.color for name, row in EXPERIMENT_TABLE.items()}
 _CYCLE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
 X_AXES = {
     "tokens": ("tokens", "training tokens (all islands)"),
@@ -34,7 +36,8 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float
 
 
 def color(label: str, i: int) -> str:
-    return COLORS.get(label, _CYCLE[i % len(_CYCLE)])
+    row = EXPERIMENT_TABLE.get(label)
+    return row.color if row is not None else _CYCLE[i % len(_CYCLE)]
 
 
 def _xlabel(ax: Any, x: str) -> None:

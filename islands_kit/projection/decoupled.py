@@ -62,7 +62,7 @@ class DecoupledPlan:
         if len(self.fragment_numel) != self.sync.n_fragments or any(k < 1 for k in self.fragment_numel):
             raise ValueError(f"fragment_numel: need one size >= 1 per fragment (sync.n_fragments="
                              f"{self.sync.n_fragments}), got {self.fragment_numel}")
-        if self.sync.mode != "decoupled" or self.sync.strategy != "diloco" or self.sync.diloco.h_schedule != "constant":
+        if self.sync.traits.projection != "quorum" or self.sync.diloco.h_schedule != "constant":
             raise ValueError(f"sync: the plan prices decoupled diloco with a constant H (got mode={self.sync.mode!r}, "
                              f"strategy={self.sync.strategy!r}, h_schedule={self.sync.diloco.h_schedule!r})")
         if not 1 <= self.sync.quorum <= n:

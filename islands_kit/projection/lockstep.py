@@ -10,7 +10,7 @@ pieces: a ``LocalTransport`` (its ``SimClock``, its ``Ledger`` and the ``LinkMod
    waited for (``sync.routing.RoutingSync``);
 3. data parallelism: the fp32 gradient is all-reduced and waited for at once (``sync.ddp.DDP``);
 4. Streaming DiLoCo: the outer results due at t are waited for, the fragments of ``schedule`` due at t are posted
-   (``sync.diloco.sync_schedule``), landing after step t + τ, and those due at once (τ = 0) are waited for.
+   (``sync.schedule.sync_schedule``), landing after step t + τ, and those due at once (τ = 0) are waited for.
 
 At the end (``final_fragment_bytes``) every result in flight is waited for and every fragment with steps since its
 last sync goes once more and is waited for (``DiLoCo.finalize``). Only waiting idles an island, so the simulated wall
@@ -30,7 +30,7 @@ from islands_kit.config import ExperimentConfig
 from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
 from islands_kit.sync.base import PendingQueue, strided_fragments
-from islands_kit.sync.diloco import sync_schedule
+from islands_kit.sync.schedule import sync_schedule
 
 
 @dataclass(frozen=True)
@@ -130,10 +130,11 @@ def plan_for_config(cfg: ExperimentConfig, model: MoETransformer) -> LockStepPla
     step times from the islands' hardware, fragment sizes from the strided fragments and the codec, as training
     computes them. Constant H only; no warm start, faults or preemption (the run would differ from the plan)."""
     s = cfg.sync
-    if s.strategy not in ("diloco", "ddp") or s.mode != "lockstep" or s.routing_sync_mode != "all_reduce":
+    kind = s.traits.projection  # every_step (gradients) | fragments | quorum (projection/decoupled.py) | "" (none)
+    if kind not in ("every_step", "fragments") or s.routing_sync_mode != "all_reduce":
         raise ValueError(f"sync.strategy, sync.mode, sync.routing_sync_mode: the projection prices lockstep diloco|ddp "
                          f"with all-reduced routing (got {s.strategy}, {s.mode}, {s.routing_sync_mode})")
-    if s.strategy == "diloco" and (s.diloco.h_schedule != "constant" or s.diloco.warm_start_steps):
+    if kind == "fragments" and (s.diloco.h_schedule != "constant" or s.diloco.warm_start_steps):
         raise ValueError("sync.diloco: the projection prices the constant H schedule without a warm start "
                          f"(got h_schedule={s.diloco.h_schedule!r}, warm_start_steps={s.diloco.warm_start_steps})")
     if cfg.faults.preempt_island >= 0 or cfg.faults.straggler_island >= 0:
@@ -143,7 +144,7 @@ def plan_for_config(cfg: ExperimentConfig, model: MoETransformer) -> LockStepPla
     n = len(cfg.islands)
     balanced = cfg.model.n_experts > 1 and cfg.model.bias_balancing and s.routing_sync and n > 1
     routing = get_codec("fp32").nbytes(cfg.model.n_layers * cfg.model.n_experts) if balanced else 0
-    if s.strategy == "ddp":
+    if kind == "every_step":
         grad = get_codec("fp32").nbytes(model.num_params()) if n > 1 else 0
         return LockStepPlan(step_s, cfg.steps, routing_bytes=routing, gradient_bytes=grad)
     params = dict(model.named_parameters())

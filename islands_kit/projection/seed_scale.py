@@ -37,7 +37,7 @@ from islands_kit.config import DiLoCoConfig, LinkConfig, ModelConfig, SyncConfig
 from islands_kit.islands import HARDWARE, step_flops
 from islands_kit.projection.decoupled import DecoupledPlan, DecoupledResult, price_decoupled
 from islands_kit.projection.lockstep import LockStepPlan, price_lock_step, summary
-from islands_kit.sync.diloco import sync_schedule
+from islands_kit.sync.schedule import sync_schedule
 
 __all__ = ["ideal_link", "seed_scale_projection"]
 
@@ -132,9 +132,8 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
                 "skipped_merges": real.skipped_merges, "payload_bytes": real.payload_bytes,
                 "peak_link_bytes_per_s": real.peak_link_bytes_per_s, "channels": real.channels}
 
-    streaming = run(stream) if "streaming" in schedules else None
-    sync = run(ddp) if "ddp" in schedules else None
-    decoupled = run_decoupled() if "decoupled" in schedules else None
+    runs = {"streaming": lambda: run(stream), "ddp": lambda: run(ddp), "decoupled": run_decoupled}
+    streaming, sync, decoupled = (runs[k]() if k in schedules else None for k in SCHEDULES)
     return {
         "link": asdict(cfg),
         "link_rate_bps": effective_rate_bps(cfg),

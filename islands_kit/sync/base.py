@@ -140,9 +140,6 @@ class SyncStrategy(abc.ABC):
     name: str = "base"
     # does ``eval_state`` score the first local island's own replica? (then a separate replica score adds nothing)
     deploys_own_replica: bool = True
-    # can training go on while an island is away? Synchronous data parallelism cannot: its global batch needs every
-    # island, so the whole job waits for a preempted one
-    needs_every_island: bool = False
     # can the run end without some islands' ranks (lost: dead or hung) and still write its result?
     outlives_lost_islands: bool = False
 

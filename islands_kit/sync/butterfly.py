@@ -69,8 +69,9 @@ from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.comm.transport import Transport
-from islands_kit.config import SyncConfig
+from islands_kit.config import ButterflyConfig, SyncConfig
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue
+from islands_kit.sync.registry import StrategySpec, register_strategy
 
 
 def check_power_of_two(n: int) -> int:
@@ -277,3 +278,7 @@ class Butterfly(LockstepStrategy):
             raise ValueError("Butterfly.load_state_dict: sync.butterfly.payload='delta' but the checkpoint holds no "
                              f"reference {self.ref_version} (was it written with payload='weights'?)")
         self.refs = refs
+
+
+register_strategy(StrategySpec.of("butterfly", ButterflyConfig, lambda a: Butterfly(
+    a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed)))

@@ -11,6 +11,7 @@ from torch import nn
 
 from islands_kit.comm.transport import Transport, ring_bytes
 from islands_kit.sync.base import FragmentView, LockstepStrategy
+from islands_kit.sync.registry import StrategySpec, register_strategy
 
 
 def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
@@ -23,7 +24,6 @@ def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
 
 class DDP(LockstepStrategy):
     name = "ddp"
-    needs_every_island = True  # one global batch: a preempted island stalls the job
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport) -> None:
         super().__init__(models, transport)
@@ -46,3 +46,6 @@ class DDP(LockstepStrategy):
 
     def eval_state(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.models[self.ids[0]].state_dict().items()}
+
+
+register_strategy(StrategySpec.of("ddp", None, lambda a: DDP(a.models, a.transport)))

@@ -14,10 +14,9 @@ rebased on, θ_i its replica after its last completed step — through the codec
 synchroniser co-located with island 0 (``syncer``; its own upload crosses no link). Its weight counts the tokens
 (and inner steps) it processed since its previous contribution. The synchroniser decides the merge from what
 has arrived (``sync/quorum.py``: the quorum, the grace window, late outer gradients carried or dropped, the weights
-and the average). The merged Δ̄ goes through the codec once more
-(the synchroniser's own error feedback), the outer optimizer steps the global fragment with exactly what was sent,
-and the synchroniser sends it to every island that contributed: (n − 1) uploads and (n − 1) downloads per merge,
-2 (n − 1) S bytes, the ring's total.
+and the average). The merged Δ̄ goes through the codec once more (the synchroniser's own error feedback), the outer
+optimizer steps the global fragment with exactly what was sent, and the synchroniser sends it to every island that
+contributed: (n − 1) uploads and (n − 1) downloads per merge, 2 (n − 1) S bytes, the ring's total.
 
 Landing. Island i applies the broadcast at its first step boundary after it arrives — nobody waits for it:
 θ_i ← θ_global,new + (θ_i − θ_i^ref), where θ_i^ref is the replica as sent (its progress since sending is kept; what
@@ -37,7 +36,6 @@ in-process queue) as across processes (torchrun, one process per island): the sa
 numbers are the simulator's to the last bit (tested). The synchroniser prices every upload and broadcast itself
 (``Transport.send``: the seeded link model and the ledger). Between due ticks the processes run free; at a due tick
 every island waits, in wall-clock time only, for the synchroniser's decision. Nobody waits in simulated time.
-
 An island lost on the wire (``comm/messages.py``) is absent from that round and every later one.
 """
 from __future__ import annotations
@@ -66,10 +64,11 @@ from islands_kit.comm.messages import (
     read_decision,
 )
 from islands_kit.comm.transport import Transport, decode
-from islands_kit.config import SyncConfig
+from islands_kit.config import DecoupledConfig, SyncConfig
 from islands_kit.sync.base import ClockedStrategy
-from islands_kit.sync.diloco import DiLoCoCore
+from islands_kit.sync.diloco import DiLoCoCore, custom_schedule
 from islands_kit.sync.quorum import Contribution, Merge, QuorumRule
+from islands_kit.sync.registry import StrategySpec, register_strategy
 
 
 @dataclass
@@ -88,8 +87,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
     """Streaming DiLoCo on the decoupled schedule of the module doc. The decoupled driver calls ``land(i, now)``
     before each of island i's inner steps, ``island_step_done(i, tokens)`` after it, and ``after_tick(t)`` at the end
     of every tick. One process holds every island (the simulator), or each process one island with the synchroniser
-    on island 0's (torch.distributed); the code is the same. Its in-flight merges are not checkpointed (config.py
-    refuses ``checkpoint_every`` in this mode)."""
+    on island 0's (torch.distributed); the code is the same. Its in-flight merges are not checkpointed."""
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int, tick_s: float, schedule: list[tuple[int, int]] | None = None) -> None:
@@ -396,3 +394,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
 
     def result_fields(self) -> dict[str, Any]:
         return {"decoupled": self.report()}
+
+
+register_strategy(StrategySpec.of("decoupled", DecoupledConfig, lambda a: DecoupledDiLoCo(
+    a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, a.tick_s, custom_schedule(a.cfg))))

@@ -30,7 +30,7 @@ Published improvements, each off by default (off, the arithmetic is exactly the 
     averaged every step (θ_global ← θ_global − Δ̄, replicas ← θ_global; the outer optimizer is not stepped), then
     the streaming schedule takes over. Every byte goes into the ledger.
   * ``sync.diloco.h_schedule="qsr"`` (Gu et al. 2023): windows of H_k = max(H, ⌊(α / η_k)²⌋) steps, η_k the inner lr
-    when window k starts (``qsr_windows``, ``sync_schedule``): syncs are frequent while the lr is high and thin out as
+    when window k starts (``sync/schedule.py``: ``qsr_windows``, ``sync_schedule``): syncs are frequent while the lr is high and thin out as
     it decays; each window places the fragments at their offsets as the constant schedule does.
   * ``sync.diloco.outer_momentum_warmup`` K: the outer momentum of fragment p's k-th outer step (k = 0, 1, …) is
     μ · min(1, k / K), so the first outer steps are not amplified by a momentum buffer holding one noisy direction.
@@ -54,7 +54,6 @@ Islands absent from a sync (preempted) simply do not contribute; the token-weigh
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch
@@ -62,54 +61,18 @@ from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
-from islands_kit.config import ExperimentConfig, SyncConfig
+from islands_kit.config import DiLoCoConfig, ExperimentConfig, SyncConfig
 from islands_kit.optim.outer import OuterFactory, OuterStep, nesterov_sgd
-from islands_kit.optim.schedule import lr_lambda
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
+from islands_kit.sync.registry import StrategySpec, register_strategy
+from islands_kit.sync.schedule import diloco_schedule, fragment_offsets
 
 
 def outer_factory(cfg: SyncConfig) -> OuterFactory:
     """The outer optimizer ``sync.diloco`` names: SGD at outer_lr with (Nesterov) momentum outer_momentum."""
     c = cfg.diloco
     return nesterov_sgd(c.outer_lr, c.outer_momentum, c.nesterov)
-
-
-def fragment_offsets(H: int, P: int) -> list[int]:
-    """Step offsets inside the H-step window at which each fragment syncs (t ≡ offset_p mod H)."""
-    return [round((p + 1) * H / P) % H for p in range(P)]
-
-
-def streaming_schedule(H: int, P: int, steps: int) -> list[tuple[int, int]]:
-    """(step, fragment) pairs at which fragments sync during ``steps`` inner steps (1-based steps)."""
-    offs = fragment_offsets(H, P)
-    return [(t, p) for t in range(1, steps + 1) for p in range(P) if t % H == offs[p]]
-
-
-def qsr_windows(H_base: int, alpha: float, lr_at: Callable[[int], float], steps: int) -> list[tuple[int, int]]:
-    """The quadratic synchronisation rule (Gu et al. 2023, "A Quadratic Synchronization Rule for Distributed Deep
-    Learning"): windows (start, H_k) covering ``steps`` inner steps, H_k = max(H_base, floor((α / η_k)²)) with η_k =
-    ``lr_at(start)``, the inner learning rate when the window starts (0-based step count)."""
-    out, start = [], 0
-    while start < steps:
-        lr = lr_at(start)
-        Hk = H_base if lr <= 0 else max(H_base, math.floor((alpha / lr) ** 2))
-        out.append((start, Hk))
-        start += Hk
-    return out
-
-
-def sync_schedule(H: int, P: int, steps: int, windows: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
-    """(step, fragment) pairs of the streaming schedule; with ``windows`` (``qsr_windows``) fragment p syncs in the
-    window (s, H_k) after step s + offset_p(H_k), offset 0 meaning the window's last step — the constant schedule's
-    rule applied window by window. Without ``windows`` it is ``streaming_schedule``."""
-    if windows is None:
-        return streaming_schedule(H, P, steps)
-    out = []
-    for start, Hk in windows:
-        offs = fragment_offsets(Hk, P)
-        out += [(start + (o if o else Hk), p) for p, o in enumerate(offs) if start + (o if o else Hk) <= steps]
-    return sorted(out)
 
 
 class DiLoCoCore(SyncStrategy):
@@ -385,13 +348,10 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
         self.last_mean = [t.clone() if t is not None else None for t in d["last_mean"]]
 
 
-def diloco_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]]:
-    """The (step, fragment) syncs of a DiLoCo run (``sync.diloco.h_schedule``; decoupled: steps of the schedule).
-    QSR reads the lr of the warm-up as the peak: the rule governs the decay (Gu et al. apply it after warm-up)."""
-    s = cfg.sync
-    windows = None
-    if s.diloco.h_schedule == "qsr":
-        o = cfg.optim
-        windows = qsr_windows(s.H, s.diloco.qsr_alpha,
-                              lambda t: o.lr * lr_lambda(max(t, o.warmup_steps), o, cfg.steps), cfg.steps)
-    return sync_schedule(s.H, s.n_fragments, cfg.steps, windows)
+def custom_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]] | None:
+    """The run's (step, fragment) syncs when they do not follow the constant H (None when they do)."""
+    return diloco_schedule(cfg) if cfg.sync.diloco.h_schedule != "constant" else None
+
+
+register_strategy(StrategySpec.of("diloco", DiLoCoConfig, lambda a: DiLoCo(
+    a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, custom_schedule(a.cfg))))

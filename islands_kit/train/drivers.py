@@ -10,8 +10,9 @@ the end; it never asks which strategy it drives. Two drivers, one per kind of st
   end by t · T_ref on its own clock, landing what has reached it before each, then the strategy posts and applies
   the merges due (``sync/decoupled.py``).
 
-Preemption: an island is away during inner steps ``preempt_start + 1 .. preempt_start + preempt_steps``; a strategy
-that ``needs_every_island`` (synchronous data parallelism) cannot train without it, so the whole job waits instead.
+Preemption: an island is away during inner steps ``preempt_start + 1 .. preempt_start + preempt_steps``; a
+``synchronous`` strategy (its traits, ``config/strategies.py``: data parallelism) cannot train without it, so the
+whole job waits instead.
 """
 from __future__ import annotations
 
@@ -48,10 +49,20 @@ class Driver(abc.ABC):
         step count itself)."""
         return None
 
+    @classmethod
+    def create(cls, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport, step_s: dict[int, float],
+               strategy: Any) -> Driver:
+        """The driver over ``strategy`` (a strategy of this driver's kind: ``sync/registry.py``)."""
+        return cls(cfg, islands, transport, step_s, strategy)  # type: ignore[call-arg]
+
+    @staticmethod
+    def check_placement(cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport) -> None:
+        """Refuse a placement of islands on processes this driver cannot run (before the strategy is built)."""
+
     def preempted(self, island: int, step: int) -> bool:
         """Is ``island`` away during inner step ``step``? Never where the strategy needs every island (it waits)."""
         f = self.cfg.faults
-        if self.strategy.needs_every_island:
+        if self.cfg.sync.traits.synchronous:
             return False
         return f.preempt_island == island and f.preempt_start < step <= f.preempt_start + f.preempt_steps
 
@@ -95,12 +106,21 @@ class LockstepDriver(Driver):
         self.strategy: LockstepStrategy = strategy
         self.routing = routing
 
+    @classmethod
+    def create(cls, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport, step_s: dict[int, float],
+               strategy: Any) -> Driver:
+        """With the routing statistics on their own channel (pairwise with ``sync.routing_sync_mode=butterfly``)."""
+        s = cfg.sync
+        routing = RoutingSync(transport, s.routing_sync and cfg.model.n_experts > 1,
+                              butterfly=s.routing_sync_mode == "butterfly")
+        return cls(cfg, islands, transport, step_s, strategy, routing)
+
     def stall_for_preemption(self, t: int) -> None:
         """A strategy that needs every island under a preemption: when the preempted island leaves (before inner
         step preempt_start + 1) the whole job waits for it — every island idles for preempt_steps of the slowest
         island's step time — and training then goes on with nothing missed."""
         f = self.cfg.faults
-        if not (self.strategy.needs_every_island and f.preempt_island >= 0 and f.preempt_steps > 0
+        if not (self.cfg.sync.traits.synchronous and f.preempt_island >= 0 and f.preempt_steps > 0
                 and t == f.preempt_start + 1):
             return
         clock = self.transport.clock

@@ -209,7 +209,7 @@ class Experiment:
         except (Diverged, NonFiniteError) as e:
             self._diverged(e)
         losses = {i: isl.last_loss for i, isl in self.islands.items()}
-        with self.transport.world_view():  # a collective under torch.distributed (comm/torch_dist.py)
+        with self.transport.world_view():  # a collective under torch.distributed (comm/torch_dist/)
             try:
                 self._record_eval(losses, final=True, tracker=tracker)
             except Diverged as e:  # the final flush brought the NaN in

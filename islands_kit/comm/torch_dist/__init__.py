@@ -1,6 +1,7 @@
 """``TorchDistTransport``: the ``Transport`` interface on torch.distributed (gloo on CPU, NCCL on GPU), launched by torchrun.
-(Over 400 lines because one class holds the whole wire protocol and this docstring states it; the rank layout and
-launch glue live in ``islands_kit/distributed.py``, the control-message format in ``comm/control.py``.)
+The class is in ``transport.py`` (the wire frames in ``frames.py``, the point-to-point mailbox in ``mailbox.py``);
+the rank layout and launch glue live in ``islands_kit/distributed.py``, the control-message format in
+``comm/control.py``.
 
 The sync strategies run unchanged: each process holds one island (``local_islands == [my island]``) and calls the same
 ``all_reduce`` / ``all_gather`` / ``exchange`` / ``all_reduce_tensor`` as in the simulator. The result of an
