@@ -17,7 +17,7 @@ from islands_kit.presets import PRESETS, get_preset
 
 CONFIG_CLASSES = (config.ExperimentConfig, config.DataConfig, config.ModelConfig, config.OptimConfig,
                   config.SyncConfig, config.DiLoCoConfig, config.ButterflyConfig, config.LinkConfig, config.IslandConfig,
-                  config.FaultConfig)
+                  config.FaultConfig, config.SnooConfig, config.OrbitConfig, config.StationConfig)
 
 
 @pytest.fixture(autouse=True)

@@ -44,7 +44,7 @@ def nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
     names its new place; then, in the same section, a common synonym (``learning_rate`` -> ``lr``), an acronym of
     the typed words (``learning_rate`` -> ``lr``) or a name containing / contained in the typed one; then a field of
     that name (or synonym) in another section (nanoGPT's flat ``lr``, ``batch_size``, ``max_iters`` -> ``optim.lr``,
-    ``islands.<i>.batch_size``, ``steps``); then the closest spellings (difflib)."""
+    ``islands.<i>.batch_size``, ``steps``; the shallowest such keys only); then the closest spellings (difflib)."""
     if prefix + key in MOVED_KEYS:
         return f" (did you mean {MOVED_KEYS[prefix + key]}? the key moved there)"
     same_depth = [v for v in valid if v.count(".") == key.count(".")]
@@ -61,6 +61,7 @@ def nearest(key: str, valid: typing.Iterable[str], prefix: str = "") -> str:
     if not near:
         want = {last.lower(), SYNONYMS.get(last.lower(), "")}
         near = [v for v in valid if v.rpartition(".")[2] in want]
+        near = [v for v in near if v.count(".") == min(n.count(".") for n in near)]  # optim.lr before optim.snoo.lr
     near += [v for v in difflib.get_close_matches(key, same_depth, n=3, cutoff=0.6) if v not in near]
     near = near[:3]
     return f" (did you mean {' or '.join(prefix + n for n in near)}?)" if near else ""

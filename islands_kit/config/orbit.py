@@ -13,8 +13,8 @@ class StationConfig:
     """One ground station on a spherical Earth (geocentric latitude and longitude, degrees)."""
 
     name: str = "redu"  # ESA ESTRACK station Redu, Belgium
-    lat_deg: float = 50.00
-    lon_deg: float = 5.15
+    lat_deg: float = 50.00  # geocentric latitude, degrees (Redu: 50.00 N)
+    lon_deg: float = 5.15  # longitude, degrees east (Redu: 5.15 E)
 
     def __post_init__(self) -> None:
         self.validate("link.orbit.stations[*].")
