@@ -70,6 +70,13 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "SNOO K=25, 0.5/0.5, experts follow AdamW (dense)": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, params="dense"), [0]),
     "SNOO K=25, 0.7/0.9, ramp 10, slow decay 0.04": (
         "snoo2", "baseline", 1, snoo(25, 0.7, 0.9, momentum_warmup="10", weight_decay="0.04"), [0]),
+    # the M = 1 lead's structure on the baseline's own data: two staggered fragments (offsets 12 and 0), the ramp
+    "SNOO K=25, 2 fragments, 0.5/0.5, ramp 10": (
+        "snoo2", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10", fragments="2"), SEEDS3),
+    # and SNOO's structure on site A's data: M = 1 DiLoCo with one fragment and no overlap
+    "M=1 DiLoCo H=25 fp32, 1 fragment, tau 0, 0.5/0.5, ramp 10": (
+        "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10"),
+                              "sync.n_fragments": "1", "sync.tau": "0"}, [0]),
     "SNOO K=25, 0.7/0.9, final fast": ("snoo2", "baseline", 1, snoo(25, 0.7, 0.9, final="fast"), [0]),
     "SNOO K=25, 0.5/0.5, final fast": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, final="fast"), [0]),
     "SNOO K=25, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10"), [0]),

@@ -26,6 +26,8 @@ from islands_kit.device import autocast
 from islands_kit.model import ByteTransformer, RoutingStats
 from islands_kit.optim.build import build_optimizer, build_snoo
 from islands_kit.optim.schedule import lr_lambda
+from islands_kit.sync.base import strided_fragments
+from islands_kit.sync.schedule import fragment_offsets
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,10 @@ class Island:
         self.precision = precision
         self.optim_cfg = optim_cfg
         self.optimizer = build_optimizer(model, optim_cfg, process_group)
-        self.snoo = build_snoo(model, optim_cfg, total_steps)  # SNOO's slow weights around the inner optimizer (None: off)
+        P, K = optim_cfg.snoo.fragments, optim_cfg.snoo.k
+        frags = strided_fragments(model.block_param_names(), model.extra_param_names(), P) if P > 1 else None
+        # SNOO's slow weights around the inner optimizer (None: off), in Streaming DiLoCo's fragments when P > 1
+        self.snoo = build_snoo(model, optim_cfg, total_steps, frags, fragment_offsets(K, P) if frags else None)
         position = lr_position or (lambda s: s)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(position(s), optim_cfg, total_steps))

@@ -19,6 +19,7 @@ from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.schedule import fragment_offsets
 
 
 @pytest.mark.parametrize("nesterov", [True, False])
@@ -65,7 +66,7 @@ def test_outer_record_measures_the_step():
 def _snoo_run(eta: float, mu: float, k: int, steps: int = 12) -> tuple[nn.Module, Snoo]:
     model = make_replicas(1)[0]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    snoo = Snoo(list(model.parameters()), k, nesterov_sgd(eta, mu))
+    snoo = Snoo([list(model.parameters())], k, nesterov_sgd(eta, mu))
     for batch in batches(1, steps):
         x, y = batch[0]
         ((model(x) - y) ** 2).mean().backward()
@@ -94,7 +95,7 @@ def test_snoo_final_fast_scores_the_inner_optimizers_last_iterate():
     previous outer step made (the same run's outer-step model differs only by that last extrapolation)."""
     model = make_replicas(1)[0]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    snoo = Snoo(list(model.parameters()), 4, nesterov_sgd(0.7, 0.9), fast_at=12)
+    snoo = Snoo([list(model.parameters())], 4, nesterov_sgd(0.7, 0.9), fast_at=12)
     ref, ref_snoo = _snoo_run(0.7, 0.9, 4)
     for t, batch in enumerate(batches(1, 12), start=1):
         x, y = batch[0]
@@ -106,7 +107,7 @@ def test_snoo_final_fast_scores_the_inner_optimizers_last_iterate():
             before_last = flat(model).clone()
     assert [r["step"] for r in snoo.records] == [4, 8] and [r["step"] for r in ref_snoo.records][-1] == 12
     assert (flat(model) - before_last).abs().max() > 0  # the last inner step was taken ...
-    assert torch.equal(torch.cat([w.detach().reshape(-1) for w in snoo.outer.slow]), flat(model))  # ... and kept
+    assert torch.equal(torch.cat([w.detach().reshape(-1) for w in snoo.outer[0].slow]), flat(model))  # ... and kept
     assert (flat(model) - flat(ref)).abs().max() > 1e-4
 
 
@@ -125,6 +126,34 @@ def test_snoo_is_diloco_with_one_replica():
     assert [r["step"] for r in strat.outer_records()] == [4, 8, 12]
     for a, b in zip(snoo.records, strat.outer_records()):
         assert a["rel_delta"] == pytest.approx(b["rel_delta"], rel=1e-5)
+
+
+def test_snoo_in_fragments_is_streaming_diloco_with_one_replica():
+    """Two strided fragments stepping at their offsets in the K-step window: DiLoCo with M = 1, P = 2, τ = 0 and fp32
+    outer gradients takes exactly the same steps (the final flush included: it lands on the same last step)."""
+    models = make_replicas(1)
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 2)
+    cfg = SyncConfig(strategy="diloco", H=4, n_fragments=2, tau=0, codec="fp32", error_feedback=False,
+                     diloco=DiLoCoConfig(outer_lr=0.7, outer_momentum=0.9))
+    strat = DiLoCo(models, LocalTransport(1), frags, cfg, seed=0)
+    train(models, strat, batches(1, 12))
+    model = make_replicas(1)[0]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    named = dict(model.named_parameters())
+    snoo = Snoo([[named[n] for n in names] for names in frags], 4, nesterov_sgd(0.7, 0.9), offsets=fragment_offsets(4, 2))
+    for batch in batches(1, 12):
+        x, y = batch[0]
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        snoo.after_inner_step()
+    assert [(r["step"], r["group"]) for r in snoo.records] == [(2, 0), (4, 1), (6, 0), (8, 1), (10, 0), (12, 1)]
+    assert [(r["step"], r["fragment"]) for r in strat.outer_records()][:6] == [(2, 0), (4, 1), (6, 0), (8, 1), (10, 0),
+                                                                                (12, 1)]
+    # DiLoCo's final flush gives fragment 0 one more outer step (2 steps since its last); SNOO ends with the fast weights
+    ev = strat.eval_state()
+    for n in frags[1]:
+        assert torch.allclose(named[n].detach(), ev[n], atol=1e-6), n
 
 
 def test_diloco_takes_its_outer_optimizer_as_an_argument():
@@ -206,3 +235,12 @@ def test_resume_mid_window_with_snoo_is_bit_identical(tmp_path):
     for k in ("final_val_bpb", "val_curve", "outer_log", "tokens"):
         assert again[k] == full[k], k
     assert [r["step"] for r in full["outer_log"]] == [3, 6, 9, 12]
+
+
+def test_baseline_with_snoo_in_two_fragments_records_each():
+    cfg = apply_overrides(get_preset("baseline", "smoke"), {**SNOO, "optim.snoo.fragments": "2"})
+    r = run_experiment(cfg)
+    steps = {f: [x["step"] for x in r.outer_log if x["fragment"] == f] for f in ("snoo0", "snoo1")}
+    assert steps == {"snoo0": [2, 6, 10, 14, 18, 22], "snoo1": [4, 8, 12, 16, 20, 24]}  # offsets 2 and 0 of K = 4
+    with pytest.raises(ConfigError, match=r"optim\.snoo\.fragments"):
+        apply_overrides(cfg, {"optim.snoo.fragments": "5"})

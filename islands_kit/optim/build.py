@@ -51,10 +51,17 @@ def snoo_params(model: nn.Module, which: str) -> list[nn.Parameter]:
     return [p for _, p in named]
 
 
-def build_snoo(model: nn.Module, cfg: OptimConfig, total_steps: int) -> Snoo | None:
-    """SNOO around the inner optimizer when ``optim.snoo.k`` > 0 (``optim/outer.py``), else None."""
+def build_snoo(model: nn.Module, cfg: OptimConfig, total_steps: int, fragments: list[list[str]] | None = None,
+               offsets: list[int] | None = None) -> Snoo | None:
+    """SNOO around the inner optimizer when ``optim.snoo.k`` > 0 (``optim/outer.py``), else None. ``fragments``
+    (parameter names) and ``offsets``: one outer optimizer per fragment, stepping at its offset in the K-step window
+    (``optim.snoo.fragments`` > 1; the caller splits the model as Streaming DiLoCo does); None = one group."""
     c = cfg.snoo
     if c.k == 0:
         return None
-    return Snoo(snoo_params(model, c.params), c.k, nesterov_sgd(c.lr, c.momentum, c.nesterov), c.momentum_warmup,
-                decay=c.lr * c.weight_decay, fast_at=total_steps if c.final == "fast" else None)
+    chosen = {id(p) for p in snoo_params(model, c.params)}
+    named = dict(model.named_parameters())
+    groups = ([[p for p in model.parameters() if id(p) in chosen]] if fragments is None else
+              [[named[n] for n in names if id(named[n]) in chosen] for names in fragments])
+    return Snoo(groups, c.k, nesterov_sgd(c.lr, c.momentum, c.nesterov), c.momentum_warmup,
+                decay=c.lr * c.weight_decay, fast_at=total_steps if c.final == "fast" else None, offsets=offsets)

@@ -115,49 +115,60 @@ class Snoo:
     """SNOO around an inner optimizer (module doc): ``after_inner_step`` counts the inner steps and after every K-th
     one gives the slow weights the outer step with s = w − w̃ and restarts the fast weights (the model's parameters)
     from them. Every parameter takes the outer step (the authors' code excludes none). The model is scored as it
-    stands (the fast weights, as the authors' code does), which after a K-th step are the slow weights."""
+    stands (the fast weights, as the authors' code does), which after a K-th step are the slow weights.
 
-    def __init__(self, params: list[nn.Parameter], k: int, factory: OuterFactory, momentum_warmup: int = 0,
-                 decay: float = 0.0, fast_at: int | None = None) -> None:
+    With several ``groups`` (Streaming DiLoCo's fragments, ``optim.snoo.fragments``) each group has its own outer
+    optimizer and steps after the inner steps t ≡ ``offsets[p]`` (mod K): DiLoCo with M = 1 and staggered fragments,
+    on any experiment's own data."""
+
+    def __init__(self, groups: list[list[nn.Parameter]], k: int, factory: OuterFactory, momentum_warmup: int = 0,
+                 decay: float = 0.0, fast_at: int | None = None, offsets: list[int] | None = None) -> None:
         """``decay``: the slow matrices (ndim >= 2) are scaled by 1 − ``decay`` after each outer step (decoupled
         weight decay on the slow weights; optim.snoo.lr x optim.snoo.weight_decay). ``fast_at``: the inner step
         (the run's last, ``optim.snoo.final=fast``) after which no outer step is taken: the slow weights become the
-        fast ones, and the scored model carries no extrapolation."""
+        fast ones, and the scored model carries no extrapolation. ``offsets``: each group's step in the K-step
+        window (None: every group at t ≡ 0)."""
         if k < 1:
             raise ValueError(f"optim.snoo.k: must be >= 1 to build SNOO (got {k})")
-        self.fast = params
+        self.fast = groups
         self.k = k
-        slow = [nn.Parameter(p.detach().clone()) for p in params]
-        self.outer = OuterStep(slow, factory, momentum_warmup)
+        self.offsets = list(offsets) if offsets is not None else [0] * len(groups)
+        if len(self.offsets) != len(groups) or not all(0 <= o < k for o in self.offsets):
+            raise ValueError(f"optim.snoo: {len(groups)} groups need as many offsets in [0, {k}) (got {self.offsets})")
+        self.outer = [OuterStep([nn.Parameter(p.detach().clone()) for p in g], factory, momentum_warmup) for g in groups]
         self.decay = decay
         self.fast_at = fast_at
         self.inner_steps = 0
-        self.records: list[dict[str, Any]] = []  # one per outer step: its inner step and OuterRecord.as_dict()
+        self.records: list[dict[str, Any]] = []  # one per outer step: its inner step, group and OuterRecord.as_dict()
 
     @torch.no_grad()
     def after_inner_step(self) -> None:
         self.inner_steps += 1
-        if self.inner_steps == self.fast_at:
-            for w, f in zip(self.outer.slow, self.fast):
-                w.copy_(f.detach())
-            return
-        if self.inner_steps % self.k:
-            return
-        rec = self.outer.step([w.detach() - f.detach() for w, f in zip(self.outer.slow, self.fast)])
-        for w, f in zip(self.outer.slow, self.fast):
-            if self.decay > 0 and w.ndim >= 2:
-                w.mul_(1.0 - self.decay)
-            f.copy_(w.detach())
-        self.records.append({"step": self.inner_steps, **rec.as_dict()})
+        for p, (outer, fast) in enumerate(zip(self.outer, self.fast)):
+            if self.inner_steps == self.fast_at:
+                for w, f in zip(outer.slow, fast):
+                    w.copy_(f.detach())
+                continue
+            if self.inner_steps % self.k != self.offsets[p]:
+                continue
+            rec = outer.step([w.detach() - f.detach() for w, f in zip(outer.slow, fast)])
+            for w, f in zip(outer.slow, fast):
+                if self.decay > 0 and w.ndim >= 2:
+                    w.mul_(1.0 - self.decay)
+                f.copy_(w.detach())
+            self.records.append({"step": self.inner_steps, "group": p, **rec.as_dict()})
 
     def state_dict(self) -> dict[str, Any]:
-        return {"slow": [w.detach().clone() for w in self.outer.slow], "outer": self.outer.state_dict(),
-                "inner_steps": self.inner_steps, "records": list(self.records)}
+        return {"slow": [[w.detach().clone() for w in o.slow] for o in self.outer],
+                "outer": [o.state_dict() for o in self.outer], "inner_steps": self.inner_steps,
+                "records": list(self.records)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         with torch.no_grad():
-            for w, v in zip(self.outer.slow, d["slow"]):
-                w.copy_(v)
-        self.outer.load_state_dict(d["outer"])
+            for o, vs in zip(self.outer, d["slow"]):
+                for w, v in zip(o.slow, vs):
+                    w.copy_(v)
+        for o, s in zip(self.outer, d["outer"]):
+            o.load_state_dict(s)
         self.inner_steps = int(d["inner_steps"])
         self.records = list(d["records"])

@@ -169,9 +169,13 @@ class Experiment:
 
     def outer_records(self) -> list[dict[str, Any]]:
         """Every outer step so far: the strategy's (DiLoCo's global fragments) and the first local island's SNOO
-        steps (``optim.snoo``; fragment "snoo")."""
+        steps (``optim.snoo``; fragment "snoo", or "snoo<p>" with several fragments)."""
         snoo = self.first.snoo
-        return self.strategy.outer_records() + ([{**r, "fragment": "snoo"} for r in snoo.records] if snoo else [])
+        if snoo is None:
+            return self.strategy.outer_records()
+        one = len(snoo.outer) == 1
+        return self.strategy.outer_records() + [{**r, "fragment": "snoo" if one else f"snoo{r['group']}"}
+                                                for r in snoo.records]
 
     def cpu_s(self) -> float:
         """CPU seconds this run's process has spent on it (every thread; set-up included): on a shared machine, where
