@@ -177,6 +177,22 @@ def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, ma
     assert rec["absent"] == [1] and rec["on_time"] == [0] and rec["quorum_met"]
 
 
+@pytest.mark.parametrize("over, match", [
+    ({"inner_steps": 2 ** 63 - 1}, r"from rank 1: body.inner_steps: must be an integer in \[0, 9007199254740992\]"),
+    ({"tokens": 2 ** 53 + 1}, r"from rank 1: body.tokens: must be an integer in \[0, 9007199254740992\]"),
+    ({"inner_steps": 2 ** 53}, r"inner_steps: 9007199254740992 is more than the \d+ the schedule allows by tick"),
+    ({"steps": 10 ** 6}, r"steps: 1000000 since the last contribution is more than its inner_steps"),
+])
+def test_a_counter_beyond_the_schedule_drops_the_island_and_is_never_counted(over, match):
+    """inner_steps = 2^63 - 1 once made the driver's settle_lost count that many steps (a loop without end); a count
+    is now bounded by the schema (2^53) and by the ticks the schedule has had, and a refused one is not kept."""
+    s, box, tick = synchroniser()
+    from_island_1(box, contribution(s, tick, **over))
+    s.after_tick(tick)
+    assert set(box.lost) == {1} and re.search(match, box.lost[1]), box.lost
+    assert s.lost() == {1: 0}  # what the driver's settle_lost counts: the last accepted report, not the hostile one
+
+
 def test_a_topk_contribution_with_a_bad_index_drops_the_island():
     s, box, tick = synchroniser(codec="top16_int4", codec_block_size=64)
     p = s.codec.encode(torch.randn(136, generator=torch.Generator().manual_seed(0)))

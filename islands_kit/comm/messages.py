@@ -37,8 +37,10 @@ SYNCER = 0  # the synchroniser sits with island 0
 
 CONTRIBUTION = "decoupled.contribution"
 FRESH, ABSENT, NOT_READY = "fresh", "absent", "not_ready"
+MAX_COUNT = 2 ** 53  # token and step counts: integers float64 holds exactly (they become merge weights)
 CONTRIBUTION_SCHEMA = {"tick": Int(0), "fragment": Int(0), "round": Int(0), "status": OneOf(FRESH, ABSENT, NOT_READY),
-                       "sent_s": Num(0), "tokens": Int(0), "steps": Int(0), "inner_steps": Int(0)}
+                       "sent_s": Num(0), "tokens": Int(0, MAX_COUNT), "steps": Int(0, MAX_COUNT),
+                       "inner_steps": Int(0, MAX_COUNT)}
 DECISION = "decoupled.decision"
 DECISION_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Opt(Num(0))}
 APPLY = "decoupled.apply"
@@ -50,8 +52,10 @@ def contribution_fault(body: dict[str, Any], payload: Payload | None, island: in
     """Why the synchroniser refuses island ``island``'s ``CONTRIBUTION`` (already through the wire's checks) to the
     round ``due`` = (tick, fragment, round) due at schedule time ``now``, in one line; None when it is sound. The
     protocol's rules: the send time within the wire's clock bound, the round it names, a payload exactly when fresh,
-    no ``not_ready`` at the end, and a send time that is a time of this round (``now`` in a regular round; at the end,
-    no earlier than ``now``: an island sends its last parts once its last merges have landed)."""
+    no ``not_ready`` at the end, a send time that is a time of this round (``now`` in a regular round; at the end,
+    no earlier than ``now``: an island sends its last parts once its last merges have landed), and step counts the
+    schedule allows: an island takes at most one inner step per tick (the tick is the fastest island's step), so by
+    tick t at most t (one more of slack for rounding), and its steps since the last contribution are among them."""
     tick, p, k = due
     where = f"sync.mode=decoupled: island {island}'s {CONTRIBUTION} for tick {tick}, fragment {p}, round {k}"
     try:
@@ -66,6 +70,10 @@ def contribution_fault(body: dict[str, Any], payload: Payload | None, island: in
         why = "status: not_ready in the final merge"
     elif not (body["sent_s"] == now or (final and body["sent_s"] > now)):
         why = f"sent_s: {body['sent_s']!r} is not a send time of this round (due at {now!r})"
+    elif body["inner_steps"] > tick + 1:
+        why = f"inner_steps: {body['inner_steps']} is more than the {tick + 1} the schedule allows by tick {tick}"
+    elif body["steps"] > body["inner_steps"]:
+        why = f"steps: {body['steps']} since the last contribution is more than its inner_steps {body['inner_steps']}"
     else:
         return None
     return f"{where}: {why}"
