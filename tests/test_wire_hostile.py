@@ -4,6 +4,7 @@ island 1's raw bytes from the in-process wire with the transport's policy (a ref
 check that every rank names the peer is the last test."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -266,3 +267,34 @@ def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
     assert any(line.startswith("refused clock_nan on rank 1 :") for line in lines), lines
     assert any(line.startswith("refused topk_index on rank 1 :") for line in lines), lines
     assert "accepted honest on rank 0" in lines and "accepted honest on rank 1" in lines, lines
+
+
+def test_the_clock_bound_is_absolute_and_does_not_compound():
+    """A peer at the relative limit at every sync used to multiply the receiver's clock by 1000 each time (1.5e30 s
+    after 10 syncs); the run's horizon, fixed from its config, does not move with the clock the peer pushed."""
+    horizon = 1e6
+    now, refused = 0.0, None
+    for sync in range(10):
+        t = peer.CLOCK_LEAD * (now + 1.0)  # the most the relative bound allows
+        try:
+            now = peer.read_clock(t, now, 2, "sent_at", "island 1's all_reduce", horizon)
+        except PayloadError as e:
+            refused = (sync, str(e))
+            break
+    assert refused is not None and refused[0] == 1 and "the run's horizon from its config" in refused[1]
+    assert now <= horizon
+
+
+def test_every_run_gets_a_finite_horizon_from_its_config():
+    from islands_kit.config import LinkConfig
+    from islands_kit.presets import get_preset
+    from islands_kit.train.experiment import Experiment
+
+    cfg = get_preset("two_site", "smoke")
+    ex = Experiment(cfg)
+    slowest = max(ex.step_s.values())
+    assert cfg.steps * slowest * peer.CLOCK_LEAD < ex.transport.horizon_s < math.inf
+    assert ex.transport.horizon_s == peer.clock_horizon(cfg.steps, slowest, cfg.link, 4 * ex.params_total, 2)
+    # an intermittent link's contact period widens it: an honest transfer may wait that long
+    assert peer.clock_horizon(10, 1.0, LinkConfig(contact_period_s=60.0, contact_fraction=0.5), 0, 2) > \
+        peer.clock_horizon(10, 1.0, LinkConfig(), 0, 2)

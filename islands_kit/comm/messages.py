@@ -26,6 +26,7 @@ stop with an error naming it.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from islands_kit.comm import peer
@@ -48,18 +49,18 @@ APPLY_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Num(0), "outer_s
 
 
 def contribution_fault(body: dict[str, Any], payload: Payload | None, island: int, due: tuple[int, int, int],
-                       now: float, final: bool) -> str | None:
+                       now: float, final: bool, horizon: float = math.inf) -> str | None:
     """Why the synchroniser refuses island ``island``'s ``CONTRIBUTION`` (already through the wire's checks) to the
     round ``due`` = (tick, fragment, round) due at schedule time ``now``, in one line; None when it is sound. The
-    protocol's rules: the send time within the wire's clock bound, the round it names, a payload exactly when fresh,
-    no ``not_ready`` at the end, a send time that is a time of this round (``now`` in a regular round; at the end,
+    protocol's rules: the send time within the wire's clock bound and the run's ``horizon``, the round it names, a
+    payload exactly when fresh, no ``not_ready`` at the end, a send time that is a time of this round (``now`` in a regular round; at the end,
     no earlier than ``now``: an island sends its last parts once its last merges have landed), and step counts the
     schedule allows: an island takes at most one inner step per tick (the tick is the fastest island's step), so by
     tick t at most t (one more of slack for rounding), and its steps since the last contribution are among them."""
     tick, p, k = due
     where = f"sync.mode=decoupled: island {island}'s {CONTRIBUTION} for tick {tick}, fragment {p}, round {k}"
     try:
-        peer.read_clock(float(body["sent_s"]), now, island, "sent_s", where)
+        peer.read_clock(float(body["sent_s"]), now, island, "sent_s", where, horizon)
     except peer.PeerError as e:
         return str(e)
     if (body["tick"], body["fragment"], body["round"]) != due:
@@ -87,7 +88,7 @@ def _refusal(kind: str, field: str, why: str) -> peer.ControlError:
 
 def _syncer_clock(wire: Transport, island: int, t: float, kind: str, field: str) -> float:
     """A time the synchroniser sent, held to the wire's clock bound against the island's clock."""
-    return peer.read_clock(t, wire.clock.now[island], SYNCER, field, f"control message {kind!r}")
+    return peer.read_clock(t, wire.clock.now[island], SYNCER, field, f"control message {kind!r}", wire.horizon_s)
 
 
 def syncer_timeout(wire: Transport) -> float:

@@ -287,7 +287,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         if got is None:
             return None, None
         body, payload = got
-        why = contribution_fault(body, payload, i, (tick, p, k), now, final)
+        why = contribution_fault(body, payload, i, (tick, p, k), now, final, self.transport.horizon_s)
         if why is None:
             return body, payload
         self.transport.drop(i, why)

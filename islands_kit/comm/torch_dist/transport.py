@@ -110,7 +110,7 @@ class TorchDistTransport(PairMailbox, Transport):
         try:
             if reserved != 0:
                 raise peer.PayloadError(f"{who} from rank {rank}: reserved: must be 0 (got {reserved})", rank, "reserved")
-            peer.read_clock(sent_at, self.clock.now[self.island], rank, "sent_at", who)
+            peer.read_clock(sent_at, self.clock.now[self.island], rank, "sent_at", who, self.horizon_s)
             peer.read_weight(weight, rank, "weight", who)
             p = peer.read_payload(b[META_BYTES:], peer.PayloadSpec.of(op.mine), rank, who)
         except peer.PeerError as e:
@@ -331,7 +331,7 @@ class TorchDistTransport(PairMailbox, Transport):
                                        "no clock for its island")
             try:  # a peer's clock is held to the same bound as a payload's send time (comm/peer.py)
                 now, busy, idle = (peer.read_clock(float(c[f][k]), self.clock.now[self.island], self.layout.first_rank(i),
-                                                   f"clock.{f}", "control message 'ledger'") for f in ("now", "busy", "idle"))
+                                                   f"clock.{f}", "control message 'ledger'", self.horizon_s) for f in ("now", "busy", "idle"))
             except peer.PeerError as e:
                 raise DistributedError(f"islands_kit.distributed: {e}") from None
             clock.now[i], clock.busy[i], clock.idle[i] = now, busy, idle
