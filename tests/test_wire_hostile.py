@@ -15,6 +15,7 @@ import pytest
 import torch
 from lone_synchroniser import contribution, from_island_1, synchroniser
 
+from islands_kit.codec_registry import CODEC_SPECS
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
 from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
@@ -118,6 +119,28 @@ def test_codes_off_the_grid_are_refused_but_non_finite_scales_pass_to_the_defenc
     data[:4] = torch.tensor([float("nan")], dtype=torch.float32).view(torch.uint8)
     got = peer.read_payload(encode_bytes(Payload("int4", 256, 128, data)), PayloadSpec.of(p), peer=2)
     assert torch.isnan(get_codec("int4", 128).decode(got)[:128]).all()
+
+
+SCALED = [s.name for s in CODEC_SPECS.values() if s.block_scaled or (s.sparse and s.values != "fp32")]
+
+
+@pytest.mark.parametrize("name", SCALED)
+def test_a_finite_scale_that_overflows_on_decode_is_refused_by_every_scaled_codec(name):
+    """3e38 is finite, so it once passed Codec.check in all 16 scaled codecs and turned into inf only when decoded;
+    the largest finite scale whose decode stays finite still passes."""
+    assert len(SCALED) == 16
+    codec = get_codec(name, 64)
+    p = codec.encode(torch.randn(256, generator=torch.Generator().manual_seed(1)))
+    assert codec.check(p) is None
+    for scale, refused in [(3e38, True), (torch.finfo(torch.float32).max / codec.spec.qmax / 2, False)]:
+        data = p.data.clone()
+        data[:4] = torch.tensor([scale], dtype=torch.float32).view(torch.uint8)  # block 0's scale comes first
+        raw = encode_bytes(Payload(name, 256, 64, data))
+        if refused:
+            with pytest.raises(PayloadError, match=r"from rank 2: scales: block 0's scale 3e\+38 overflows float32"):
+                peer.read_payload(raw, PayloadSpec.of(p), peer=2)
+        else:
+            assert torch.isfinite(codec.decode(peer.read_payload(raw, PayloadSpec.of(p), peer=2))).all()
 
 
 def test_payload_header_must_be_what_the_receiver_expects():

@@ -14,7 +14,8 @@ Rules, per thing a peer sends:
 * **Payloads** (``codecs.encode_bytes``): ``read_payload``. The header must name exactly the codec, numel and block
   size the receiver expects (its own config: the same fragment, the same codec) — checked before anything is sized
   from it — then the length and CRC, then ``Codec.check``: every code on the codec's grid, every top-k index inside
-  its own block (not past the block's end, not into the next block) and ascending. Only then is it decoded.
+  its own block (not past the block's end, not into the next block) and ascending, no finite block scale that
+  overflows float32 once decoded. Only then is it decoded.
   Values are not judged here: a non-finite fp32/bf16 value or block scale is the modelled ``nan`` attack, which the
   defences (``faults/defense.py``) or the divergence check deal with, identically in the simulator.
 * **Clocks** a peer reports (a payload's send time, a decoupled contribution's, the clocks merged by the ledger):
