@@ -27,6 +27,7 @@ from islands_kit.faults import (
     weighted_median,
     weighted_median_reference,
 )
+from islands_kit.faults.defense import REPLAY_DISTANCE
 from islands_kit.presets import preset_dict
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.diloco import DiLoCo
@@ -277,6 +278,23 @@ def test_replay_checks():
     got = [(r["step"], r["reason"]) for r in dfn.report() if r["island"] == 0]
     assert got == [(12, "replay"), (28, "replay")]
     assert [r["value"] for r in dfn.report() if r["reason"] == "replay"][1] > 0.9999
+
+
+def test_an_older_update_resent_rescaled_is_a_replay():
+    """The digest sees only the same bytes and the cosine only the previous update: an older update re-sent
+    x (1 + 1e-6) once passed both. Honest updates (here independent draws, and one 0.99-aligned with an earlier one)
+    are not flagged."""
+    xs = honest(1, seed=5) + honest(1, seed=6) + honest(1, seed=7)
+    dfn = Defense(FaultConfig(defense="clip", norm_ratio=1e9, min_cosine=-1.0), 1)
+    for step, x in zip((4, 12, 20), xs):
+        dfn.aggregate(step, 0, gathered([x]))
+    near = 0.99 * xs[0] / xs[0].norm() + (1 - 0.99 ** 2) ** 0.5 * xs[2] / xs[2].norm()  # cos 0.99 with xs[0]
+    dfn.aggregate(28, 0, gathered([near * xs[0].norm()]))
+    assert dfn.report() == []
+    dfn.aggregate(36, 0, gathered([xs[0] * (1 + 1e-6)]))
+    r, nothing_kept = dfn.report()
+    assert (r["step"], r["reason"], r["action"]) == (36, "replay", "dropped") and r["value"] < REPLAY_DISTANCE
+    assert nothing_kept["reason"] == "no_update"
 
 
 def test_state_round_trip_continues_identically():
