@@ -368,6 +368,24 @@ def test_each_attack_is_caught_in_one_window_and_the_model_stays_clean(attack, n
 
 
 @pytest.mark.slow
+def test_a_decoupled_run_drops_a_scale_1e15_island_and_names_it():
+    cfg = smoke_cfg(2, steps=STEPS, sync__mode="decoupled", faults__attack="scale", faults__attack_scale=1e15,
+                    faults__attack_island=1, faults__defense="auto", faults__attack_start=ATTACK_START)
+    with pytest.warns(RuntimeWarning, match=r"island 1 is lost, .*faults.defense: island 1's outer gradient"):
+        res = run_experiment(cfg)
+    assert math.isfinite(res["final_val_bpb"]) and res["diverged_at_step"] is None
+    assert set(res["decoupled"]["lost_islands"]) == {1}
+    assert {(r["island"], r["action"]) for r in res["faults_report"]} == {(1, "island_dropped")}
+
+
+def test_decoupled_defences_trust_the_synchroniser():
+    with pytest.raises(ConfigError, match=r"faults.attack_island: must not be 0 with sync.mode=decoupled"):
+        smoke_cfg(2, sync__mode="decoupled", faults__attack="scale", faults__attack_island=0)
+    cfg = smoke_cfg(2, sync__mode="decoupled", sync__diloco__average="radial_directional", faults__defense="auto")
+    assert cfg.faults.defense == "auto"  # the checks only: the quorum's own average merges what is kept
+
+
+@pytest.mark.slow
 def test_without_defence_the_damage_is_visible():
     _, clean = smoke_run(2)
     _, scaled = smoke_run(2, "scale", "none")

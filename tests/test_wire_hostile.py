@@ -217,6 +217,30 @@ def test_a_counter_beyond_the_schedule_drops_the_island_and_is_never_counted(ove
     assert s.lost() == {1: 0}  # what the driver's settle_lost counts: the last accepted report, not the hostile one
 
 
+@pytest.mark.parametrize("scale, reason", [(1e15, "norm_vs_others"), (float("nan"), "non_finite")])
+def test_the_synchroniser_checks_values_and_drops_the_island_naming_it(scale, reason):
+    """Decoupled mode had no value defence: a block scale of 1e15 (valid CRC) was merged and the island kept. With
+    faults.defense the synchroniser runs lock-step's checks on each contribution and drops a flagged island."""
+    from islands_kit.config import apply_overrides
+    from islands_kit.faults import install
+    from islands_kit.presets import get_preset
+
+    s, box, tick = synchroniser()
+    install(s, apply_overrides(get_preset("two_site", "smoke"), {"sync.mode": "decoupled", "faults.defense": "auto"}))
+    body, _ = contribution(s, tick)
+    x = torch.full((s.global_params[0].numel(),), 0.01)
+    p = s.codec.encode(x)
+    data = p.data.clone()
+    data[:4] = torch.tensor([scale], dtype=torch.float32).view(torch.uint8)  # a compromised encoder writes the scale
+    from_island_1(box, (body, encode_bytes(Payload(p.codec, p.numel, p.block_size, data))))
+    s.after_tick(tick)
+    assert set(box.lost) == {1} and box.lost[1].startswith(f"faults.defense: island 1's outer gradient of fragment 0 "
+                                                           f"at step {tick} is refused: {reason}"), box.lost
+    rec = s.merge_log[0]
+    assert rec["on_time"] == [0] and rec["absent"] == [1]
+    assert torch.isfinite(s.global_params[0]).all()
+
+
 def test_a_topk_contribution_with_a_bad_index_drops_the_island():
     s, box, tick = synchroniser(codec="top16_int4", codec_block_size=64)
     p = s.codec.encode(torch.randn(136, generator=torch.Generator().manual_seed(0)))

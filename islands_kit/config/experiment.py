@@ -95,7 +95,7 @@ class ExperimentConfig:
             _check(self.sync.strategy == "diloco", "faults.attack" if f.attack != "none" else "faults.defense",
                    "attacks and defences need sync.strategy=diloco (the only strategy with an aggregation step)",
                    f.attack if f.attack != "none" else f.defense)
-        if f.defense != "none":
+        if f.defense != "none" and self.sync.mode != "decoupled":  # decoupled: the checks only, the quorum merges
             _check(self.sync.diloco.average == "mean", "sync.diloco.average",
                    "must be mean with faults.defense (the defence's robust rule replaces the mean)", self.sync.diloco.average)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
@@ -104,9 +104,9 @@ class ExperimentConfig:
                    "(the synchronous job stalls until the island is back)", f.preempt_island)
         if self.sync.mode == "decoupled":
             _check(self.sync.quorum <= n, "sync.quorum", f"must be <= the number of islands ({n})", self.sync.quorum)
-            _check(f.attack == "none" and f.defense == "none", "faults.attack",
-                   "attacks and defences run in lock-step mode only (the synchroniser merges with sync.decoupled.*)",
-                   f.attack if f.attack != "none" else f.defense)
+            _check(f.attack == "none" or f.attack_island != 0, "faults.attack_island",
+                   "must not be 0 with sync.mode=decoupled (island 0 holds the synchroniser, which the defences trust)",
+                   f.attack_island)
             _check(self.checkpoint_every == 0, "checkpoint_every",
                    "must be 0 with sync.mode=decoupled (its in-flight merges are not checkpointed yet)",
                    self.checkpoint_every)

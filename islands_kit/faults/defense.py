@@ -265,6 +265,31 @@ class Defense:
             return weighted_median(stack, w).view_as(xs[ids[0]])
         return weighted_mean(vals, [ws[i] for i in kept])
 
+    # -- decoupled mode -----------------------------------------------------------------------------------------
+    def screen(self, step: int, fragment: int, fresh: list[tuple[int, float, torch.Tensor]]) -> dict[int, str]:
+        """Decoupled mode, on the synchroniser: checks 1-4 on a round's fresh contributions ``[(island, tokens, Δ)]``,
+        with the pool and references of lock-step. An island flagged is dropped from the run (a contribution is a
+        message from another process: the wire's policy for what it refuses), reported with the action
+        ``island_dropped``; the ``observer`` (the synchroniser's island, trusted by construction) never is. Returns
+        {island: one-line why}; the contributions kept enter the norm and direction history."""
+        if self.rule == "none" or not fresh:
+            return {}
+        ids = [i for i, _, _ in fresh]
+        xs = {i: x for i, _, x in fresh}
+        flags, norms, _ = self._judge(fragment, ids, {i: float(w) for i, w, _ in fresh}, xs)
+        why: dict[int, str] = {}
+        for i in ids:
+            if not flags[i]:
+                self._norms.setdefault((i, fragment), deque(maxlen=self.cfg.history)).append(norms[i])
+                self._accepted[(i, fragment)] = xs[i]
+            elif i != self.observer:
+                for reason, value, thr in flags[i]:
+                    self.flags.add(step, fragment, i, reason, value, thr, "island_dropped")
+                reason, value, thr = flags[i][0]
+                why[i] = (f"faults.defense: island {i}'s outer gradient of fragment {fragment} at step {step} is "
+                          f"refused: {reason} {value:.4g} (threshold {thr:.4g})")
+        return why
+
     # -- checkpoints --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"norms": {k: list(v) for k, v in self._norms.items()},
