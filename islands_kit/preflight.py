@@ -1,8 +1,9 @@
 """What a run checks before it trains, the same for ``--dry-run`` and for the run itself, so a result is never lost at
 the end to something knowable at the start.
 
-* the output folder: not a file, and writable (a probe file is created and removed in it, or in the nearest folder
-  that exists when it does not yet: nothing is created by the check itself);
+* the output folder: not a file, not a dangling symbolic link or a link loop (on the way to it either), and writable
+  (a probe file is created and removed in it, or in the nearest folder that exists when it does not yet: nothing is
+  created by the check itself);
 * the corpus: a local ``.txt`` corpus must decode as UTF-8, a ``.parquet`` one must carry the Parquet magic
   (``data.corpora.check_corpus_spec``);
 * the device: ``device=cuda`` where CUDA is absent is refused here, as the run itself would refuse it;
@@ -45,6 +46,9 @@ def check_output_dir(out: str | Path) -> None:
         raise ConfigError(f"--out: {p} is a file, not a folder; choose a folder for the run's outputs")
     where = p
     while not where.exists():  # the folder the run would create: probe the nearest existing one (nothing is created)
+        if where.is_symlink():  # it is there but leads nowhere: creating the folder would fail after training
+            raise ConfigError(f"--out: {where} is a symbolic link to nothing (dangling, or a loop), so the folder {p} "
+                              "cannot be created; remove the link or choose another folder")
         where = where.parent
     if not where.is_dir():
         raise ConfigError(f"--out: {where} is a file, so the folder {p} cannot be created under it")
