@@ -9,8 +9,9 @@ evaluation history, and torch's global RNG state. A resumed run therefore produc
 
 Writing is atomic: the checkpoint goes to a temporary file in the same folder, is fsync'ed, then renamed over the old
 one, so a crash (even SIGKILL mid-write) leaves the previous checkpoint intact. Loading refuses, with a clear error,
-a file that is truncated or not a checkpoint, one written by another format version, and one whose configuration
-differs from the run's (naming the first differing field).
+a file that is truncated or not a checkpoint, one written by another format version, one whose content does not
+match the content hash computed last when it was written (``seal.py``: an edited tensor), and one whose
+configuration differs from the run's (naming the first differing field).
 
 Nothing in a checkpoint is pickled Python: it holds tensors and plain data (dicts, lists, numbers, strings) only, and is
 read with ``torch.load(weights_only=True)``, so opening a checkpoint from someone else cannot run their code (a file
@@ -41,8 +42,9 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import atomic_write_bytes
 from islands_kit.model import ByteTransformer
 from islands_kit.preflight import check_tensors
+from islands_kit.seal import check_seal, seal
 
-FORMAT = "islands_kit.checkpoint/2"  # a new layout takes a new version: a file of another version is refused
+FORMAT = "islands_kit.checkpoint/3"  # a new layout takes a new version: a file of another version is refused
 FILENAME = "checkpoint.pt"
 _SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
 
@@ -108,7 +110,7 @@ def save_checkpoint(state: dict[str, Any], out_dir: str | Path, transport: Trans
     this rank's shard, then, once every rank holds this step, drop this rank's older shards."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = {"format": FORMAT, **state}
+    state = seal({"format": FORMAT, **state})  # the content hash, computed last
     if not _sharded(transport):
         return _write_atomic(out / FILENAME, state)
     step = int(state["step"])
@@ -177,6 +179,7 @@ def _read(p: Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: {p} is truncated or not a checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ConfigError(f"--resume: {p} is not an {FORMAT} checkpoint (format={state.get('format') if isinstance(state, dict) else None!r})")
+    check_seal(state, f"--resume: {p}")
     return state
 
 

@@ -15,6 +15,7 @@ from islands_kit.cli import main
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
+from islands_kit.seal import seal
 
 
 @pytest.fixture(autouse=True)
@@ -79,8 +80,10 @@ CASES = [
 
 
 def _write(folder: Path, state: dict[str, Any]) -> Path:
+    """A crafted checkpoint with a matching content hash (whoever edits a file can recompute it): the checks behind
+    the hash must still refuse it."""
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(state, folder / FILENAME)
+    torch.save(seal(state), folder / FILENAME)
     return folder
 
 
@@ -121,3 +124,20 @@ def test_dry_run_checks_the_checkpoint_too(tmp_path, good_state, capsys):
     ck2 = _write(tmp_path / "ck2", _mutated(good_state, _set(["islands", 0, "model", "tok_emb.weight"], torch.zeros(3))))
     assert main(["run", "--resume", str(ck2), "--dry-run", "--out", str(tmp_path / "o")]) == 2
     assert "tensor tok_emb.weight has shape (3,)" in capsys.readouterr().err
+
+
+def test_an_edited_tensor_is_refused_by_the_content_hash(tmp_path, good_state, capsys):
+    """One weight changed in place (shapes and every other entry intact) used to resume silently; the content hash
+    written last with the checkpoint now refuses it, in the run and in the dry run alike."""
+    edited = _mutated(good_state, lambda s: s["islands"][0]["model"]["tok_emb.weight"].view(-1)[7].add_(1e-3))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    torch.save(edited, folder / FILENAME)  # not resealed: what an edit after the run leaves
+    with pytest.raises(ConfigError, match=r"^--resume: .*checkpoint\.pt: its content does not match the content hash"):
+        run_experiment(_cfg(), tmp_path / "out", resume=folder)
+    assert main(["run", "--resume", str(folder), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "does not match the content hash" in capsys.readouterr().err
+    unsealed = _mutated(good_state, lambda s: s.pop("content_blake2b"))
+    torch.save(unsealed, folder / FILENAME)
+    with pytest.raises(ConfigError, match=r"has no content hash"):
+        run_experiment(_cfg(), tmp_path / "out", resume=folder)

@@ -20,6 +20,7 @@ from islands_kit.io import atomic_write_bytes, sweep_stale_temporaries
 from islands_kit.model import ByteTransformer
 from islands_kit.presets import get_preset
 from islands_kit.run import LINK_TIMELINE, run_experiment
+from islands_kit.seal import seal
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +111,7 @@ def _model_file(folder, model_cfg: ModelConfig, state=None, finished: bool = Tru
     payload = {"format": sampling.FORMAT, "which": "deployed", "experiment": "two_site", "step": 1,
                "model_config": dataclasses.asdict(model_cfg), "state_dict": state}
     buf = io.BytesIO()
-    torch.save(payload, buf)
+    torch.save(seal(payload), buf)  # a crafted file with a matching content hash: the checks behind it must hold
     (folder / sampling.DEPLOYED).write_bytes(buf.getvalue())
     if finished:
         (folder / "result.json").write_text("{}")
@@ -162,10 +163,19 @@ def test_sample_refuses_bad_configs_and_tensors(tmp_path):
         change(p)
         folder = tmp_path / name
         folder.mkdir()
-        torch.save(p, folder / "model.pt")
+        torch.save(seal(p), folder / "model.pt")
         (folder / "result.json").write_text("{}")
         with pytest.raises(ConfigError, match=r"^sample: .*" + pattern):
             sampling.load_model(folder)
+
+
+def test_sample_refuses_an_edited_model_file(tmp_path):
+    d = _model_file(tmp_path / "e", SMALL)
+    payload = torch.load(d / "model.pt", weights_only=True)
+    payload["state_dict"]["lm_head.weight"].view(-1)[0] += 1.0  # an edit after the run wrote it: not resealed
+    torch.save(payload, d / "model.pt")
+    with pytest.raises(ConfigError, match=r"^sample: .*model\.pt: its content does not match the content hash"):
+        sampling.load_model(d)
 
 
 def test_sample_refuses_an_unfinished_run(tmp_path):
