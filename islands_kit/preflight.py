@@ -153,8 +153,8 @@ def preflight(cfg: ExperimentConfig, out: str | Path | None, n_local_islands: in
 
 
 def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where: str) -> None:
-    """Every tensor ``expected`` names is in ``got`` with the same shape, and ``got`` holds nothing else; ConfigError
-    naming the first key that breaks this."""
+    """Every tensor ``expected`` names is in ``got`` with the same shape, dtype and dense layout and finite values,
+    and ``got`` holds nothing else; ConfigError naming the first key that breaks this."""
     for k, t in expected.items():
         if k not in got:
             raise ConfigError(f"{where}: tensor {k} is missing")
@@ -162,6 +162,10 @@ def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where:
         if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(t.shape):
             shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
             raise ConfigError(f"{where}: tensor {k} has shape {shape}, the config makes {tuple(t.shape)}")
+        if v.layout != torch.strided or v.dtype != t.dtype:
+            raise ConfigError(f"{where}: tensor {k} is a {v.layout} {v.dtype} tensor, the model holds dense {t.dtype}")
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise ConfigError(f"{where}: tensor {k} holds values that are not finite (NaN or inf)")
     extra = sorted(set(got) - set(expected))
     if extra:
         raise ConfigError(f"{where}: tensor {extra[0]} is not part of the model the config makes")

@@ -22,6 +22,8 @@ KEY = "content_blake2b"
 
 def _feed(h: Any, x: Any) -> None:
     if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:  # the kit writes dense tensors only; a sparse one is a crafted file
+            raise ValueError(f"holds a {x.layout} tensor of shape {tuple(x.shape)} (the kit writes dense tensors only)")
         t = x.detach().cpu().contiguous().reshape(-1)
         h.update(f"T{t.dtype}{tuple(x.shape)}:".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
@@ -40,7 +42,8 @@ def _feed(h: Any, x: Any) -> None:
 
 
 def content_digest(payload: dict[str, Any]) -> str:
-    """BLAKE2b (32 bytes, hex) of ``payload`` without its own ``KEY`` entry."""
+    """BLAKE2b (32 bytes, hex) of ``payload`` without its own ``KEY`` entry; ValueError for a tensor that is not
+    dense."""
     h = hashlib.blake2b(digest_size=32)
     _feed(h, {k: v for k, v in payload.items() if k != KEY})
     return h.hexdigest()
@@ -56,6 +59,10 @@ def check_seal(payload: dict[str, Any], where: str) -> None:
     got = payload.get(KEY)
     if not isinstance(got, str):
         raise ConfigError(f"{where}: has no content hash ({KEY}); refused (written by an older kit, or edited)")
-    if got != content_digest(payload):
+    try:
+        want = content_digest(payload)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}; refused") from None
+    if got != want:
         raise ConfigError(f"{where}: its content does not match the content hash written with it (edited or "
                           "corrupted after the run wrote it); refused")

@@ -74,6 +74,10 @@ CASES = [
     ("elapsed", _set(["elapsed_s"], float("inf")), r"elapsed_s must be a finite number >= 0"),
     ("island_part", _drop(["islands", 0, "optimizer"]), r"islands\.0 has no 'optimizer' entry"),
     ("nested_strategy", _set(["strategy"], {}), r"the checkpoint's strategy does not fit this run \(KeyError"),
+    ("inf_clock", _set(["transport", "clock", "now", 0], float("inf")),
+     r"the checkpoint's transport clock\.now\[0\] must be a finite number of seconds >= 0 \(got inf\)"),
+    ("nan_weight", _set(["islands", 0, "model", "lm_head.weight"], torch.full((256, 32), float("nan"))),
+     r"islands\.0\.model: tensor lm_head\.weight holds values that are not finite"),
     ("nested_optimizer", _set(["islands", 0, "optimizer"], {"state": {}, "param_groups": []}),
      r"the checkpoint's islands\.0 does not fit this run \(ValueError"),
 ]

@@ -178,6 +178,29 @@ def test_sample_refuses_an_edited_model_file(tmp_path):
         sampling.load_model(d)
 
 
+def test_sample_refuses_absurd_sizes_nan_and_sparse_weights_in_one_line(tmp_path):
+    """seq_len 10**12 sized an 8 TB table, 10**5 layers took minutes before any verdict, NaN or sparse weights gave
+    tracebacks: each is one line naming the field or tensor (the files carry a matching content hash)."""
+    state = ByteTransformer(SMALL).state_dict()
+    nan = {**state, "lm_head.weight": torch.full_like(state["lm_head.weight"], float("nan"))}
+    sparse = {**state, "lm_head.weight": state["lm_head.weight"].to_sparse()}  # refused by the hash's walk already
+    for name, cfg, st, pattern in [
+        ("long", {"seq_len": 10**12}, state, r"model\.seq_len: must be <= 1048576"),
+        ("deep", {"n_layers": 10**5}, state, r"model\.n_layers: must be <= 1024"),
+        ("nan", {}, nan, r"tensor lm_head\.weight holds values that are not finite"),
+        ("sparse", {}, sparse, r"holds a torch\.sparse_coo tensor of shape \(256, 32\)"),
+    ]:
+        d = tmp_path / name
+        d.mkdir()
+        payload = {"format": sampling.FORMAT, "which": "deployed", "experiment": "two_site", "step": 1,
+                   "model_config": {**dataclasses.asdict(SMALL), **cfg}, "state_dict": st}
+        torch.save(seal(payload) if name != "sparse" else {**payload, "content_blake2b": "0" * 64}, d / "model.pt")
+        (d / "result.json").write_text("{}")
+        with pytest.raises(ConfigError, match=r"^sample: .*" + pattern) as e:
+            sampling.load_model(d)
+        assert "\n" not in str(e.value)
+
+
 def test_sample_refuses_an_unfinished_run(tmp_path):
     d = _model_file(tmp_path / "u", SMALL, finished=False)
     with pytest.raises(ConfigError, match=r"is not a finished run \(no result\.json"):
