@@ -8,7 +8,6 @@ island ever idles. Utilisation = busy / (busy + idle).
 from __future__ import annotations
 
 import math
-
 from typing import Any, Callable
 
 
