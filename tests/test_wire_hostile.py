@@ -253,7 +253,8 @@ def test_a_topk_contribution_with_a_bad_index_drops_the_island():
 
 HOSTILE_PAYLOAD_WORKER = r"""
 # 2 ranks, lock-step all_reduce. Rank 1 is compromised: its header claims sent_at = 1e30, then NaN; then it sends a
-# top-k payload with a valid CRC and an in-block index that crosses into the next block; then an honest round.
+# top-k payload with a valid CRC and an in-block index that crosses into the next block; then a frame longer than the
+# operation's; then an honest round.
 import sys
 import torch
 from islands_kit.comm.codecs import Payload, get_codec
@@ -269,8 +270,9 @@ init_from_env()
 dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None)
 me = dt.island
 codec = get_codec("top16_int4", 64)
-for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
-    p = codec.encode(torch.randn(200, generator=torch.Generator().manual_seed(0)))
+for name in ("clock_1e30", "clock_nan", "topk_index", "oversized", "honest"):
+    n = 400 if me == 1 and name == "oversized" else 200  # a longer frame: gloo used to abort the process on it
+    p = codec.encode(torch.randn(n, generator=torch.Generator().manual_seed(0)))
     saved = dt.clock.now[me]
     if me == 1 and name.startswith("clock"):
         dt.clock.now[me] = 1e30 if name == "clock_1e30" else float("nan")
@@ -293,8 +295,8 @@ for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
 @pytest.mark.slow
 def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
     """Lock-step: a payload header with sent_at 1e30 or NaN, and a top-k payload with a valid CRC and an index
-    crossing into the next block, are refused with one line naming island 1, rank 1 and the field; an honest round
-    after them still works."""
+    crossing into the next block, are refused with one line naming island 1, rank 1 and the field; a frame of another
+    length is refused before gloo sees it; an honest round after them still works."""
     script = tmp_path / "hostile_payload.py"
     script.write_text(HOSTILE_PAYLOAD_WORKER)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
@@ -313,6 +315,12 @@ def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
     # rank 1 refuses its own NaN and bad index too (every rank decodes every payload)
     assert any(line.startswith("refused clock_nan on rank 1 :") for line in lines), lines
     assert any(line.startswith("refused topk_index on rank 1 :") for line in lines), lines
+    # a frame of another length is refused before gloo receives it (it used to SIGABRT the process), on both ranks,
+    # each naming the other island (with two, neither can tell which one is wrong)
+    for rank, other in ((0, 1), (1, 0)):
+        hit = [line for line in lines if line.startswith(f"refused oversized on rank {rank} :")]
+        assert len(hit) == 1 and (f"all_reduce #3 on 'fragments': island {other} (rank {other}) announced a frame of"
+                                  in hit[0]) and "refused before it is received" in hit[0], lines
     assert "accepted honest on rank 0" in lines and "accepted honest on rank 1" in lines, lines
 
 

@@ -92,6 +92,26 @@ class TorchDistTransport(PairMailbox, Transport):
             raise self._error(what, e) from e
 
     # -- wire format ----------------------------------------------------------------------------------------------
+    def _agree_on_length(self, what: str, wire: torch.Tensor, partner: int | None) -> None:
+        """Leaders: the length of every frame of this operation (every island's, or the exchange ``partner``'s),
+        exchanged and checked before a frame is: gloo aborts the process (SIGABRT, no error) on a frame of another
+        size than the buffer posted for it. Honest frames have one size (same codec, same fragment)."""
+        mine = torch.tensor([wire.numel()], dtype=torch.int64, device=wire.device)
+        if partner is None:
+            got = [torch.zeros_like(mine) for _ in range(self.n_islands)]
+            self._guard(what + " (frame lengths)", lambda: dist.all_gather(got, mine, group=self.cross_group))
+            islands = list(range(self.n_islands))
+        else:
+            got, rank = [torch.zeros_like(mine)], self.layout.first_rank(partner)
+            ops = [dist.P2POp(dist.isend, mine, rank, self.cross_group), dist.P2POp(dist.irecv, got[0], rank, self.cross_group)]
+            self._guard(what + " (frame lengths)", lambda: [w.wait() for w in dist.batch_isend_irecv(ops)])
+            islands = [partner]
+        for j, n in zip(islands, got):
+            if int(n) != wire.numel():
+                raise DistributedError(f"islands_kit.distributed: {what}: island {j} (rank {self.layout.first_rank(j)}) "
+                                       f"announced a frame of {int(n)} bytes where this operation's are {wire.numel()}; "
+                                       "refused before it is received")
+
     def _pack(self, seq: int, dst: int, channel: str, weight: float, p: Payload) -> torch.Tensor:
         head = META.pack(seq, self.island, dst, channel_id(channel), 0, self.clock.now[self.island], weight)
         return torch.frombuffer(bytearray(head + encode_bytes(p)), dtype=torch.uint8)
@@ -143,8 +163,9 @@ class TorchDistTransport(PairMailbox, Transport):
         if self.is_leader:
             n = self.n_islands  # priced as comm/transport.py states: ring all-reduce, direct all-gather
             sent = ring_bytes(p.nbytes, n, self.island) if kind == "all_reduce" else p.nbytes * (n - 1)
-            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + sent
             wire = msg.to(self.device)
+            self._agree_on_length(f"{kind} #{op.seq} on {channel!r}", wire, None)
+            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + sent
             op.recv = [torch.empty_like(wire) for _ in range(self.n_islands)]
             op.works = [self._guard(f"{kind} #{op.seq} on {channel!r}",
                                     lambda: dist.all_gather(op.recv, wire, group=self.cross_group, async_op=True))]
@@ -161,9 +182,10 @@ class TorchDistTransport(PairMailbox, Transport):
         self._seq += 1
         self._widest[channel] = max(self._widest.get(channel, 0), p.nbytes)
         if self.is_leader:
-            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes
             wire = msg.to(self.device)
-            op.recv = [torch.empty_like(wire)]  # the partner's message has our length (same codec and fragment)
+            self._agree_on_length(f"exchange #{op.seq} on {channel!r} with island {j}", wire, j)
+            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes
+            op.recv = [torch.empty_like(wire)]  # the partner's message has our length (checked just above)
             rank = self.layout.first_rank(j)
             ops = [dist.P2POp(dist.isend, wire, rank, self.cross_group), dist.P2POp(dist.irecv, op.recv[0], rank, self.cross_group)]
             op.works = self._guard(f"exchange #{op.seq} on {channel!r} with island {j}", lambda: dist.batch_isend_irecv(ops))
