@@ -36,6 +36,7 @@ from typing import Any, Iterator
 
 import torch
 
+from islands_kit.comm.clock import SimClock
 from islands_kit.comm.control import Opt
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ConfigError, ExperimentConfig
@@ -236,9 +237,35 @@ def check_state(cfg: ExperimentConfig, state: dict[str, Any], islands: list[int]
             raise ConfigError(f"--resume: the checkpoint's islands.{i} has no {lacks[0]!r} entry")
         if not isinstance(isl["model"], dict):
             raise ConfigError(f"--resume: the checkpoint's islands.{i}.model is not a mapping of tensors")
+        _check_scheduler(isl["scheduler"], f"--resume: the checkpoint's islands.{i}.scheduler", cfg.steps)
         check_tensors(expected, isl["model"], f"--resume: the checkpoint's islands.{i}.model")
     if not (isinstance(state["transport"], dict) and _int(state["transport"].get("world_size"))):
         raise ConfigError("--resume: the checkpoint's transport entry has no integer world_size")
+    try:  # the clocks as the transport will read them (here too, so that --dry-run --resume refuses what the run does)
+        SimClock([]).load_state_dict(state["transport"]["clock"])
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ConfigError(f"--resume: {e if isinstance(e, ValueError) else 'the checkpoint transport clock is not a clock'}") \
+            from None
+
+
+def _check_scheduler(sch: Any, where: str, steps: int) -> None:
+    """A LambdaLR state as the kit writes it: step counters in [0, steps + 1], learning rates finite, no state for
+    the schedule function (a plain function has none; a crafted entry would be set as attributes on it). A counter of
+    inf or "abc" used to load and fail later inside the optimizer."""
+    if not isinstance(sch, dict):
+        raise ConfigError(f"{where} is not a mapping")
+    for k in ("last_epoch", "_step_count"):
+        v = sch.get(k)
+        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= steps + 1):
+            raise ConfigError(f"{where}.{k} must be an integer in [0, steps + 1 = {steps + 1}] (got {v!r:.40})")
+    for k in ("base_lrs", "_last_lr"):
+        v = sch.get(k)
+        if not (isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                            and math.isfinite(x) and x >= 0 for x in v)):
+            raise ConfigError(f"{where}.{k} must be a list of finite learning rates >= 0 (got {str(v):.60})")
+    if not (isinstance(sch.get("lr_lambdas"), list) and all(x is None for x in sch["lr_lambdas"])):
+        raise ConfigError(f"{where}.lr_lambdas must be a list of nulls (the schedule is a plain function; got "
+                          f"{str(sch.get('lr_lambdas')):.60})")
 
 
 @contextlib.contextmanager

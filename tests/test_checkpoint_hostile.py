@@ -74,6 +74,12 @@ CASES = [
     ("elapsed", _set(["elapsed_s"], float("inf")), r"elapsed_s must be a finite number >= 0"),
     ("island_part", _drop(["islands", 0, "optimizer"]), r"islands\.0 has no 'optimizer' entry"),
     ("nested_strategy", _set(["strategy"], {}), r"the checkpoint's strategy does not fit this run \(KeyError"),
+    ("sched_inf", _set(["islands", 0, "scheduler", "last_epoch"], float("inf")),
+     r"islands\.0\.scheduler\.last_epoch must be an integer in \[0, steps \+ 1 = 5\] \(got inf\)"),
+    ("sched_str", _set(["islands", 1, "scheduler", "last_epoch"], "abc"), r"islands\.1\.scheduler\.last_epoch must be"),
+    ("sched_lambda", _set(["islands", 0, "scheduler", "lr_lambdas"], [{"x": 1}, None]),
+     r"islands\.0\.scheduler\.lr_lambdas must be a list of nulls"),
+    ("sched_lr", _set(["islands", 0, "scheduler", "base_lrs"], [float("nan"), 0.003]), r"base_lrs must be a list of finite"),
     ("inf_clock", _set(["transport", "clock", "now", 0], float("inf")),
      r"the checkpoint's transport clock\.now\[0\] must be a finite number of seconds >= 0 \(got inf\)"),
     ("nan_weight", _set(["islands", 0, "model", "lm_head.weight"], torch.full((256, 32), float("nan"))),
@@ -125,6 +131,9 @@ def test_dry_run_checks_the_checkpoint_too(tmp_path, good_state, capsys):
     ck = _write(tmp_path / "ck", _mutated(good_state, _set(["step"], -5)))
     assert main(["run", "--resume", str(ck), "--dry-run", "--out", str(tmp_path / "o")]) == 2
     assert "--resume: the checkpoint's step must be an integer in [0, steps=4) (got -5)" in capsys.readouterr().err
+    ck3 = _write(tmp_path / "ck3", _mutated(good_state, _set(["transport", "clock", "now", 0], float("inf"))))
+    assert main(["run", "--resume", str(ck3), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "transport clock.now[0] must be a finite number of seconds >= 0" in capsys.readouterr().err
     ck2 = _write(tmp_path / "ck2", _mutated(good_state, _set(["islands", 0, "model", "tok_emb.weight"], torch.zeros(3))))
     assert main(["run", "--resume", str(ck2), "--dry-run", "--out", str(tmp_path / "o")]) == 2
     assert "tensor tok_emb.weight has shape (3,)" in capsys.readouterr().err
