@@ -157,7 +157,7 @@ WORST = {  # hostile messages that cost a regex or a recursive parser more than 
 
 @pytest.mark.parametrize("name", sorted(WORST))
 def test_decoding_is_linear_in_the_input(name):
-    """Every hostile control message is refused within a budget proportional to its size: 0.1 s plus 1 s per MB (the
+    """Every hostile control message is refused within a budget proportional to its size: 0.5 s plus 1 s per MB (the
     regex that stripped strings before took 6-11 s for the 32 KB unterminated string of escaped quotes)."""
     import time
 
@@ -169,4 +169,4 @@ def test_decoding_is_linear_in_the_input(name):
         except ControlError as e:
             assert "rank 3" in str(e)
         took = time.perf_counter() - t0
-        assert took <= 0.1 + len(raw) / 2 ** 20, f"{name}: {len(raw)} bytes decoded in {took:.2f} s"
+        assert took <= 0.5 + len(raw) / 2 ** 20, f"{name}: {len(raw)} bytes decoded in {took:.2f} s"
