@@ -9,8 +9,9 @@ evaluation history, and torch's global RNG state. A resumed run therefore produc
 
 Writing is atomic: the checkpoint goes to a temporary file in the same folder, is fsync'ed, then renamed over the old
 one, so a crash (even SIGKILL mid-write) leaves the previous checkpoint intact. Loading refuses, with a clear error,
-a file that is truncated or not a checkpoint, one written by another format version, and one whose configuration
-differs from the run's (naming the first differing field).
+a file that is truncated or not a checkpoint, one written by another format version, one whose content does not
+match the content hash computed last when it was written (``seal.py``: an edited tensor), and one whose
+configuration differs from the run's (naming the first differing field).
 
 Nothing in a checkpoint is pickled Python: it holds tensors and plain data (dicts, lists, numbers, strings) only, and is
 read with ``torch.load(weights_only=True)``, so opening a checkpoint from someone else cannot run their code (a file
@@ -35,14 +36,16 @@ from typing import Any, Iterator
 
 import torch
 
+from islands_kit.comm.clock import SimClock
 from islands_kit.comm.control import Opt
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import atomic_write_bytes
 from islands_kit.model import ByteTransformer
 from islands_kit.preflight import check_tensors
+from islands_kit.seal import check_seal, seal
 
-FORMAT = "islands_kit.checkpoint/2"  # a new layout takes a new version: a file of another version is refused
+FORMAT = "islands_kit.checkpoint/3"  # a new layout takes a new version: a file of another version is refused
 FILENAME = "checkpoint.pt"
 _SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
 
@@ -108,7 +111,7 @@ def save_checkpoint(state: dict[str, Any], out_dir: str | Path, transport: Trans
     this rank's shard, then, once every rank holds this step, drop this rank's older shards."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = {"format": FORMAT, **state}
+    state = seal({"format": FORMAT, **state})  # the content hash, computed last
     if not _sharded(transport):
         return _write_atomic(out / FILENAME, state)
     step = int(state["step"])
@@ -177,6 +180,7 @@ def _read(p: Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: {p} is truncated or not a checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ConfigError(f"--resume: {p} is not an {FORMAT} checkpoint (format={state.get('format') if isinstance(state, dict) else None!r})")
+    check_seal(state, f"--resume: {p}")
     return state
 
 
@@ -233,9 +237,35 @@ def check_state(cfg: ExperimentConfig, state: dict[str, Any], islands: list[int]
             raise ConfigError(f"--resume: the checkpoint's islands.{i} has no {lacks[0]!r} entry")
         if not isinstance(isl["model"], dict):
             raise ConfigError(f"--resume: the checkpoint's islands.{i}.model is not a mapping of tensors")
+        _check_scheduler(isl["scheduler"], f"--resume: the checkpoint's islands.{i}.scheduler", cfg.steps)
         check_tensors(expected, isl["model"], f"--resume: the checkpoint's islands.{i}.model")
     if not (isinstance(state["transport"], dict) and _int(state["transport"].get("world_size"))):
         raise ConfigError("--resume: the checkpoint's transport entry has no integer world_size")
+    try:  # the clocks as the transport will read them (here too, so that --dry-run --resume refuses what the run does)
+        SimClock([]).load_state_dict(state["transport"]["clock"])
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ConfigError(f"--resume: {e if isinstance(e, ValueError) else 'the checkpoint transport clock is not a clock'}") \
+            from None
+
+
+def _check_scheduler(sch: Any, where: str, steps: int) -> None:
+    """A LambdaLR state as the kit writes it: step counters in [0, steps + 1], learning rates finite, no state for
+    the schedule function (a plain function has none; a crafted entry would be set as attributes on it). A counter of
+    inf or "abc" used to load and fail later inside the optimizer."""
+    if not isinstance(sch, dict):
+        raise ConfigError(f"{where} is not a mapping")
+    for k in ("last_epoch", "_step_count"):
+        v = sch.get(k)
+        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= steps + 1):
+            raise ConfigError(f"{where}.{k} must be an integer in [0, steps + 1 = {steps + 1}] (got {v!r:.40})")
+    for k in ("base_lrs", "_last_lr"):
+        v = sch.get(k)
+        if not (isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                            and math.isfinite(x) and x >= 0 for x in v)):
+            raise ConfigError(f"{where}.{k} must be a list of finite learning rates >= 0 (got {str(v):.60})")
+    if not (isinstance(sch.get("lr_lambdas"), list) and all(x is None for x in sch["lr_lambdas"])):
+        raise ConfigError(f"{where}.lr_lambdas must be a list of nulls (the schedule is a plain function; got "
+                          f"{str(sch.get('lr_lambdas')):.60})")
 
 
 @contextlib.contextmanager

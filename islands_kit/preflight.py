@@ -1,8 +1,9 @@
 """What a run checks before it trains, the same for ``--dry-run`` and for the run itself, so a result is never lost at
 the end to something knowable at the start.
 
-* the output folder: not a file, and writable (a probe file is created and removed in it, or in the nearest folder
-  that exists when it does not yet: nothing is created by the check itself);
+* the output folder: not a file, not a dangling symbolic link or a link loop (on the way to it either), and writable
+  (a probe file is created and removed in it, or in the nearest folder that exists when it does not yet: nothing is
+  created by the check itself);
 * the corpus: a local ``.txt`` corpus must decode as UTF-8, a ``.parquet`` one must carry the Parquet magic
   (``data.corpora.check_corpus_spec``);
 * the device: ``device=cuda`` where CUDA is absent is refused here, as the run itself would refuse it;
@@ -45,6 +46,9 @@ def check_output_dir(out: str | Path) -> None:
         raise ConfigError(f"--out: {p} is a file, not a folder; choose a folder for the run's outputs")
     where = p
     while not where.exists():  # the folder the run would create: probe the nearest existing one (nothing is created)
+        if where.is_symlink():  # it is there but leads nowhere: creating the folder would fail after training
+            raise ConfigError(f"--out: {where} is a symbolic link to nothing (dangling, or a loop), so the folder {p} "
+                              "cannot be created; remove the link or choose another folder")
         where = where.parent
     if not where.is_dir():
         raise ConfigError(f"--out: {where} is a file, so the folder {p} cannot be created under it")
@@ -149,8 +153,8 @@ def preflight(cfg: ExperimentConfig, out: str | Path | None, n_local_islands: in
 
 
 def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where: str) -> None:
-    """Every tensor ``expected`` names is in ``got`` with the same shape, and ``got`` holds nothing else; ConfigError
-    naming the first key that breaks this."""
+    """Every tensor ``expected`` names is in ``got`` with the same shape, dtype and dense layout and finite values,
+    and ``got`` holds nothing else; ConfigError naming the first key that breaks this."""
     for k, t in expected.items():
         if k not in got:
             raise ConfigError(f"{where}: tensor {k} is missing")
@@ -158,6 +162,10 @@ def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where:
         if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(t.shape):
             shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
             raise ConfigError(f"{where}: tensor {k} has shape {shape}, the config makes {tuple(t.shape)}")
+        if v.layout != torch.strided or v.dtype != t.dtype:
+            raise ConfigError(f"{where}: tensor {k} is a {v.layout} {v.dtype} tensor, the model holds dense {t.dtype}")
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise ConfigError(f"{where}: tensor {k} holds values that are not finite (NaN or inf)")
     extra = sorted(set(got) - set(expected))
     if extra:
         raise ConfigError(f"{where}: tensor {extra[0]} is not part of the model the config makes")

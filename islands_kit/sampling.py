@@ -7,7 +7,8 @@ At the end of a run ``save_final_models`` writes, beside result.json:
 * ``model.island<i>.pt``: every island's own replica (under torch.distributed each rank writes the islands it holds).
 
 Each file is ``torch.save`` of plain data — ``{"format", "which", "experiment", "step", "model_config": {...},
-"state_dict": {name: tensor}}`` — so ``torch.load(..., weights_only=True)`` reads it (no pickled classes).
+"state_dict": {name: tensor}, "content_blake2b"}`` — so ``torch.load(..., weights_only=True)`` reads it (no pickled
+classes); the content hash (``seal.py``) is computed last and checked before anything else in the file is used.
 
 ``generate`` samples bytes autoregressively: the logits of the last position, divided by the temperature, restricted
 to the ``top_k`` most likely bytes (0 = all 256), sampled with a seeded generator; the context is the last
@@ -25,8 +26,9 @@ from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig, _chec
 from islands_kit.io import RESULT_FILE, atomic_write_bytes
 from islands_kit.model import ByteTransformer
 from islands_kit.preflight import check_memory, check_tensors
+from islands_kit.seal import check_seal, seal
 
-FORMAT = "islands_kit.model/1"
+FORMAT = "islands_kit.model/2"
 DEPLOYED = "model.pt"
 
 
@@ -42,7 +44,7 @@ def _write(path: Path, which: str, experiment: str, step: int, model_cfg: ModelC
                "model_config": dataclasses.asdict(model_cfg),
                "state_dict": {k: v.detach().cpu().clone() for k, v in state.items()}}
     buf = io.BytesIO()
-    torch.save(payload, buf)
+    torch.save(seal(payload), buf)  # the content hash, computed last
     atomic_write_bytes(path, buf.getvalue())
 
 
@@ -86,6 +88,7 @@ def load_model(run_dir: str | Path, island: int | None = None) -> tuple[ByteTran
         raise ConfigError(f"sample: {p} is not a model file ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"sample: {p} is not an {FORMAT} file")
+    check_seal(payload, f"sample: {p}")
     model_cfg = _model_config(payload.get("model_config"), p)
     check_memory(model_cfg, 0, torch.device("cpu"), where=f"sample: {p}: ")
     state = payload.get("state_dict")

@@ -15,6 +15,7 @@ from islands_kit.cli import main
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
+from islands_kit.seal import seal
 
 
 @pytest.fixture(autouse=True)
@@ -73,14 +74,26 @@ CASES = [
     ("elapsed", _set(["elapsed_s"], float("inf")), r"elapsed_s must be a finite number >= 0"),
     ("island_part", _drop(["islands", 0, "optimizer"]), r"islands\.0 has no 'optimizer' entry"),
     ("nested_strategy", _set(["strategy"], {}), r"the checkpoint's strategy does not fit this run \(KeyError"),
+    ("sched_inf", _set(["islands", 0, "scheduler", "last_epoch"], float("inf")),
+     r"islands\.0\.scheduler\.last_epoch must be an integer in \[0, steps \+ 1 = 5\] \(got inf\)"),
+    ("sched_str", _set(["islands", 1, "scheduler", "last_epoch"], "abc"), r"islands\.1\.scheduler\.last_epoch must be"),
+    ("sched_lambda", _set(["islands", 0, "scheduler", "lr_lambdas"], [{"x": 1}, None]),
+     r"islands\.0\.scheduler\.lr_lambdas must be a list of nulls"),
+    ("sched_lr", _set(["islands", 0, "scheduler", "base_lrs"], [float("nan"), 0.003]), r"base_lrs must be a list of finite"),
+    ("inf_clock", _set(["transport", "clock", "now", 0], float("inf")),
+     r"the checkpoint's transport clock\.now\[0\] must be a finite number of seconds >= 0 \(got inf\)"),
+    ("nan_weight", _set(["islands", 0, "model", "lm_head.weight"], torch.full((256, 32), float("nan"))),
+     r"islands\.0\.model: tensor lm_head\.weight holds values that are not finite"),
     ("nested_optimizer", _set(["islands", 0, "optimizer"], {"state": {}, "param_groups": []}),
      r"the checkpoint's islands\.0 does not fit this run \(ValueError"),
 ]
 
 
 def _write(folder: Path, state: dict[str, Any]) -> Path:
+    """A crafted checkpoint with a matching content hash (whoever edits a file can recompute it): the checks behind
+    the hash must still refuse it."""
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(state, folder / FILENAME)
+    torch.save(seal(state), folder / FILENAME)
     return folder
 
 
@@ -118,6 +131,26 @@ def test_dry_run_checks_the_checkpoint_too(tmp_path, good_state, capsys):
     ck = _write(tmp_path / "ck", _mutated(good_state, _set(["step"], -5)))
     assert main(["run", "--resume", str(ck), "--dry-run", "--out", str(tmp_path / "o")]) == 2
     assert "--resume: the checkpoint's step must be an integer in [0, steps=4) (got -5)" in capsys.readouterr().err
+    ck3 = _write(tmp_path / "ck3", _mutated(good_state, _set(["transport", "clock", "now", 0], float("inf"))))
+    assert main(["run", "--resume", str(ck3), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "transport clock.now[0] must be a finite number of seconds >= 0" in capsys.readouterr().err
     ck2 = _write(tmp_path / "ck2", _mutated(good_state, _set(["islands", 0, "model", "tok_emb.weight"], torch.zeros(3))))
     assert main(["run", "--resume", str(ck2), "--dry-run", "--out", str(tmp_path / "o")]) == 2
     assert "tensor tok_emb.weight has shape (3,)" in capsys.readouterr().err
+
+
+def test_an_edited_tensor_is_refused_by_the_content_hash(tmp_path, good_state, capsys):
+    """One weight changed in place (shapes and every other entry intact) used to resume silently; the content hash
+    written last with the checkpoint now refuses it, in the run and in the dry run alike."""
+    edited = _mutated(good_state, lambda s: s["islands"][0]["model"]["tok_emb.weight"].view(-1)[7].add_(1e-3))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    torch.save(edited, folder / FILENAME)  # not resealed: what an edit after the run leaves
+    with pytest.raises(ConfigError, match=r"^--resume: .*checkpoint\.pt: its content does not match the content hash"):
+        run_experiment(_cfg(), tmp_path / "out", resume=folder)
+    assert main(["run", "--resume", str(folder), "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "does not match the content hash" in capsys.readouterr().err
+    unsealed = _mutated(good_state, lambda s: s.pop("content_blake2b"))
+    torch.save(unsealed, folder / FILENAME)
+    with pytest.raises(ConfigError, match=r"has no content hash"):
+        run_experiment(_cfg(), tmp_path / "out", resume=folder)

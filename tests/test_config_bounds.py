@@ -87,3 +87,19 @@ def test_presets_stay_valid():
     for exp in ("baseline", "two_site", "eight_cell"):
         for preset in PRESETS:
             ExperimentConfig.from_dict(get_preset(exp, preset).to_dict())
+
+
+@pytest.mark.parametrize("overrides, field, rule", [
+    ({"link.contact_period_s": "1e-300"}, "link.contact_period_s", "must be 0 (always in contact) or >= 1 ms"),
+    ({"link.preset": "leo-satellite", "link.contact_fraction": "1e-12"}, "link.contact_period_s",
+     "long enough to carry one chunk"),
+    ({"sync.codec_block_size": str(10**12)}, "sync.codec_block_size", "must be in [1, 1048576]"),
+    ({"sync.diloco.h_schedule": "qsr", "sync.diloco.qsr_alpha": "1e300"}, "sync.diloco.qsr_alpha", "must be <= 10"),
+])
+def test_absurd_values_that_stalled_or_crashed_a_run_are_refused(overrides, field, rule):
+    """contact_period_s = 1e-300 looped forever inside one transfer; codec_block_size = 10**12 asked for 4 TB;
+    qsr_alpha = 1e300 raised OverflowError in the QSR schedule."""
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(get_preset("two_site", "smoke"), overrides)
+    assert str(e.value).startswith(field + ":") and rule in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert apply_overrides(get_preset("two_site", "smoke"), {"link.preset": "leo-satellite"}).link.contact_period_s == 60

@@ -109,3 +109,64 @@ def test_one_process_transport_checks_control_messages_too():
         tr.gather_control("checkpoint.steps", [2, "4"], [int])
     with tr.world_view() as view:
         assert view is tr
+
+
+def _depth_by_regex(raw: bytes) -> int:
+    """The plain reference: strip string literals with a regex, then count brackets (quadratic on an unterminated
+    string of escaped quotes, so only for well-formed messages)."""
+    import re
+
+    stripped = re.sub(rb'"(?:[^"\\]|\\.)*"', b"", raw)
+    depth = deepest = 0
+    for c in stripped:
+        depth += (c in b"[{") - (c in b"]}")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_nesting_depth_agrees_with_the_regex_reference_across_chunk_boundaries():
+    import json
+    import random
+
+    rng = random.Random(0)
+    leaves = ['a"[{\\', "\\\\", '\\"]]', 1, 2.5, None, 'x\\\\"[', "}}", ""]
+
+    def gen(d: int):
+        r = rng.random()
+        if d > 5 or r < 0.3:
+            return rng.choice(leaves)
+        if r < 0.65:
+            return [gen(d + 1) for _ in range(rng.randint(0, 3))]
+        return {f"{rng.choice(leaves)}{i}": gen(d + 1) for i in range(rng.randint(0, 3))}
+
+    for _ in range(300):
+        raw = json.dumps(gen(0)).encode()
+        want = _depth_by_regex(raw)
+        for chunk in (1, 2, 3, 7, 1 << 20):  # the state carried between chunks: backslash runs, quotes, depth
+            assert control.nesting_depth(raw, chunk) == want, (raw, chunk)
+
+
+WORST = {  # hostile messages that cost a regex or a recursive parser more than their size
+    "escaped quotes, unterminated": lambda n: b'"' + b'\\"' * (n // 2),
+    "quotes": lambda n: b'"' * n,
+    "backslashes": lambda n: b"\\" * n,
+    "open brackets": lambda n: b"[" * n,
+    "brackets inside a string": lambda n: b'"' + b"[" * n + b'"',
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORST))
+def test_decoding_is_linear_in_the_input(name):
+    """Every hostile control message is refused within a budget proportional to its size: 0.5 s plus 1 s per MB (the
+    regex that stripped strings before took 6-11 s for the 32 KB unterminated string of escaped quotes)."""
+    import time
+
+    for n in (32_000, 1 << 20):
+        raw = WORST[name](n)
+        t0 = time.perf_counter()
+        try:
+            control.decode(raw, "ledger", [int], 3)
+        except ControlError as e:
+            assert "rank 3" in str(e)
+        took = time.perf_counter() - t0
+        assert took <= 0.5 + len(raw) / 2 ** 20, f"{name}: {len(raw)} bytes decoded in {took:.2f} s"

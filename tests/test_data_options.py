@@ -112,3 +112,28 @@ def test_max_bytes_cuts_a_registered_corpus_and_records_what_was_used():
     full = load_corpus("shakespeare")
     c = load_corpus("shakespeare", max_bytes=1000)
     assert c.data == full.data[:1000] and c.sha256 != full.sha256 and "first 1000 bytes" in c.source
+
+
+def test_remote_code_is_never_trusted(monkeypatch, tmp_path, hub_dir):
+    """Every datasets.load_dataset call passes trust_remote_code=False, and the pin admits no datasets release where
+    a loading script would run by default (< 3.0)."""
+    import datasets
+
+    calls = []
+
+    def fake_load(*a, **kw):
+        calls.append(kw)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    (tmp_path / "a.txt").write_text("x")
+    for load in (lambda: hf.load_hub_bytes(str(hub_dir), None, "content", None),
+                 lambda: hf.load_files_bytes([str(tmp_path / "a.txt")], "text", None),
+                 lambda: hf.load_files_bytes([str(tmp_path / "a.parquet")], "text", None)):
+        with pytest.raises(ConfigError):
+            load()
+    assert len(calls) == 3 and all(kw.get("trust_remote_code") is False for kw in calls)
+    import re
+    from pathlib import Path
+    pin = re.search(r'"datasets>=([\d.]+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert pin and tuple(int(x) for x in pin.group(1).split(".")[:2]) >= (3, 0)

@@ -27,6 +27,7 @@ from islands_kit.faults import (
     weighted_median,
     weighted_median_reference,
 )
+from islands_kit.faults.defense import REPLAY_DISTANCE
 from islands_kit.presets import preset_dict
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.diloco import DiLoCo
@@ -279,6 +280,23 @@ def test_replay_checks():
     assert [r["value"] for r in dfn.report() if r["reason"] == "replay"][1] > 0.9999
 
 
+def test_an_older_update_resent_rescaled_is_a_replay():
+    """The digest sees only the same bytes and the cosine only the previous update: an older update re-sent
+    x (1 + 1e-6) once passed both. Honest updates (here independent draws, and one 0.99-aligned with an earlier one)
+    are not flagged."""
+    xs = honest(1, seed=5) + honest(1, seed=6) + honest(1, seed=7)
+    dfn = Defense(FaultConfig(defense="clip", norm_ratio=1e9, min_cosine=-1.0), 1)
+    for step, x in zip((4, 12, 20), xs):
+        dfn.aggregate(step, 0, gathered([x]))
+    near = 0.99 * xs[0] / xs[0].norm() + (1 - 0.99 ** 2) ** 0.5 * xs[2] / xs[2].norm()  # cos 0.99 with xs[0]
+    dfn.aggregate(28, 0, gathered([near * xs[0].norm()]))
+    assert dfn.report() == []
+    dfn.aggregate(36, 0, gathered([xs[0] * (1 + 1e-6)]))
+    r, nothing_kept = dfn.report()
+    assert (r["step"], r["reason"], r["action"]) == (36, "replay", "dropped") and r["value"] < REPLAY_DISTANCE
+    assert nothing_kept["reason"] == "no_update"
+
+
 def test_state_round_trip_continues_identically():
     import io
 
@@ -347,6 +365,24 @@ def test_each_attack_is_caught_in_one_window_and_the_model_stays_clean(attack, n
     assert {r["island"] for r in res["faults_report"]} == {1}
     assert math.isfinite(res["final_val_bpb"])
     assert abs(res["final_val_bpb"] - clean["final_val_bpb"]) < 0.01 * clean["final_val_bpb"]
+
+
+@pytest.mark.slow
+def test_a_decoupled_run_drops_a_scale_1e15_island_and_names_it():
+    cfg = smoke_cfg(2, steps=STEPS, sync__mode="decoupled", faults__attack="scale", faults__attack_scale=1e15,
+                    faults__attack_island=1, faults__defense="auto", faults__attack_start=ATTACK_START)
+    with pytest.warns(RuntimeWarning, match=r"island 1 is lost, .*faults.defense: island 1's outer gradient"):
+        res = run_experiment(cfg)
+    assert math.isfinite(res["final_val_bpb"]) and res["diverged_at_step"] is None
+    assert set(res["decoupled"]["lost_islands"]) == {1}
+    assert {(r["island"], r["action"]) for r in res["faults_report"]} == {(1, "island_dropped")}
+
+
+def test_decoupled_defences_trust_the_synchroniser():
+    with pytest.raises(ConfigError, match=r"faults.attack_island: must not be 0 with sync.mode=decoupled"):
+        smoke_cfg(2, sync__mode="decoupled", faults__attack="scale", faults__attack_island=0)
+    cfg = smoke_cfg(2, sync__mode="decoupled", sync__diloco__average="radial_directional", faults__defense="auto")
+    assert cfg.faults.defense == "auto"  # the checks only: the quorum's own average merges what is kept
 
 
 @pytest.mark.slow

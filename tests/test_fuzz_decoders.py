@@ -4,11 +4,13 @@ kit's own ``PeerError`` naming the peer. Any other exception (IndexError, Overfl
 Seeded and a few hundred mutations each, so a failure reproduces and the file runs in seconds."""
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import struct
+import time
 import zlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -56,6 +58,17 @@ def _mutate_payload(raw: bytes, rng: random.Random) -> bytes:
     return _with_crc(b)
 
 
+@contextlib.contextmanager
+def _timed(raw: bytes) -> Iterator[None]:
+    """Every fuzzed input is decoded (or refused) within 0.5 s plus 1 s per MB of it (a loaded box's slack)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        took = time.perf_counter() - t0
+        assert took <= 0.5 + len(raw) / 2 ** 20, f"{len(raw)} bytes took {took:.3f} s"
+
+
 @pytest.mark.parametrize("name", CODECS)
 def test_payload_mutations_raise_only_peer_errors(name: str) -> None:
     rng = random.Random(f"payload-{name}")
@@ -67,7 +80,8 @@ def test_payload_mutations_raise_only_peer_errors(name: str) -> None:
     for k in range(N):
         bad = _mutate_payload(raw, rng)
         try:
-            got = peer.read_payload(bad, spec, PEER)
+            with _timed(bad):
+                got = peer.read_payload(bad, spec, PEER)
         except PeerError as e:
             assert e.peer == PEER and f"from rank {PEER}" in str(e) and "\n" not in str(e), (k, e)
             refused += 1
@@ -122,7 +136,8 @@ def test_control_mutations_raise_only_peer_errors(kind: str) -> None:
     for k in range(N):
         bad = _mutate_json(raw, rng)
         try:
-            got = peer.read_control(bad, kind, schema, PEER)
+            with _timed(bad):
+                got = peer.read_control(bad, kind, schema, PEER)
         except PeerError as e:
             assert e.peer == PEER and f"from rank {PEER}" in str(e) and "\n" not in str(e), (k, bad, e)
             refused += 1

@@ -20,6 +20,7 @@ from islands_kit.io import atomic_write_bytes, sweep_stale_temporaries
 from islands_kit.model import ByteTransformer
 from islands_kit.presets import get_preset
 from islands_kit.run import LINK_TIMELINE, run_experiment
+from islands_kit.seal import seal
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +111,7 @@ def _model_file(folder, model_cfg: ModelConfig, state=None, finished: bool = Tru
     payload = {"format": sampling.FORMAT, "which": "deployed", "experiment": "two_site", "step": 1,
                "model_config": dataclasses.asdict(model_cfg), "state_dict": state}
     buf = io.BytesIO()
-    torch.save(payload, buf)
+    torch.save(seal(payload), buf)  # a crafted file with a matching content hash: the checks behind it must hold
     (folder / sampling.DEPLOYED).write_bytes(buf.getvalue())
     if finished:
         (folder / "result.json").write_text("{}")
@@ -162,10 +163,42 @@ def test_sample_refuses_bad_configs_and_tensors(tmp_path):
         change(p)
         folder = tmp_path / name
         folder.mkdir()
-        torch.save(p, folder / "model.pt")
+        torch.save(seal(p), folder / "model.pt")
         (folder / "result.json").write_text("{}")
         with pytest.raises(ConfigError, match=r"^sample: .*" + pattern):
             sampling.load_model(folder)
+
+
+def test_sample_refuses_an_edited_model_file(tmp_path):
+    d = _model_file(tmp_path / "e", SMALL)
+    payload = torch.load(d / "model.pt", weights_only=True)
+    payload["state_dict"]["lm_head.weight"].view(-1)[0] += 1.0  # an edit after the run wrote it: not resealed
+    torch.save(payload, d / "model.pt")
+    with pytest.raises(ConfigError, match=r"^sample: .*model\.pt: its content does not match the content hash"):
+        sampling.load_model(d)
+
+
+def test_sample_refuses_absurd_sizes_nan_and_sparse_weights_in_one_line(tmp_path):
+    """seq_len 10**12 sized an 8 TB table, 10**5 layers took minutes before any verdict, NaN or sparse weights gave
+    tracebacks: each is one line naming the field or tensor (the files carry a matching content hash)."""
+    state = ByteTransformer(SMALL).state_dict()
+    nan = {**state, "lm_head.weight": torch.full_like(state["lm_head.weight"], float("nan"))}
+    sparse = {**state, "lm_head.weight": state["lm_head.weight"].to_sparse()}  # refused by the hash's walk already
+    for name, cfg, st, pattern in [
+        ("long", {"seq_len": 10**12}, state, r"model\.seq_len: must be <= 1048576"),
+        ("deep", {"n_layers": 10**5}, state, r"model\.n_layers: must be <= 1024"),
+        ("nan", {}, nan, r"tensor lm_head\.weight holds values that are not finite"),
+        ("sparse", {}, sparse, r"holds a torch\.sparse_coo tensor of shape \(256, 32\)"),
+    ]:
+        d = tmp_path / name
+        d.mkdir()
+        payload = {"format": sampling.FORMAT, "which": "deployed", "experiment": "two_site", "step": 1,
+                   "model_config": {**dataclasses.asdict(SMALL), **cfg}, "state_dict": st}
+        torch.save(seal(payload) if name != "sparse" else {**payload, "content_blake2b": "0" * 64}, d / "model.pt")
+        (d / "result.json").write_text("{}")
+        with pytest.raises(ConfigError, match=r"^sample: .*" + pattern) as e:
+            sampling.load_model(d)
+        assert "\n" not in str(e.value)
 
 
 def test_sample_refuses_an_unfinished_run(tmp_path):

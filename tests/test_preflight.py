@@ -60,6 +60,20 @@ def test_a_writable_out_is_not_created_by_the_check(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # the probe file is gone too
 
 
+def test_dry_run_refuses_a_dangling_symlink_or_a_loop_as_out(tmp_path, capsys):
+    """Both passed the dry run, then the run raised FileExistsError creating the folder after training."""
+    dangling, loop = tmp_path / "dangling", tmp_path / "loop"
+    dangling.symlink_to(tmp_path / "nowhere")
+    loop.symlink_to(loop)
+    for out in (dangling, loop, dangling / "sub"):
+        rc, err = _dry(["--out", str(out)], capsys)
+        assert rc == 2 and "is a symbolic link to nothing (dangling, or a loop)" in err, err
+    good = tmp_path / "real"
+    good.mkdir()
+    (tmp_path / "link").symlink_to(good)  # a link to a folder is a folder
+    assert _dry(["--out", str(tmp_path / "link")], capsys)[0] == 0
+
+
 def test_the_real_run_refuses_a_bad_out_before_training(tmp_path):
     f = tmp_path / "file"
     f.write_bytes(b"x")

@@ -34,7 +34,7 @@ def test_run_saves_every_replica_and_the_deployed_model(two_site_run):
     files = [DEPLOYED] + [island_file(i) for i in range(res["n_islands"])]
     payloads = {f: torch.load(two_site_run / f, map_location="cpu", weights_only=True) for f in files}
     for p in payloads.values():
-        assert p["format"] == "islands_kit.model/1" and p["step"] == 8 and p["experiment"] == "two_site"
+        assert p["format"] == "islands_kit.model/2" and p["step"] == 8 and p["experiment"] == "two_site"
         assert p["model_config"] == res["config"]["model"]
     a, b, g = (payloads[f]["state_dict"] for f in (island_file(0), island_file(1), DEPLOYED))
     assert a.keys() == g.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # replicas differ (DiLoCo)

@@ -4,6 +4,7 @@ island 1's raw bytes from the in-process wire with the transport's policy (a ref
 check that every rank names the peer is the last test."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 import torch
 from lone_synchroniser import contribution, from_island_1, synchroniser
 
+from islands_kit.codec_registry import CODEC_SPECS
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
 from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
@@ -119,6 +121,28 @@ def test_codes_off_the_grid_are_refused_but_non_finite_scales_pass_to_the_defenc
     assert torch.isnan(get_codec("int4", 128).decode(got)[:128]).all()
 
 
+SCALED = [s.name for s in CODEC_SPECS.values() if s.block_scaled or (s.sparse and s.values != "fp32")]
+
+
+@pytest.mark.parametrize("name", SCALED)
+def test_a_finite_scale_that_overflows_on_decode_is_refused_by_every_scaled_codec(name):
+    """3e38 is finite, so it once passed Codec.check in all 16 scaled codecs and turned into inf only when decoded;
+    the largest finite scale whose decode stays finite still passes."""
+    assert len(SCALED) == 16
+    codec = get_codec(name, 64)
+    p = codec.encode(torch.randn(256, generator=torch.Generator().manual_seed(1)))
+    assert codec.check(p) is None
+    for scale, refused in [(3e38, True), (torch.finfo(torch.float32).max / codec.spec.qmax / 2, False)]:
+        data = p.data.clone()
+        data[:4] = torch.tensor([scale], dtype=torch.float32).view(torch.uint8)  # block 0's scale comes first
+        raw = encode_bytes(Payload(name, 256, 64, data))
+        if refused:
+            with pytest.raises(PayloadError, match=r"from rank 2: scales: block 0's scale 3e\+38 overflows float32"):
+                peer.read_payload(raw, PayloadSpec.of(p), peer=2)
+        else:
+            assert torch.isfinite(codec.decode(peer.read_payload(raw, PayloadSpec.of(p), peer=2))).all()
+
+
 def test_payload_header_must_be_what_the_receiver_expects():
     p = get_codec("int8", 128).encode(torch.ones(300))
     spec = PayloadSpec.of(p)
@@ -177,6 +201,46 @@ def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, ma
     assert rec["absent"] == [1] and rec["on_time"] == [0] and rec["quorum_met"]
 
 
+@pytest.mark.parametrize("over, match", [
+    ({"inner_steps": 2 ** 63 - 1}, r"from rank 1: body.inner_steps: must be an integer in \[0, 9007199254740992\]"),
+    ({"tokens": 2 ** 53 + 1}, r"from rank 1: body.tokens: must be an integer in \[0, 9007199254740992\]"),
+    ({"inner_steps": 2 ** 53}, r"inner_steps: 9007199254740992 is more than the \d+ the schedule allows by tick"),
+    ({"steps": 10 ** 6}, r"steps: 1000000 since the last contribution is more than its inner_steps"),
+])
+def test_a_counter_beyond_the_schedule_drops_the_island_and_is_never_counted(over, match):
+    """inner_steps = 2^63 - 1 once made the driver's settle_lost count that many steps (a loop without end); a count
+    is now bounded by the schema (2^53) and by the ticks the schedule has had, and a refused one is not kept."""
+    s, box, tick = synchroniser()
+    from_island_1(box, contribution(s, tick, **over))
+    s.after_tick(tick)
+    assert set(box.lost) == {1} and re.search(match, box.lost[1]), box.lost
+    assert s.lost() == {1: 0}  # what the driver's settle_lost counts: the last accepted report, not the hostile one
+
+
+@pytest.mark.parametrize("scale, reason", [(1e15, "norm_vs_others"), (float("nan"), "non_finite")])
+def test_the_synchroniser_checks_values_and_drops_the_island_naming_it(scale, reason):
+    """Decoupled mode had no value defence: a block scale of 1e15 (valid CRC) was merged and the island kept. With
+    faults.defense the synchroniser runs lock-step's checks on each contribution and drops a flagged island."""
+    from islands_kit.config import apply_overrides
+    from islands_kit.faults import install
+    from islands_kit.presets import get_preset
+
+    s, box, tick = synchroniser()
+    install(s, apply_overrides(get_preset("two_site", "smoke"), {"sync.mode": "decoupled", "faults.defense": "auto"}))
+    body, _ = contribution(s, tick)
+    x = torch.full((s.global_params[0].numel(),), 0.01)
+    p = s.codec.encode(x)
+    data = p.data.clone()
+    data[:4] = torch.tensor([scale], dtype=torch.float32).view(torch.uint8)  # a compromised encoder writes the scale
+    from_island_1(box, (body, encode_bytes(Payload(p.codec, p.numel, p.block_size, data))))
+    s.after_tick(tick)
+    assert set(box.lost) == {1} and box.lost[1].startswith(f"faults.defense: island 1's outer gradient of fragment 0 "
+                                                           f"at step {tick} is refused: {reason}"), box.lost
+    rec = s.merge_log[0]
+    assert rec["on_time"] == [0] and rec["absent"] == [1]
+    assert torch.isfinite(s.global_params[0]).all()
+
+
 def test_a_topk_contribution_with_a_bad_index_drops_the_island():
     s, box, tick = synchroniser(codec="top16_int4", codec_block_size=64)
     p = s.codec.encode(torch.randn(136, generator=torch.Generator().manual_seed(0)))
@@ -189,7 +253,8 @@ def test_a_topk_contribution_with_a_bad_index_drops_the_island():
 
 HOSTILE_PAYLOAD_WORKER = r"""
 # 2 ranks, lock-step all_reduce. Rank 1 is compromised: its header claims sent_at = 1e30, then NaN; then it sends a
-# top-k payload with a valid CRC and an in-block index that crosses into the next block; then an honest round.
+# top-k payload with a valid CRC and an in-block index that crosses into the next block; then a frame longer than the
+# operation's; then an honest round.
 import sys
 import torch
 from islands_kit.comm.codecs import Payload, get_codec
@@ -205,8 +270,9 @@ init_from_env()
 dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None)
 me = dt.island
 codec = get_codec("top16_int4", 64)
-for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
-    p = codec.encode(torch.randn(200, generator=torch.Generator().manual_seed(0)))
+for name in ("clock_1e30", "clock_nan", "topk_index", "oversized", "honest"):
+    n = 400 if me == 1 and name == "oversized" else 200  # a longer frame: gloo used to abort the process on it
+    p = codec.encode(torch.randn(n, generator=torch.Generator().manual_seed(0)))
     saved = dt.clock.now[me]
     if me == 1 and name.startswith("clock"):
         dt.clock.now[me] = 1e30 if name == "clock_1e30" else float("nan")
@@ -229,8 +295,8 @@ for name in ("clock_1e30", "clock_nan", "topk_index", "honest"):
 @pytest.mark.slow
 def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
     """Lock-step: a payload header with sent_at 1e30 or NaN, and a top-k payload with a valid CRC and an index
-    crossing into the next block, are refused with one line naming island 1, rank 1 and the field; an honest round
-    after them still works."""
+    crossing into the next block, are refused with one line naming island 1, rank 1 and the field; a frame of another
+    length is refused before gloo sees it; an honest round after them still works."""
     script = tmp_path / "hostile_payload.py"
     script.write_text(HOSTILE_PAYLOAD_WORKER)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
@@ -249,4 +315,41 @@ def test_torchrun_every_rank_names_the_hostile_peer(tmp_path):
     # rank 1 refuses its own NaN and bad index too (every rank decodes every payload)
     assert any(line.startswith("refused clock_nan on rank 1 :") for line in lines), lines
     assert any(line.startswith("refused topk_index on rank 1 :") for line in lines), lines
+    # a frame of another length is refused before gloo receives it (it used to SIGABRT the process), on both ranks,
+    # each naming the other island (with two, neither can tell which one is wrong)
+    for rank, other in ((0, 1), (1, 0)):
+        hit = [line for line in lines if line.startswith(f"refused oversized on rank {rank} :")]
+        assert len(hit) == 1 and (f"all_reduce #3 on 'fragments': island {other} (rank {other}) announced a frame of"
+                                  in hit[0]) and "refused before it is received" in hit[0], lines
     assert "accepted honest on rank 0" in lines and "accepted honest on rank 1" in lines, lines
+
+
+def test_the_clock_bound_is_absolute_and_does_not_compound():
+    """A peer at the relative limit at every sync used to multiply the receiver's clock by 1000 each time (1.5e30 s
+    after 10 syncs); the run's horizon, fixed from its config, does not move with the clock the peer pushed."""
+    horizon = 1e6
+    now, refused = 0.0, None
+    for sync in range(10):
+        t = peer.CLOCK_LEAD * (now + 1.0)  # the most the relative bound allows
+        try:
+            now = peer.read_clock(t, now, 2, "sent_at", "island 1's all_reduce", horizon)
+        except PayloadError as e:
+            refused = (sync, str(e))
+            break
+    assert refused is not None and refused[0] == 1 and "the run's horizon from its config" in refused[1]
+    assert now <= horizon
+
+
+def test_every_run_gets_a_finite_horizon_from_its_config():
+    from islands_kit.config import LinkConfig
+    from islands_kit.presets import get_preset
+    from islands_kit.train.experiment import Experiment
+
+    cfg = get_preset("two_site", "smoke")
+    ex = Experiment(cfg)
+    slowest = max(ex.step_s.values())
+    assert cfg.steps * slowest * peer.CLOCK_LEAD < ex.transport.horizon_s < math.inf
+    assert ex.transport.horizon_s == peer.clock_horizon(cfg.steps, slowest, cfg.link, 4 * ex.params_total, 2)
+    # an intermittent link's contact period widens it: an honest transfer may wait that long
+    assert peer.clock_horizon(10, 1.0, LinkConfig(contact_period_s=60.0, contact_fraction=0.5), 0, 2) > \
+        peer.clock_horizon(10, 1.0, LinkConfig(), 0, 2)

@@ -7,6 +7,7 @@ island ever idles. Utilisation = busy / (busy + idle).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 
@@ -44,6 +45,12 @@ class SimClock:
         return {"now": dict(self.now), "busy": dict(self.busy), "idle": dict(self.idle)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore a checkpoint's clocks; ValueError naming the entry for a time that is not finite and >= 0."""
+        for f in ("now", "busy", "idle"):
+            for k, v in d[f].items():
+                if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                    raise ValueError(f"the checkpoint's transport clock.{f}[{k!r}] must be a finite number of "
+                                     f"seconds >= 0 (got {v!r})")
         self.now = {int(k): float(v) for k, v in d["now"].items()}
         self.busy = {int(k): float(v) for k, v in d["busy"].items()}
         self.idle = {int(k): float(v) for k, v in d["idle"].items()}

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,6 @@ VERSION = 1
 MAX_BYTES = 64 << 20  # per message; the largest (the ledger at the end of a long run) stays far below
 MAX_DEPTH = 16  # nesting of arrays/objects, envelope included; the deepest schema here (the ledger) needs 6
 INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # every integer the kit sends fits an int64 (steps, bytes, seeds)
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # a JSON string literal (its brackets do not nest)
 
 
 class PeerError(ValueError):
@@ -144,12 +142,31 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def nesting_depth(raw: bytes) -> int:
+def nesting_depth(raw: bytes, chunk: int = 1 << 20) -> int:
     """The deepest nesting of JSON arrays/objects in ``raw``, counted on the bytes outside string literals (no
-    recursion, so a hostile ``[[[[...`` is measured before the parser would recurse into it)."""
-    a = np.frombuffer(_STRING.sub(b"", raw), dtype=np.uint8)
-    step = np.isin(a, (ord("["), ord("{"))).astype(np.int64) - np.isin(a, (ord("]"), ord("}")))
-    return int(np.cumsum(step).max(initial=0))
+    recursion, so a hostile ``[[[[...`` is measured before the parser would recurse into it).
+
+    One pass, linear in ``len(raw)`` and bounded in memory (``chunk`` bytes at a time, the state carried between
+    chunks): a ``"`` opens or closes a string unless an odd run of backslashes precedes it. On the valid prefix of a
+    message (all the parser ever recurses into) this is the parser's own reading; past it the count may differ, but
+    the parser refuses there. (A regex that strips strings first is quadratic on an unterminated ``"\\"\\"...``.)"""
+    a_all = np.frombuffer(raw, dtype=np.uint8)
+    run = 0  # backslashes ending the previous chunk
+    quotes = 0  # unescaped quotes so far (odd: inside a string)
+    depth = deepest = 0
+    for at in range(0, a_all.size, chunk):
+        a = a_all[at:at + chunk]
+        idx = np.arange(a.size, dtype=np.int64)
+        last_other = np.maximum.accumulate(np.where(a != ord("\\"), idx, -1 - run))  # last non-backslash at or before i
+        ending = idx - last_other  # length of the backslash run ending at i (0 where a[i] is not a backslash)
+        before = np.concatenate(([run], ending[:-1]))  # ... ending just before i
+        quote = (a == ord('"')) & (before % 2 == 0)
+        outside = (np.cumsum(quote, dtype=np.int64) + quotes) % 2 == 0
+        step = ((a == ord("[")) | (a == ord("{"))).astype(np.int64) - ((a == ord("]")) | (a == ord("}")))
+        level = np.cumsum(np.where(outside, step, 0)) + depth
+        deepest = max(deepest, int(level.max(initial=0)))
+        run, quotes, depth = int(ending[-1]), quotes + int(quote.sum()), int(level[-1])
+    return deepest
 
 
 def decode(raw: bytes, kind: str, schema: Any, peer: int, max_bytes: int = MAX_BYTES) -> Any:

@@ -49,24 +49,28 @@ class Ledger:
     def peak_link_bytes_per_s(self, window_s: float = 1.0) -> float:
         """Highest average rate on any one directed link over a sliding window of ``window_s`` simulated seconds.
 
-        Each transfer's bytes are spread uniformly over [start, end]; windows start at transfer starts."""
+        Each transfer's bytes are spread uniformly over [start, end]; windows start at transfer starts. One sweep per
+        link: a window sums only the transfers that overlap it (added as the window's end passes their start, dropped
+        once it starts after their end), in start order, so the cost is the overlaps, not records squared; equal starts
+        are one window and empty transfers add nothing (a peer's zero-byte records cannot make it quadratic)."""
         best = 0.0
         by_link: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
         for s, e, b, src, dst, _ in self.timeline:
             by_link.setdefault((src, dst), []).append((s, e, b))
         for items in by_link.values():
             items.sort()
-            starts = [s for s, _, _ in items]
-            for w0 in starts:
+            flows = [it for it in items if it[2] > 0]
+            alive: list[tuple[float, float, int]] = []
+            nxt = 0
+            for w0 in sorted({s for s, _, _ in items}):
                 w1 = w0 + window_s
+                while nxt < len(flows) and flows[nxt][0] < w1:
+                    alive.append(flows[nxt])
+                    nxt += 1
+                alive = [it for it in alive if it[1] > w0]
                 tot = 0.0
-                for s, e, b in items:
-                    if s >= w1:
-                        break
-                    if e <= w0:
-                        continue
-                    dur = max(e - s, 1e-12)
-                    tot += b * (min(e, w1) - max(s, w0)) / dur
+                for s, e, b in alive:
+                    tot += b * (min(e, w1) - max(s, w0)) / max(e - s, 1e-12)
                 best = max(best, tot / window_s)
         return best
 

@@ -26,6 +26,7 @@ stop with an error naming it.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from islands_kit.comm import peer
@@ -37,8 +38,10 @@ SYNCER = 0  # the synchroniser sits with island 0
 
 CONTRIBUTION = "decoupled.contribution"
 FRESH, ABSENT, NOT_READY = "fresh", "absent", "not_ready"
+MAX_COUNT = 2 ** 53  # token and step counts: integers float64 holds exactly (they become merge weights)
 CONTRIBUTION_SCHEMA = {"tick": Int(0), "fragment": Int(0), "round": Int(0), "status": OneOf(FRESH, ABSENT, NOT_READY),
-                       "sent_s": Num(0), "tokens": Int(0), "steps": Int(0), "inner_steps": Int(0)}
+                       "sent_s": Num(0), "tokens": Int(0, MAX_COUNT), "steps": Int(0, MAX_COUNT),
+                       "inner_steps": Int(0, MAX_COUNT)}
 DECISION = "decoupled.decision"
 DECISION_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Opt(Num(0))}
 APPLY = "decoupled.apply"
@@ -46,16 +49,18 @@ APPLY_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Num(0), "outer_s
 
 
 def contribution_fault(body: dict[str, Any], payload: Payload | None, island: int, due: tuple[int, int, int],
-                       now: float, final: bool) -> str | None:
+                       now: float, final: bool, horizon: float = math.inf) -> str | None:
     """Why the synchroniser refuses island ``island``'s ``CONTRIBUTION`` (already through the wire's checks) to the
     round ``due`` = (tick, fragment, round) due at schedule time ``now``, in one line; None when it is sound. The
-    protocol's rules: the send time within the wire's clock bound, the round it names, a payload exactly when fresh,
-    no ``not_ready`` at the end, and a send time that is a time of this round (``now`` in a regular round; at the end,
-    no earlier than ``now``: an island sends its last parts once its last merges have landed)."""
+    protocol's rules: the send time within the wire's clock bound and the run's ``horizon``, the round it names, a
+    payload exactly when fresh, no ``not_ready`` at the end, a send time that is a time of this round (``now`` in a regular round; at the end,
+    no earlier than ``now``: an island sends its last parts once its last merges have landed), and step counts the
+    schedule allows: an island takes at most one inner step per tick (the tick is the fastest island's step), so by
+    tick t at most t (one more of slack for rounding), and its steps since the last contribution are among them."""
     tick, p, k = due
     where = f"sync.mode=decoupled: island {island}'s {CONTRIBUTION} for tick {tick}, fragment {p}, round {k}"
     try:
-        peer.read_clock(float(body["sent_s"]), now, island, "sent_s", where)
+        peer.read_clock(float(body["sent_s"]), now, island, "sent_s", where, horizon)
     except peer.PeerError as e:
         return str(e)
     if (body["tick"], body["fragment"], body["round"]) != due:
@@ -66,6 +71,10 @@ def contribution_fault(body: dict[str, Any], payload: Payload | None, island: in
         why = "status: not_ready in the final merge"
     elif not (body["sent_s"] == now or (final and body["sent_s"] > now)):
         why = f"sent_s: {body['sent_s']!r} is not a send time of this round (due at {now!r})"
+    elif body["inner_steps"] > tick + 1:
+        why = f"inner_steps: {body['inner_steps']} is more than the {tick + 1} the schedule allows by tick {tick}"
+    elif body["steps"] > body["inner_steps"]:
+        why = f"steps: {body['steps']} since the last contribution is more than its inner_steps {body['inner_steps']}"
     else:
         return None
     return f"{where}: {why}"
@@ -79,7 +88,7 @@ def _refusal(kind: str, field: str, why: str) -> peer.ControlError:
 
 def _syncer_clock(wire: Transport, island: int, t: float, kind: str, field: str) -> float:
     """A time the synchroniser sent, held to the wire's clock bound against the island's clock."""
-    return peer.read_clock(t, wire.clock.now[island], SYNCER, field, f"control message {kind!r}")
+    return peer.read_clock(t, wire.clock.now[island], SYNCER, field, f"control message {kind!r}", wire.horizon_s)
 
 
 def syncer_timeout(wire: Transport) -> float:

@@ -14,15 +14,18 @@ Rules, per thing a peer sends:
 * **Payloads** (``codecs.encode_bytes``): ``read_payload``. The header must name exactly the codec, numel and block
   size the receiver expects (its own config: the same fragment, the same codec) — checked before anything is sized
   from it — then the length and CRC, then ``Codec.check``: every code on the codec's grid, every top-k index inside
-  its own block (not past the block's end, not into the next block) and ascending. Only then is it decoded.
+  its own block (not past the block's end, not into the next block) and ascending, no finite block scale that
+  overflows float32 once decoded. Only then is it decoded.
   Values are not judged here: a non-finite fp32/bf16 value or block scale is the modelled ``nan`` attack, which the
   defences (``faults/defense.py``) or the divergence check deal with, identically in the simulator.
 * **Clocks** a peer reports (a payload's send time, a decoupled contribution's, the clocks merged by the ledger):
-  ``read_clock``. A simulated time must be finite, >= 0 and at most ``CLOCK_LEAD`` times the receiver's own clock
-  plus one second. Honest clocks all start at 0 and, at any one operation, differ by at most the ratio of the
-  islands' step times (plus transfer times), far below that factor; a peer that claims to be further ahead would only
-  make every receiver idle until its made-up time (``sent_at = 1e30`` would end the run with a 1e30 s wall clock and
-  utilisation 0).
+  ``read_clock``. A simulated time must be finite, >= 0, at most ``CLOCK_LEAD`` times the receiver's own clock
+  plus one second, and at most the run's horizon (``clock_horizon``: fixed from the config when the run starts).
+  Honest clocks all start at 0 and, at any one operation, differ by at most the ratio of the islands' step times
+  (plus transfer times), far below that factor; a peer that claims to be further ahead would only make every
+  receiver idle until its made-up time (``sent_at = 1e30`` would end the run with a 1e30 s wall clock and
+  utilisation 0). The relative bound alone compounds: the receiver's clock is one the peer has already pushed, so a
+  peer at the limit every sync multiplies it by 1000 each time; the horizon does not move.
 * **Weights** (a token count in an all-reduce header): ``read_weight``, finite, >= 0 and at most ``MAX_WEIGHT``, so
   that no sum of them overflows.
 """
@@ -35,8 +38,10 @@ from typing import Any
 from islands_kit.comm import control
 from islands_kit.comm.codecs import Payload, decode_bytes, get_codec, read_header
 from islands_kit.comm.control import ControlError, PeerError
+from islands_kit.comm.link.latency import effective_rate_bps
+from islands_kit.config import LinkConfig
 
-__all__ = ["CLOCK_LEAD", "MAX_WEIGHT", "ControlError", "PayloadError", "PayloadSpec", "PeerError", "read_clock",
+__all__ = ["CLOCK_LEAD", "MAX_WEIGHT", "ControlError", "PayloadError", "PayloadSpec", "PeerError", "clock_horizon", "read_clock",
            "read_control", "read_message", "read_payload", "read_weight"]
 
 CLOCK_LEAD = 1000.0  # how far ahead of the receiver a peer's simulated clock may claim to be (a factor)
@@ -101,13 +106,25 @@ def read_message(raw: bytes, payload_raw: bytes, kind: str, schema: Any, expect:
     return body, read_payload(payload_raw, expect, peer, who)
 
 
-def read_clock(t: float, now: float, peer: int, field: str, who: str = "message") -> float:
-    """A simulated time ``t`` a peer reported, refused unless finite, >= 0 and <= CLOCK_LEAD · (now + 1 s), where
-    ``now`` is the receiver's own clock (module docstring)."""
+def clock_horizon(steps: int, slowest_step_s: float, link: LinkConfig, model_bytes: int, n_islands: int) -> float:
+    """The latest simulated time any clock of an honest run may show, from the config alone: ``CLOCK_LEAD`` times
+    what ``steps`` steps of the slowest island take if every step also waited for the worst transfer the kit could
+    make (an fp32 copy of the whole model from every island, a round trip, a tail draw at its scale and a whole
+    contact period), plus one second. Generous by design: it is there so that no peer can move it."""
+    per_step = (slowest_step_s + link.rtt_s + link.tail_scale_s + link.contact_period_s
+                + 8.0 * model_bytes * max(n_islands, 1) / effective_rate_bps(link))
+    return CLOCK_LEAD * (max(steps, 1) * per_step + 1.0)
+
+
+def read_clock(t: float, now: float, peer: int, field: str, who: str = "message", horizon: float = math.inf) -> float:
+    """A simulated time ``t`` a peer reported, refused unless finite, >= 0, <= CLOCK_LEAD · (now + 1 s), where
+    ``now`` is the receiver's own clock, and <= ``horizon`` (the run's ``clock_horizon``; module docstring)."""
     bound = CLOCK_LEAD * (max(now, 0.0) + 1.0)
+    rule = f"{CLOCK_LEAD:g} x (this rank's clock {now:g} s + 1 s)"
+    if horizon < bound:
+        bound, rule = horizon, "the run's horizon from its config"
     if not (isinstance(t, float) and math.isfinite(t) and 0.0 <= t <= bound):
-        raise _refuse(who, peer, field, f"simulated time {t!r} must be finite, >= 0 and <= {bound:g} s "
-                                        f"({CLOCK_LEAD:g} x (this rank's clock {now:g} s + 1 s))")
+        raise _refuse(who, peer, field, f"simulated time {t!r} must be finite, >= 0 and <= {bound:g} s ({rule})")
     return t
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ class Transport(abc.ABC):
     is_writer: bool = True
     island_group: Any = None
     timeout_s: float = 0.0  # the bound on one ``receive`` (in one process a message is there or never will be)
+    horizon_s: float = math.inf  # no peer's clock may pass it (``peer.clock_horizon``; set by the experiment)
     lost: dict[int, str]  # island -> why it is lost (one line)
 
     @abc.abstractmethod

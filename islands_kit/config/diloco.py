@@ -49,6 +49,8 @@ class DiLoCoConfig:
         _check(self.h_schedule in ("constant", "qsr"), p + "h_schedule", "must be one of constant|qsr", self.h_schedule)
         _check(self.h_schedule != "qsr" or self.qsr_alpha > 0, p + "qsr_alpha", "must be > 0 with h_schedule=qsr",
                self.qsr_alpha)
+        _check(self.qsr_alpha <= MAX_LR, p + "qsr_alpha", f"must be <= {MAX_LR:g} (lr units; (α/η)^2 of 1e300 overflows)",
+               self.qsr_alpha)
         _check(self.average in ("mean", "radial_directional"), p + "average", "must be one of mean|radial_directional",
                self.average)
         _check(0.0 <= self.error_feedback_decay <= 1.0, p + "error_feedback_decay", "must be in [0, 1]",

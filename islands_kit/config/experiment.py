@@ -101,13 +101,10 @@ class ExperimentConfig:
         if f.attack != "none":
             _check(0 <= f.attack_island < n, "faults.attack_island", f"must be an island index < {n}", f.attack_island)
         if f.attack != "none" or f.defense != "none":
-            _check(traits.takes_faults or not traits.own_clocks,
-                   "faults.attack", "attacks and defences run in lock-step mode only (the synchroniser merges with "
-                   "sync.decoupled.*)", f.attack if f.attack != "none" else f.defense)
             _check(traits.takes_faults, "faults.attack" if f.attack != "none" else "faults.defense",
                    f"attacks and defences need sync.strategy={strategies_that('takes_faults')} (a strategy with an "
                    "aggregation step)", f.attack if f.attack != "none" else f.defense)
-        if f.defense != "none":
+        if f.defense != "none" and not traits.own_clocks:  # own clocks: the checks only, the quorum merges
             _check(self.sync.diloco.average == "mean", "sync.diloco.average",
                    "must be mean with faults.defense (the defence's robust rule replaces the mean)", self.sync.diloco.average)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
@@ -116,6 +113,9 @@ class ExperimentConfig:
                    "or a synchronous job that stalls until the island is back)", f.preempt_island)
         if traits.quorum:
             _check(self.sync.quorum <= n, "sync.quorum", f"must be <= the number of islands ({n})", self.sync.quorum)
+            _check(f.attack == "none" or f.attack_island != 0, "faults.attack_island",
+                   f"must not be 0 with sync.mode={self.sync.mode} (island 0 holds the synchroniser, which the "
+                   "defences trust)", f.attack_island)
         if not traits.checkpoints:
             _check(self.checkpoint_every == 0, "checkpoint_every",
                    f"must be 0 with sync.mode={self.sync.mode} (its in-flight merges are not checkpointed yet)",

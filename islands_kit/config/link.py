@@ -68,6 +68,13 @@ class LinkConfig:
         _check(isinstance(self.orbit, OrbitConfig), p + "orbit", "must be an OrbitConfig", self.orbit)
         _check(self.contact_period_s >= 0, p + "contact_period_s", "must be >= 0", self.contact_period_s)
         _check(0 < self.contact_fraction <= 1, p + "contact_fraction", "must be in (0, 1]", self.contact_fraction)
+        # a window too short to carry a chunk makes one transfer cross windows without end (1e-300 s never finishes)
+        rate = min(self.bandwidth_bps, self.pacing_bps) if self.pacing_bps > 0 else self.bandwidth_bps
+        _check(self.contact_period_s == 0 or (self.contact_period_s >= 1e-3 and
+                                              self.contact_period_s * self.contact_fraction * rate / 8 >= self.chunk_bytes),
+               p + "contact_period_s", f"must be 0 (always in contact) or >= 1 ms with each contact window "
+               f"(contact_fraction of it) long enough to carry one chunk of {self.chunk_bytes} bytes at the link's rate",
+               self.contact_period_s)
         _check(self.fec_group >= 1, p + "fec_group", "must be >= 1", self.fec_group)
         _check(self.fec_parity >= 0, p + "fec_parity", "must be >= 0 (0 = no FEC)", self.fec_parity)
         _check(self.fec_group + self.fec_parity <= 255, p + "fec_parity",

@@ -37,6 +37,9 @@ class ModelConfig:
         for name in ("seq_len", "d_model", "n_layers", "n_heads", "n_experts", "top_k", "d_expert"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 1, p + name, "must be an integer >= 1", v)
+        # a model file claims these: 10**12 positions sized an 8 TB table, 10**5 layers took minutes to describe
+        _check(self.seq_len <= 1 << 20, p + "seq_len", "must be <= 1048576 bytes of context", self.seq_len)
+        _check(self.n_layers <= 1024, p + "n_layers", "must be <= 1024", self.n_layers)
         _check(self.d_model % self.n_heads == 0, p + "d_model", f"must be divisible by model.n_heads={self.n_heads}", self.d_model)
         _check((self.d_model // self.n_heads) % 2 == 0, p + "d_model", "d_model/n_heads must be even for RoPE", self.d_model)
         _check(self.top_k <= self.n_experts, p + "top_k", f"must be <= model.n_experts={self.n_experts}", self.top_k)

@@ -54,7 +54,7 @@ STRATEGY_TRAITS: dict[str, StrategyTraits] = {t.name: t for t in (
                    "window, merge delay tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}"),
     StrategyTraits("decoupled", "diloco", "decoupled",
                    "decoupled DiLoCo (own clocks, a quorum merges what arrives in time)",
-                   global_state=True, own_clocks=True, quorum=True, checkpoints=False,
+                   takes_faults=True, global_state=True, own_clocks=True, quorum=True, checkpoints=False,
                    projection="quorum", summary="decoupled streaming DiLoCo (quorum {s.quorum}, grace {s.grace_s} s) " + _DILOCO_SUMMARY),
 )}
 

@@ -9,6 +9,8 @@ from islands_kit.config.diloco import DecoupledConfig, DiLoCoConfig
 from islands_kit.config.rules import _check, _check_fields
 from islands_kit.config.strategies import MODES, StrategyTraits, strategy_names, traits_of
 
+MAX_CODEC_BLOCK = 1 << 20  # values per codec block: a million (SparseLoCo chunks are 4096); 10**12 would allocate 4 TB
+
 
 @dataclass
 class SyncConfig:
@@ -46,7 +48,8 @@ class SyncConfig:
         _check(self.H >= self.n_fragments, p + "H", f"must be >= sync.n_fragments={self.n_fragments} so every fragment gets its own offset", self.H)
         _check(0 <= self.tau < self.H, p + "tau", f"must satisfy 0 <= tau < sync.H={self.H}", self.tau)
         _check(self.codec in CODECS, p + "codec", "must be one of " + "|".join(CODECS), self.codec)
-        _check(self.codec_block_size >= 1, p + "codec_block_size", "must be >= 1", self.codec_block_size)
+        _check(1 <= self.codec_block_size <= MAX_CODEC_BLOCK, p + "codec_block_size",
+               f"must be in [1, {MAX_CODEC_BLOCK}] (a block is padded and scaled as one tensor)", self.codec_block_size)
         _check(not self.codec.startswith("top") or self.codec_block_size <= 256, p + "codec_block_size",
                f"must be <= 256 with the top-k codec {self.codec} (one-byte in-block indices)", self.codec_block_size)
         _check(self.routing_sync_mode in ("all_reduce", "butterfly"), p + "routing_sync_mode",

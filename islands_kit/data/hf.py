@@ -4,6 +4,9 @@ The rows of the text column are joined with a newline between them (none is adde
 one, so text files come back as written, modulo universal-newline translation), then UTF-8 encoded. A Hub load goes
 offline at once when the hub is unreachable (or ``HF_HUB_OFFLINE`` is set, even after import), so it is served from
 the local HF cache or fails fast with a ConfigError instead of retrying for tens of seconds.
+
+Every load passes ``trust_remote_code=False``: a Hub dataset with a loading script would otherwise run that script
+(the default in ``datasets`` < 3.0, which pyproject.toml no longer admits; 4.0 dropped scripts and ignores a false).
 """
 from __future__ import annotations
 
@@ -47,9 +50,10 @@ def load_files_bytes(files: list[str], text_field: str, hf_cache: str | None) ->
         if kinds == {".txt"}:
             # one row per file, so the join below restores each file exactly (plus a newline between files)
             ds = datasets.load_dataset("text", data_files=files, split="train", sample_by="document",
-                                       cache_dir=hf_cache)
+                                       cache_dir=hf_cache, trust_remote_code=False)
             return _join_rows(_rows(ds, "text"), "data.corpus")
-        ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=hf_cache)
+        ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=hf_cache,
+                                   trust_remote_code=False)
         return _join_rows(_rows(ds, text_field), "data.text_field")
     except ConfigError:
         raise
@@ -117,7 +121,7 @@ def load_hub_bytes(name: str, config: str | None, text_field: str, hf_cache: str
     try:
         with _hf_offline(offline):  # offline: served from the local HF cache, or a fast failure
             ds = datasets.load_dataset(name, config, split=split, revision=revision, streaming=streaming,
-                                       cache_dir=hf_cache)
+                                       cache_dir=hf_cache, trust_remote_code=False)
             if streaming:
                 return _stream_bytes(ds, text_field, max_bytes)
     except ConfigError:

@@ -10,6 +10,7 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.faults.attacks import DELTA_ATTACKS, WIRE_ATTACKS, Adversary, inject_non_finite
 from islands_kit.faults.defense import DETECTORS, Defense, FlagReport
 from islands_kit.faults.robust import default_trim, trimmed_mean, trimmed_mean_reference, weighted_median, weighted_median_reference
+from islands_kit.sync.decoupled import DecoupledDiLoCo
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.schedule import diloco_schedule
 
@@ -19,12 +20,13 @@ __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense",
 
 
 def install(strategy: Any, cfg: ExperimentConfig) -> tuple[Adversary | None, Defense | None]:
-    """Set ``strategy.tamper`` / ``tamper_payload`` / ``aggregator`` as ``cfg.faults`` asks; nothing (and (None, None))
-    when attack and defense are both 'none'. Only DiLoCo has the hooks (the butterfly has no aggregation step)."""
+    """Set ``strategy.tamper`` / ``tamper_payload`` / ``aggregator`` (lock-step) or ``screen`` (decoupled) as
+    ``cfg.faults`` asks; nothing (and (None, None)) when attack and defense are both 'none'. Only DiLoCo has the hooks
+    (the butterfly has no aggregation step)."""
     f = cfg.faults
     if f.attack == "none" and f.defense == "none":
         return None, None
-    if not isinstance(strategy, DiLoCo):
+    if not isinstance(strategy, (DiLoCo, DecoupledDiLoCo)):
         name = "faults.attack" if f.attack != "none" else "faults.defense"
         raise ConfigError(f"{name}: attacks and defences need sync.strategy=diloco, the only strategy with an "
                           f"aggregation step (got sync.strategy={cfg.sync.strategy!r})")
@@ -37,7 +39,11 @@ def install(strategy: Any, cfg: ExperimentConfig) -> tuple[Adversary | None, Def
         local = list(strategy.transport.local_islands)
         honest = [i for i in local if f.attack == "none" or i != f.attack_island] or local
         defense = Defense(f, len(cfg.islands), window=cfg.sync.H, observer=honest[0])
-        strategy.aggregator = defense.aggregate
+        if isinstance(strategy, DecoupledDiLoCo):  # the synchroniser checks each contribution, drops a flagged island
+            screen = defense.screen
+            strategy.screen = lambda t, p, fresh: screen(t, p, [(c.island, float(c.tokens), c.delta) for c in fresh])
+        else:
+            strategy.aggregator = defense.aggregate
     return adversary, defense
 
 

@@ -5,8 +5,10 @@ Defences (:class:`Defense`, installed as ``DiLoCo.aggregator``; the transport th
 instead of averaging them). Each sync of fragment p, for every island i present, in this order:
 
 1. integrity: any non-finite value → flag ``non_finite`` (value = how many).
-2. replay: the exact bytes (a BLAKE2 digest) of an update island i already sent for fragment p, or a cosine
-   > 0.9999 with its previous update of p → ``replay``. A zero update is never called a replay.
+2. replay: the exact bytes (a BLAKE2 digest) of an update island i already sent for fragment p, its direction
+   a cosine > 0.9999 with its previous update of p, or its direction within the same tolerance of any earlier one
+   (a CountSketch of each update's unit vector is kept, 2 KB, and compared: an older update re-sent × (1 + 1e-6)
+   has other bytes and need not be the last) → ``replay``. A zero update is never called a replay.
 3. norm: ‖Δ_i‖ > ``norm_ratio`` · reference → ``norm_vs_others`` (reference below) or ``norm_vs_history``
    (reference = median of i's last ``history`` *accepted* norms of fragment p; needs one accepted sync of p).
 4. direction: cos(Δ_i, r_i) < ``min_cosine`` → ``direction``, where r_i = unit(reference direction below) +
@@ -66,6 +68,8 @@ from islands_kit.config import ConfigError, FaultConfig
 from islands_kit.faults.robust import default_trim, trimmed_mean, weighted_median
 
 REPLAY_COSINE = 0.9999  # cosine with the previous update of the same island above which it is a replay
+REPLAY_DISTANCE = (2 * (1 - REPLAY_COSINE)) ** 0.5  # the same tolerance as a distance between unit vectors
+SKETCH = 256  # CountSketch buckets: distances between sketches match the vectors' within a few per cent
 QUARANTINE_WINDOWS = 3  # H-step windows an island flagged stays excluded
 DETECTORS = ("non_finite", "replay", "norm_vs_others", "norm_vs_history", "direction")
 
@@ -87,6 +91,18 @@ class FlagReport:
 
 def _digest(x: torch.Tensor) -> str:
     return hashlib.blake2b(x.detach().float().contiguous().cpu().numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def _sketch(x: torch.Tensor) -> torch.Tensor:
+    """A CountSketch of ``x``'s direction (SKETCH,) float64: every coordinate of x / ‖x‖ added, with a random sign, to
+    a random bucket (seeded by the size, so every process and every resume draws the same). Distances between sketches
+    estimate distances between the unit vectors (Charikar et al. 2002), so a re-sent update, rescaled or not, lands
+    next to its first sketch while honest updates, far less aligned than REPLAY_COSINE, stay far apart."""
+    u = x.detach().double().reshape(-1).cpu()
+    g = torch.Generator().manual_seed(u.numel())
+    bucket = torch.randint(0, SKETCH, (u.numel(),), generator=g)
+    sign = torch.randint(0, 2, (u.numel(),), generator=g).to(torch.float64) * 2 - 1
+    return torch.zeros(SKETCH, dtype=torch.float64).index_add_(0, bucket, u * sign / u.norm())
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -124,6 +140,7 @@ class Defense:
         self.flags = FlagReport()
         self._norms: dict[tuple[int, int], deque[float]] = {}  # (island, fragment) -> accepted norms
         self._seen: dict[tuple[int, int], set[str]] = {}  # (island, fragment) -> digests of updates received
+        self._sketches: dict[tuple[int, int], torch.Tensor] = {}  # (island, fragment) -> (m, SKETCH) of updates received
         self._last: dict[tuple[int, int], torch.Tensor] = {}  # (island, fragment) -> previous update received
         self._accepted: dict[tuple[int, int], torch.Tensor] = {}  # (island, fragment) -> last update accepted
         self._until: dict[int, int] = {}  # island -> first step it is no longer quarantined
@@ -159,10 +176,13 @@ class Defense:
             norms[i] = float(x.double().norm())
             h, seen = _digest(x), self._seen.setdefault(key, set())
             cos_prev = _cosine(x, self._last[key]) if key in self._last else None
+            near = self._nearest(key, x) if norms[i] > 0 else None
             if norms[i] > 0 and h in seen:
                 flags[i].append(("replay", 1.0, 1.0))
             elif norms[i] > 0 and cos_prev is not None and cos_prev > REPLAY_COSINE:
                 flags[i].append(("replay", cos_prev, REPLAY_COSINE))
+            elif near is not None and near <= REPLAY_DISTANCE:  # an older update, rescaled or nudged
+                flags[i].append(("replay", near, REPLAY_DISTANCE))
             seen.add(h)
             self._last[key] = x
         pool = [i for i in ids if not flags[i]]
@@ -190,6 +210,14 @@ class Defense:
             if cos is not None and cos < c.min_cosine:
                 flags[i].append(("direction", cos, c.min_cosine))
         return flags, norms, ref_norm
+
+    def _nearest(self, key: tuple[int, int], x: torch.Tensor) -> float | None:
+        """The distance from x's sketch to the nearest sketch of an earlier update of ``key`` (None: the first); x's
+        sketch is kept."""
+        sk = _sketch(x)
+        past = self._sketches.get(key)
+        self._sketches[key] = sk[None] if past is None else torch.cat([past, sk[None]])
+        return None if past is None else float((past - sk).norm(dim=1).min())
 
     # -- the aggregator -----------------------------------------------------------------------------------------
     def aggregate(self, step: int, fragment: int, gathered: list[tuple[int, float, torch.Tensor]]) -> torch.Tensor:
@@ -237,10 +265,36 @@ class Defense:
             return weighted_median(stack, w).view_as(xs[ids[0]])
         return weighted_mean(vals, [ws[i] for i in kept])
 
+    # -- decoupled mode -----------------------------------------------------------------------------------------
+    def screen(self, step: int, fragment: int, fresh: list[tuple[int, float, torch.Tensor]]) -> dict[int, str]:
+        """Decoupled mode, on the synchroniser: checks 1-4 on a round's fresh contributions ``[(island, tokens, Δ)]``,
+        with the pool and references of lock-step. An island flagged is dropped from the run (a contribution is a
+        message from another process: the wire's policy for what it refuses), reported with the action
+        ``island_dropped``; the ``observer`` (the synchroniser's island, trusted by construction) never is. Returns
+        {island: one-line why}; the contributions kept enter the norm and direction history."""
+        if self.rule == "none" or not fresh:
+            return {}
+        ids = [i for i, _, _ in fresh]
+        xs = {i: x for i, _, x in fresh}
+        flags, norms, _ = self._judge(fragment, ids, {i: float(w) for i, w, _ in fresh}, xs)
+        why: dict[int, str] = {}
+        for i in ids:
+            if not flags[i]:
+                self._norms.setdefault((i, fragment), deque(maxlen=self.cfg.history)).append(norms[i])
+                self._accepted[(i, fragment)] = xs[i]
+            elif i != self.observer:
+                for reason, value, thr in flags[i]:
+                    self.flags.add(step, fragment, i, reason, value, thr, "island_dropped")
+                reason, value, thr = flags[i][0]
+                why[i] = (f"faults.defense: island {i}'s outer gradient of fragment {fragment} at step {step} is "
+                          f"refused: {reason} {value:.4g} (threshold {thr:.4g})")
+        return why
+
     # -- checkpoints --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"norms": {k: list(v) for k, v in self._norms.items()},
                 "seen": {k: sorted(v) for k, v in self._seen.items()},
+                "sketches": {k: v.clone() for k, v in self._sketches.items()},
                 "last": {k: v.clone() for k, v in self._last.items()},
                 "accepted": {k: v.clone() for k, v in self._accepted.items()},
                 "until": dict(self._until), "records": self.flags.to_list()}
@@ -248,6 +302,7 @@ class Defense:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self._norms = {tuple(k): deque(v, maxlen=self.cfg.history) for k, v in d["norms"].items()}
         self._seen = {tuple(k): set(v) for k, v in d["seen"].items()}
+        self._sketches = {tuple(k): v.clone() for k, v in d.get("sketches", {}).items()}
         self._last = {tuple(k): v.clone() for k, v in d["last"].items()}
         self._accepted = {tuple(k): v.clone() for k, v in d["accepted"].items()}
         self._until = {int(k): int(v) for k, v in d["until"].items()}

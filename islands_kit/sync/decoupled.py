@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -67,20 +66,8 @@ from islands_kit.comm.transport import Transport, decode
 from islands_kit.config import DecoupledConfig, SyncConfig
 from islands_kit.sync.base import ClockedStrategy
 from islands_kit.sync.diloco import DiLoCoCore, custom_schedule
-from islands_kit.sync.quorum import Contribution, Merge, QuorumRule
+from islands_kit.sync.quorum import Broadcast, Contribution, Merge, QuorumRule
 from islands_kit.sync.registry import StrategySpec, register_strategy
-
-
-@dataclass
-class Broadcast:
-    """A merged global fragment on its way to island ``island``; it lands at the island's first step boundary at or
-    after ``arrival_s``."""
-
-    island: int
-    fragment: int
-    round: int
-    arrival_s: float
-    global_flat: torch.Tensor
 
 
 class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
@@ -116,6 +103,11 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         self.not_ready = 0
         self.last_merge_s = 0.0
         self.lost_at: dict[int, int] = {}  # island -> the step (tick) at whose end the synchroniser knew it lost
+        # fault studies (faults/): an island's attack on its outer gradient (tamper) or its bytes (tamper_payload), as
+        # in lock-step DiLoCo; the synchroniser's value checks of a round's fresh contributions (screen: island -> why)
+        self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
+        self.tamper_payload: Callable[[int, int, int, Payload], Payload] | None = None
+        self.screen: Callable[[int, int, list[Contribution]], dict[int, str]] | None = None
 
     def lost_islands(self) -> set[int]:
         """Islands whose messages the wire refused, or whose process died or stopped answering: absent from every
@@ -125,6 +117,10 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
     def _live_others(self) -> list[int]:
         lost = self.lost_islands()
         return [j for j in self.others if j not in lost]
+
+    def _live_senders(self) -> list[int]:
+        lost = self.lost_islands()
+        return [i for i in self.senders if i not in lost]
 
     # -- the islands' side ----------------------------------------------------------------------------------------
     def island_step_done(self, island: int, tokens: int) -> None:
@@ -162,12 +158,14 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
             return NOT_READY
         return FRESH
 
-    def _encode(self, island: int, p: int, k: int, codec: Any) -> tuple[Payload, int, int]:
-        """Island's outer gradient of fragment p through the codec with error feedback, as sent in round k; returns
-        (payload, c^tok, c^steps) and starts its next span."""
+    def _encode(self, island: int, tick: int, p: int, k: int, codec: Any) -> tuple[Payload, int, int]:
+        """Island's outer gradient of fragment p through the codec with error feedback, as sent in round k at
+        ``tick``; returns (payload, c^tok, c^steps) and starts its next span."""
         delta = self.base[island][p] - self.views[island][p].flat()
+        delta = delta if self.tamper is None else self.tamper(tick, island, p, delta)
         payload, _ = self.ef.compress((island, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
                                       generator=self.gens[island])
+        payload = payload if self.tamper_payload is None else self.tamper_payload(tick, island, p, payload)
         tokens, steps = self.tokens_since[island][p], self.steps_since[island][p]
         self.sent[(island, p)] = self.views[island][p].flat()
         self.awaiting[(island, p)] = k
@@ -178,7 +176,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
     def _contribute(self, i: int, tick: int, p: int, k: int, sent_s: float, codec: Any, final: bool) -> None:
         """Island i (not the synchroniser's) sends its part of round k of fragment p, leaving at ``sent_s``."""
         status = self._status(i, p, final)
-        payload, tokens, steps = self._encode(i, p, k, codec) if status == FRESH else (None, 0, 0)
+        payload, tokens, steps = self._encode(i, tick, p, k, codec) if status == FRESH else (None, 0, 0)
         self.transport.post(i, SYNCER, CONTRIBUTION, {"tick": tick, "fragment": p, "round": k, "status": status,
                                                       "sent_s": sent_s, "tokens": tokens, "steps": steps,
                                                       "inner_steps": self.inner_steps[i]}, payload)
@@ -215,8 +213,9 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
 
     def _round(self, tick: int, p: int, k: int, sent_s: dict[int, float], codec: Any, final: bool) -> None:
         """Round k of fragment p: this process's islands send their parts, the synchroniser (if here) gathers and
-        decides and tells every other island when the merge happens, and they take note."""
-        for i in self.senders:
+        decides and tells every other island when the merge happens, and they take note. An island this process
+        has dropped (its own, in the simulator) takes no further part."""
+        for i in self._live_senders():
             self._contribute(i, tick, p, k, sent_s[i], codec, final)
         if self.is_syncer:
             now = tick * self.tick_s
@@ -228,7 +227,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
             for j in self._live_others():
                 self.transport.post(SYNCER, j, DECISION, {"fragment": p, "round": k,
                                                           "merge_s": None if m is None else m.merge_s})
-        for i in self.senders:
+        for i in self._live_senders():
             merge_s = self._decision(i, p, k, final)
             if merge_s is not None:
                 self.announced[i].append((merge_s, p, k))
@@ -256,7 +255,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
             if i == SYNCER:
                 status, t = self._status(i, p, final), sent_s[i]
                 if status == FRESH:
-                    payload, tokens, steps = self._encode(i, p, k, codec)
+                    payload, tokens, steps = self._encode(i, tick, p, k, codec)
             else:
                 body, payload = self._contribution(i, tick, p, k, tick * self.tick_s, codec, final)
                 if body is None:  # lost: its process died, stopped answering, or sent what the wire refused
@@ -274,7 +273,10 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
                 d = self.transport.send("fragments", i, SYNCER, payload, t)
                 delta = d.tensor.to(self.global_params[p].device)  # a received payload decodes on the CPU
                 fresh.append(Contribution(i, p, k, tokens, steps, delta, d.arrival_s, t))
-        return fresh, absent, not_ready
+        for j, why in (self.screen(tick, p, fresh) if self.screen is not None else {}).items():
+            self.transport.drop(j, why)  # named in lost_islands; absent from this round and every later one
+            absent.append(j)
+        return [c for c in fresh if c.island not in self.lost_islands()], sorted(absent), not_ready
 
     def _contribution(self, i: int, tick: int, p: int, k: int, now: float, codec: Any,
                       final: bool) -> tuple[dict[str, Any] | None, Payload | None]:
@@ -286,12 +288,11 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         if got is None:
             return None, None
         body, payload = got
-        why = contribution_fault(body, payload, i, (tick, p, k), now, final)
+        why = contribution_fault(body, payload, i, (tick, p, k), now, final, self.transport.horizon_s)
         if why is None:
             return body, payload
         self.transport.drop(i, why)
         return None, None
-
 
     @torch.no_grad()
     def _apply_merges(self, until_s: float | None, codec: Any = None) -> None:
@@ -308,12 +309,10 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         due = sorted((m for m in self.in_flight if until_s is None or m.merge_s <= until_s),
                      key=lambda m: (m.merge_s, m.fragment, m.round))
         self.in_flight = [m for m in self.in_flight if not (until_s is None or m.merge_s <= until_s)]
-        lost = self.lost_islands()
         for m in due:
             self._apply(m, codec)
-            for i in self.senders:
-                if i not in lost:
-                    self._take_apply(i, codec)
+            for i in self._live_senders():
+                self._take_apply(i, codec)
 
     @torch.no_grad()
     def _apply(self, m: Merge, codec: Any) -> None:

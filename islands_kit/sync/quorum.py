@@ -51,6 +51,18 @@ class Merge:
     record: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Broadcast:
+    """A merged global fragment on its way to island ``island``; it lands at the island's first step boundary at or
+    after ``arrival_s``."""
+
+    island: int
+    fragment: int
+    round: int
+    arrival_s: float
+    global_flat: torch.Tensor
+
+
 def merge_weights(contribs: Sequence[Contribution], weighting: str) -> list[float]:
     """w_i of each contribution (module doc): its tokens, times its relative tokens-per-step with ``efficiency``."""
     if weighting == "tokens":

@@ -216,6 +216,8 @@ class DecoupledDriver(Driver):
                 clock.compute(j, self.step_s[j])
                 self.inner_steps[j] += 1
         for i, isl in self.islands.items():
+            if i in lost:  # dropped by the synchroniser in this process (the simulator): it stops, as a lost process
+                continue
             away = self.preempted(i, t)
             strategy.set_present(i, not away)
             if away:

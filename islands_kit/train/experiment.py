@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from islands_kit.checkpoint import check_state, check_world_size, part, save_checkpoint
+from islands_kit.comm import peer
 from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
@@ -84,6 +85,9 @@ class Experiment:
         self.step_s = {j: (cfg.faults.straggler_factor if cfg.faults.straggler_island == j else 1.0) * t
                        for j, t in self.nominal_step_s.items()}
         self.tick_s = min(self.step_s.values())
+        # no peer's clock may pass what this config allows, however far it has pushed the receiver's (comm/peer.py)
+        self.transport.horizon_s = peer.clock_horizon(cfg.steps, max(self.step_s.values()), cfg.link,
+                                                      4 * self.params_total, n)
         drive = driver_class(cfg)
         self.islands: dict[int, Island] = {}
         for i in self.transport.local_islands:

@@ -66,7 +66,8 @@ class Codec:
         index outside its block or out of order); None when every byte decodes to a value of the format. The wire
         (``comm.peer``) calls it on a peer's payload before anything indexes with it. Values themselves are not
         judged here: fp32/bf16 values and block scales may be non-finite (the ``nan`` attack), which the defences
-        and the divergence check handle."""
+        and the divergence check handle; but a *finite* block scale that overflows once decoded is a format error
+        (``grids.scale_overflow``), refused by every scaled codec."""
         return None
 
     def read_values(self, p: Payload) -> torch.Tensor:

@@ -15,6 +15,7 @@ from islands_kit.comm.codecs.grids import (
     pack,
     round_minifloat,
     round_uniform,
+    scale_overflow,
     unpack,
 )
 from islands_kit.comm.codecs.payload import NonFiniteError, Payload
@@ -92,7 +93,9 @@ class BlockCodec(Codec):
 
     def check(self, p: Payload) -> str | None:
         nb = -(-p.numel // self.block_size)
-        return off_grid(self.spec, unpack(p.data[4 * nb:], self.bits, p.numel))
+        data = p.data if p.data.storage_offset() % 4 == 0 else p.data.clone()  # float32 views need alignment
+        return (scale_overflow(data[: 4 * nb].view(torch.float32), self.qmax)
+                or off_grid(self.spec, unpack(p.data[4 * nb:], self.bits, p.numel)))
 
 
 class UniformCodec(BlockCodec):

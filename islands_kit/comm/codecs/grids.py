@@ -79,6 +79,18 @@ def off_grid(spec: CodecSpec, codes: torch.Tensor) -> str | None:
     return f"codes: value {i} has code {int(codes[i])}, not on the {spec.name} grid"
 
 
+def scale_overflow(scale: torch.Tensor, top: float) -> str | None:
+    """The first finite block scale that overflows float32 once decoded (times ``top``, the grid's largest level);
+    None when there is none. An honest scale is absmax / top of finite values, so its decode stays finite; a peer's
+    3e38 would pass every other check and turn into inf only when decoded. Non-finite scales are left to the defences
+    (the modelled ``nan`` attack) or refused by the codec's own rule."""
+    bad = torch.isfinite(scale) & ~torch.isfinite(scale.abs() * top)
+    if not bool(bad.any()):
+        return None
+    b = int(bad.nonzero()[0])
+    return f"scales: block {b}'s scale {float(scale[b]):g} overflows float32 once decoded (x {top:g}, the grid's top)"
+
+
 def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack integers in [0, 2^bits) of any width into a little-endian bit stream: element i at stream bits
     [i·bits, (i+1)·bits), stream bit j in byte j // 8 at bit j % 8 (for widths 1/2/4/8 the layout of :func:`pack`)."""

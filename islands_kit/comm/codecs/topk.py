@@ -8,7 +8,7 @@ import torch
 from islands_kit.codec_registry import CODEC_SPECS, CodecSpec
 from islands_kit.comm.codecs.base import Codec
 from islands_kit.comm.codecs.block import UniformCodec
-from islands_kit.comm.codecs.grids import off_grid, pack, pack_bits, stream_bits, unpack
+from islands_kit.comm.codecs.grids import off_grid, pack, pack_bits, scale_overflow, stream_bits, unpack
 from islands_kit.comm.codecs.payload import NonFiniteError, Payload
 from islands_kit.config import ConfigError
 
@@ -108,6 +108,9 @@ class TopKCodec(Codec):
         scale = data[:s_len].view(torch.float32)
         if not bool(torch.isfinite(scale).all()) or bool((scale < 0).any()):
             return "scales: a block scale is negative or not finite"
+        overflow = scale_overflow(scale, self.qmax)
+        if overflow:
+            return overflow
         if self.values is None and not bool(torch.isfinite(data[s_len + i_len:].clone().view(torch.float32)).all()):
             return "values: a kept value is not finite"
         try:

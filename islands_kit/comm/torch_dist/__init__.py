@@ -36,11 +36,12 @@ messages among leaders (async, completed on first ``Handle.wait``; all_gather is
 every island's decoded payload instead of their mean); exchange = ``batch_isend_irecv`` between partner
 leaders; non-leader ranks receive what their leader received by a ``broadcast`` inside ``island_group``. Every island's
 payload must have the same byte length in one call (same codec, same fragment: true for every strategy here), because
-gloo's all_gather needs equal sizes; a mismatch raises. The header lets the receiver check that both sides are in the
-same operation (a desynchronised protocol raises ``DistributedError`` instead of decoding garbage). Every field a peer
-sent is read through ``comm/peer.py`` (send time, weight, the payload against this rank's own codec, numel and block
-size, its codes and top-k indices) before it is used; a refusal stops every rank with one line naming the island, its
-rank and the field.
+gloo's all_gather needs equal sizes (gloo aborts the process on a frame of another size): the leaders exchange their
+frame lengths first and a mismatch raises ``DistributedError`` naming the island before any frame is received. The
+header lets the receiver check that both sides are in the same operation (a desynchronised protocol raises
+``DistributedError`` instead of decoding garbage). Every field a peer sent is read through ``comm/peer.py`` (send
+time, weight, the payload against this rank's own codec, numel and block size, its codes and top-k indices) before it
+is used; a refusal stops every rank with one line naming the island, its rank and the field.
 
 Ledger. Each process records the messages it *receives* (its leader's inbound links): ``(channel, src, me, nbytes,
 start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an

@@ -16,6 +16,7 @@ from islands_kit.comm.link import LinkModel
 from islands_kit.comm.torch_dist.errors import DistributedError, dist_timeout_s
 from islands_kit.comm.torch_dist.frames import META, META_BYTES, WORLD_SCHEMA, Op, channel_id
 from islands_kit.comm.torch_dist.mailbox import PairMailbox
+from islands_kit.comm.torch_dist.world import WorldRules, merge_world, share_limit
 from islands_kit.comm.transport import Delivery, Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes, weighted_mean
 from islands_kit.config import ConfigError
 
@@ -51,6 +52,7 @@ class TorchDistTransport(PairMailbox, Transport):
         self._outbox: dict[int, list[tuple[list[Any], list[torch.Tensor]]]] = {}  # sends not yet completed
         self.sent_bytes: dict[str, int] = {}  # payload bytes handed to torch.distributed, per channel (leaders)
         self._order: list[tuple[int, int, int]] = []  # (seq, src, dst) of each ledger record: LocalTransport's order
+        self._widest: dict[str, int] = {}  # channel -> largest payload posted on it (bounds what peers may report)
         self._inflight: list[Op] = []
         self._seq = 0
         self.device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
@@ -90,6 +92,26 @@ class TorchDistTransport(PairMailbox, Transport):
             raise self._error(what, e) from e
 
     # -- wire format ----------------------------------------------------------------------------------------------
+    def _agree_on_length(self, what: str, wire: torch.Tensor, partner: int | None) -> None:
+        """Leaders: the length of every frame of this operation (every island's, or the exchange ``partner``'s),
+        exchanged and checked before a frame is: gloo aborts the process (SIGABRT, no error) on a frame of another
+        size than the buffer posted for it. Honest frames have one size (same codec, same fragment)."""
+        mine = torch.tensor([wire.numel()], dtype=torch.int64, device=wire.device)
+        if partner is None:
+            got = [torch.zeros_like(mine) for _ in range(self.n_islands)]
+            self._guard(what + " (frame lengths)", lambda: dist.all_gather(got, mine, group=self.cross_group))
+            islands = list(range(self.n_islands))
+        else:
+            got, rank = [torch.zeros_like(mine)], self.layout.first_rank(partner)
+            ops = [dist.P2POp(dist.isend, mine, rank, self.cross_group), dist.P2POp(dist.irecv, got[0], rank, self.cross_group)]
+            self._guard(what + " (frame lengths)", lambda: [w.wait() for w in dist.batch_isend_irecv(ops)])
+            islands = [partner]
+        for j, n in zip(islands, got):
+            if int(n) != wire.numel():
+                raise DistributedError(f"islands_kit.distributed: {what}: island {j} (rank {self.layout.first_rank(j)}) "
+                                       f"announced a frame of {int(n)} bytes where this operation's are {wire.numel()}; "
+                                       "refused before it is received")
+
     def _pack(self, seq: int, dst: int, channel: str, weight: float, p: Payload) -> torch.Tensor:
         head = META.pack(seq, self.island, dst, channel_id(channel), 0, self.clock.now[self.island], weight)
         return torch.frombuffer(bytearray(head + encode_bytes(p)), dtype=torch.uint8)
@@ -110,7 +132,7 @@ class TorchDistTransport(PairMailbox, Transport):
         try:
             if reserved != 0:
                 raise peer.PayloadError(f"{who} from rank {rank}: reserved: must be 0 (got {reserved})", rank, "reserved")
-            peer.read_clock(sent_at, self.clock.now[self.island], rank, "sent_at", who)
+            peer.read_clock(sent_at, self.clock.now[self.island], rank, "sent_at", who, self.horizon_s)
             peer.read_weight(weight, rank, "weight", who)
             p = peer.read_payload(b[META_BYTES:], peer.PayloadSpec.of(op.mine), rank, who)
         except peer.PeerError as e:
@@ -137,11 +159,13 @@ class TorchDistTransport(PairMailbox, Transport):
         msg = self._pack(self._seq, -1, channel, float(weights[self.island]), p)
         op = Op(self._seq, kind, channel, self.clock.now[self.island], p, -1, [], [], msg.numel())
         self._seq += 1
+        self._widest[channel] = max(self._widest.get(channel, 0), p.nbytes)
         if self.is_leader:
             n = self.n_islands  # priced as comm/transport.py states: ring all-reduce, direct all-gather
             sent = ring_bytes(p.nbytes, n, self.island) if kind == "all_reduce" else p.nbytes * (n - 1)
-            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + sent
             wire = msg.to(self.device)
+            self._agree_on_length(f"{kind} #{op.seq} on {channel!r}", wire, None)
+            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + sent
             op.recv = [torch.empty_like(wire) for _ in range(self.n_islands)]
             op.works = [self._guard(f"{kind} #{op.seq} on {channel!r}",
                                     lambda: dist.all_gather(op.recv, wire, group=self.cross_group, async_op=True))]
@@ -156,10 +180,12 @@ class TorchDistTransport(PairMailbox, Transport):
         msg = self._pack(self._seq, j, channel, 0.0, p)
         op = Op(self._seq, "exchange", channel, self.clock.now[self.island], p, j, [], [], msg.numel())
         self._seq += 1
+        self._widest[channel] = max(self._widest.get(channel, 0), p.nbytes)
         if self.is_leader:
-            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes
             wire = msg.to(self.device)
-            op.recv = [torch.empty_like(wire)]  # the partner's message has our length (same codec and fragment)
+            self._agree_on_length(f"exchange #{op.seq} on {channel!r} with island {j}", wire, j)
+            self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes
+            op.recv = [torch.empty_like(wire)]  # the partner's message has our length (checked just above)
             rank = self.layout.first_rank(j)
             ops = [dist.P2POp(dist.isend, wire, rank, self.cross_group), dist.P2POp(dist.irecv, op.recv[0], rank, self.cross_group)]
             op.works = self._guard(f"exchange #{op.seq} on {channel!r} with island {j}", lambda: dist.batch_isend_irecv(ops))
@@ -259,17 +285,17 @@ class TorchDistTransport(PairMailbox, Transport):
         rank."""
         return self._decode_all(kind, schema, self._gather_bytes(kind, control.encode(kind, body)))
 
-    def _decode_all(self, kind: str, schema: Any, raws: list[bytes]) -> list[Any]:
+    def _decode_all(self, kind: str, schema: Any, raws: list[bytes], limit: int = control.MAX_BYTES) -> list[Any]:
         out = []
         for r, raw in enumerate(raws):
             try:
-                out.append(peer.read_control(raw, kind, schema, r))
+                out.append(peer.read_control(raw, kind, schema, r, limit))
             except peer.ControlError as e:
                 raise DistributedError(f"islands_kit.distributed: {e}") from None
         return out
 
-    def _gather_bytes(self, kind: str, raw: bytes) -> list[bytes]:
-        """Every rank's ``raw`` bytes, in rank order: the lengths first (int64), each checked against the limit before
+    def _gather_bytes(self, kind: str, raw: bytes, limit: int = control.MAX_BYTES) -> list[bytes]:
+        """Every rank's ``raw`` bytes, in rank order: the lengths first (int64), each checked against ``limit`` before
         a byte of the messages is received, then the messages padded to the longest (uint8), on the gloo meta group."""
         what = f"control message {kind!r}"
         n = torch.tensor([len(raw)], dtype=torch.int64)
@@ -277,9 +303,9 @@ class TorchDistTransport(PairMailbox, Transport):
         self._guard(what + " (lengths)", lambda: dist.all_gather(sizes, n, group=self._meta_group))
         lens = [int(x) for x in sizes]
         for r, length in enumerate(lens):
-            if not 0 < length <= control.MAX_BYTES:
+            if not 0 < length <= limit:
                 raise DistributedError(f"islands_kit.distributed: {what} from rank {r}: announced {length} bytes, "
-                                       f"outside (0, {control.MAX_BYTES}]; refused before reading it")
+                                       f"outside (0, {limit}]; refused before reading it")
         width = max(lens)
         mine = torch.zeros(width, dtype=torch.uint8)
         mine[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
@@ -294,13 +320,16 @@ class TorchDistTransport(PairMailbox, Transport):
         the strategies hold in flight is plain data."""
         self.drain()
         return {**super().state_dict(), "seq": self._seq, "order": [list(o) for o in self._order],
-                "sent_bytes": dict(self.sent_bytes)}
+                "sent_bytes": dict(self.sent_bytes), "widest": dict(self._widest)}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         super().load_state_dict(d)
         self._seq = int(d["seq"])
         self._order = [(int(a), int(b), int(c)) for a, b, c in d["order"]]
         self.sent_bytes = {str(k): int(v) for k, v in d["sent_bytes"].items()}
+        self._widest = {str(k): int(v) for k, v in d.get("widest", {}).items()}
+        for _, _, nbytes, _, _, ch in self.ledger.timeline:  # a checkpoint written before "widest" was kept
+            self._widest[ch] = max(self._widest.get(ch, 0), nbytes)
 
     # -- the whole world's ledger and clock -----------------------------------------------------------------------
     def gather_world(self) -> tuple[Ledger, SimClock]:
@@ -311,30 +340,18 @@ class TorchDistTransport(PairMailbox, Transport):
         mine = {"island": self.island, "leader": self.is_leader, "sent": dict(self.sent_bytes),
                 "records": [[list(o), list(t)] for o, t in zip(self._order, self.ledger.timeline)],
                 "clock": self.clock.state_dict()}
-        objs = self.gather_control("ledger", mine, WORLD_SCHEMA)
-        ledger = Ledger()
-        for _, (start, end, nbytes, src, dst, channel) in sorted(r for o in objs for r in o["records"]):
-            ledger.record(channel, src, dst, nbytes, start, end)
-        sent: dict[str, int] = {}
-        for o in objs:
-            for ch, b in o["sent"].items():
-                sent[ch] = sent.get(ch, 0) + b
+        channels = sorted(self._widest)
+        limit = share_limit(self._seq, self.n_islands, channels)  # the same on every rank: refused before received
+        objs = self._decode_all("ledger", WORLD_SCHEMA, self._gather_bytes("ledger", control.encode("ledger", mine), limit),
+                                limit)
+        rules = WorldRules(self.layout, self._seq, dict(self._widest), self.clock.now[self.island], self.horizon_s)
+        try:  # a rank describes only itself, within what this run allows (comm/torch_dist/world.py)
+            ledger, clock, sent = merge_world(objs, rules)
+        except peer.PeerError as e:
+            raise DistributedError(f"islands_kit.distributed: {e}") from None
         got = {ch: e.bytes for ch, e in ledger.channels.items()}
         if {k: v for k, v in sent.items() if v} != {k: v for k, v in got.items() if v}:
             raise DistributedError(f"islands_kit.distributed: ledger mismatch: bytes sent {sent} != bytes received {got}")
-        clock = SimClock(list(range(self.n_islands)))
-        for o in sorted((o for o in objs if o["leader"]), key=lambda o: o["island"]):
-            i, c = o["island"], o["clock"]
-            k = str(i)  # JSON object keys are strings
-            if not (0 <= i < self.n_islands and k in c["now"] and k in c["busy"] and k in c["idle"]):
-                raise DistributedError(f"islands_kit.distributed: control message 'ledger': island {i}'s leader sent "
-                                       "no clock for its island")
-            try:  # a peer's clock is held to the same bound as a payload's send time (comm/peer.py)
-                now, busy, idle = (peer.read_clock(float(c[f][k]), self.clock.now[self.island], self.layout.first_rank(i),
-                                                   f"clock.{f}", "control message 'ledger'") for f in ("now", "busy", "idle"))
-            except peer.PeerError as e:
-                raise DistributedError(f"islands_kit.distributed: {e}") from None
-            clock.now[i], clock.busy[i], clock.idle[i] = now, busy, idle
         return ledger, clock
 
     @contextlib.contextmanager
