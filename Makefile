@@ -38,7 +38,7 @@ test: install
 
 # the fast tier: in-process tests only (no torchrun, papermill, CLI subprocesses or kills); about a minute
 test-fast: install
-	WANDB_MODE=disabled $(BIN)/python -m pytest -m "not slow"
+	WANDB_MODE=disabled $(BIN)/python -m pytest -m "not slow" -n $(TEST_JOBS) --dist loadfile
 
 # JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
 # --allow-root where make runs as root (containers), which Jupyter otherwise refuses. Rooted at the checkout (notebooks/

@@ -43,52 +43,23 @@ link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-sat
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 
 # %%
-from islands_kit import plots
-from islands_kit.figures import standard_figures
-from islands_kit.notebooks import (config_summary, load_run, notebook_config, resolve_out_dir,
-                                   result_summary)
+from islands_kit.notebooks import experiment_setup, run_and_show
 
-cfg = notebook_config("baseline", preset, seed, steps, {
-    "data.corpus": corpus, "link.preset": link,
-    "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
-}, overrides)
-out = resolve_out_dir(out_dir, cfg)
-print(config_summary(cfg))
+cfg, out = experiment_setup("baseline", preset, seed, steps, corpus, out_dir, wandb_mode, wandb_project, wandb_group, link,
+                            overrides)
 
 # %% [markdown]
-# ## Train
-# `run_experiment` writes `result.json` and `history.jsonl` (one record per evaluation) into the output folder, and
-# logs to wandb unless `wandb_mode` is disabled.
+# ## Train, then the standard figures
+# `run_and_show` trains: `result.json` and `history.jsonl` (one record per evaluation) land in the output folder, and
+# wandb logs unless `wandb_mode` is disabled. Then the figures the CLI and wandb save:
+# * **validation bits per byte** against training tokens (the budget every experiment shares) and against the
+#   simulated wall-clock (where waiting for the link shows); dashed lines: general-purpose compressors on exactly the
+#   same validation bytes;
+# * **bytes on the link**: cumulative bytes sent across the wide-area link; dotted: what a fp32 gradient all-reduce
+#   every step would have sent;
+# * **routing load**: left, the busiest expert's token count over the mean, per layer (1 = perfectly balanced);
+#   middle, the Switch balance score the aux loss minimises (they can disagree: the score weighs loads by router
+#   probabilities); right (several replicas), how far the replicas' routing drifted apart.
 
 # %%
-from islands_kit.run import run_experiment
-
-result = run_experiment(cfg, out)
-print(result_summary(result))
-
-# %% [markdown]
-# ## Validation bits per byte
-# Against training tokens (the budget every experiment shares) and against the simulated wall-clock (where waiting for
-# the link shows). Dashed lines: general-purpose compressors on exactly the same validation bytes.
-
-# %%
-run = load_run(out)
-figs = standard_figures(run["result"], run["history"], run["timeline"])  # the figures the CLI and wandb save
-plots.show(figs["bpb_vs_tokens.png"], out / "bpb_vs_tokens.png")
-plots.show(figs["bpb_vs_sim_time.png"], out / "bpb_vs_sim_time.png")
-
-# %% [markdown]
-# ## Bytes on the link
-# Cumulative bytes sent across the wide-area link; dotted: what a fp32 gradient all-reduce every step would have sent.
-
-# %%
-plots.show(figs["link_bytes.png"], out / "link_bytes.png")
-
-# %% [markdown]
-# ## Routing load
-# Left: the busiest expert's token count over the mean, per layer (1 = perfectly balanced). Middle: the Switch balance
-# score the aux loss minimises. They can disagree: the score weighs loads by router probabilities. Right (several
-# replicas): how far the replicas' routing drifted apart.
-
-# %%
-plots.show(figs["routing_load.png"], out / "routing_load.png")
+result = run_and_show(cfg, out)

@@ -197,6 +197,7 @@ def test_snoo_config_is_checked():
 SNOO = {"optim.snoo.k": "4", "optim.snoo.lr": "0.5", "optim.snoo.momentum": "0.5", "threads": "1"}
 
 
+@pytest.mark.slow  # three baseline smoke runs (~5 s idle); the resume test below keeps SNOO in the fast tier
 def test_baseline_with_snoo_identity_and_records():
     """On the baseline (one model, data-parallel): η = 1, μ = 0 reproduces the baseline (w − (w − w̃) rounds to w̃
     in all but a few last bits); η 0.5 / μ 0.5 changes the number, and result.json records every outer step."""

@@ -25,7 +25,6 @@ from islands_kit.projection import (
     summary,
 )
 from islands_kit.run import run_experiment
-from islands_kit.sync.schedule import sync_schedule
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
 
@@ -62,14 +61,14 @@ def test_projection_prices_a_training_run_exactly(experiment: str, overrides: di
 def test_one_blocking_sync_idles_both_islands_by_its_transfer_time() -> None:
     nbytes, c, steps = 500 << 20, 1.0, 5
     d = 0.145 / 2 + nbytes * 8 / 25e9  # closed form of the quiet transpacific link
-    plan = LockStepPlan([c, c], steps, [nbytes], [(1, 0)], tau=0)
+    plan = LockStepPlan([c, c], steps, [nbytes], H=3, tau=0)  # one sync, after step 3
     s = summary(price_lock_step(plan, LinkModel(link_config("transpacific-25g", **QUIET), seed=0)))
     assert s["idle_s"] == [pytest.approx(d, rel=1e-12), pytest.approx(d, rel=1e-12)]  # each waits for the other's half
     assert s["sim_wall_clock_s"] == pytest.approx(steps * c + d, rel=1e-12)
     assert s["compute_utilization"] == pytest.approx(steps * c / (steps * c + d), rel=1e-12)
     assert s["payload_bytes"] == 2 * nbytes and s["channels"]["fragments"]["transfers"] == 2
     # the same payload with two steps of overlap (tau = 2) costs nothing
-    late = LockStepPlan([c, c], steps, [nbytes], [(1, 0)], tau=2)
+    late = LockStepPlan([c, c], steps, [nbytes], H=3, tau=2)
     s = summary(price_lock_step(late, LinkModel(link_config("transpacific-25g", **QUIET), seed=0)))
     assert s["compute_utilization"] == 1.0 and s["idle_s"] == [0.0, 0.0]
 
@@ -78,7 +77,7 @@ def test_all_reduce_is_priced_as_the_ledgers_ring() -> None:
     """Three islands: each sync sends 2 (n - 1) S bytes in all, only along the ring k -> k + 1 (an all-gather would
     send n (n - 1) S, to every other island)."""
     S = 3001
-    plan = LockStepPlan([1.0, 1.0, 1.0], 4, [S], [(2, 0), (4, 0)], tau=1, final_fragment_bytes=[S])
+    plan = LockStepPlan([1.0, 1.0, 1.0], 4, [S], H=2, tau=1, final_fragment_bytes=[S])  # syncs after steps 2 and 4
     led = price_lock_step(plan, LinkModel(ideal_link(), 0)).ledger
     assert led.bytes("fragments") == 2 * 2 * (3 - 1) * S  # the final sync is skipped: fragment 0 synced at the last step
     assert sorted(led.links) == [(0, 1), (1, 2), (2, 0)]
@@ -97,10 +96,12 @@ def test_routing_one_step_late_idles_only_the_faster_island() -> None:
 def test_plan_validation() -> None:
     with pytest.raises(ValueError, match="step_s: need one step time > 0"):
         LockStepPlan([1.0, 0.0], 4)
-    with pytest.raises(ValueError, match=r"schedule: \(step, fragment\) pairs"):
-        LockStepPlan([1.0, 1.0], 4, [10], [(5, 0)])
+    with pytest.raises(ValueError, match="H, fragment_bytes: fragments need a window H >= 1"):
+        LockStepPlan([1.0, 1.0], 4, [10])
+    with pytest.raises(ValueError, match="H, fragment_bytes: fragments need a window H >= 1"):
+        LockStepPlan([1.0, 1.0], 4, [10], H=2, gradient_bytes=8)
     with pytest.raises(ValueError, match="final_fragment_bytes: need one size per fragment"):
-        LockStepPlan([1.0, 1.0], 4, [10], [(2, 0)], final_fragment_bytes=[10, 10])
+        LockStepPlan([1.0, 1.0], 4, [10], H=2, final_fragment_bytes=[10, 10])
     cfg = get_preset("eight_cell", "smoke")
     with pytest.raises(ValueError, match="sync.strategy, sync.mode"):
         plan_for_config(cfg, MoETransformer(cfg.model))
@@ -109,7 +110,7 @@ def test_plan_validation() -> None:
 def test_plan_follows_the_config() -> None:
     cfg = get_preset("two_site", "smoke")
     plan = plan_for_config(cfg, MoETransformer(cfg.model))
-    assert plan.schedule == sync_schedule(cfg.sync.H, cfg.sync.n_fragments, cfg.steps) and plan.tau == cfg.sync.tau
+    assert (plan.H, plan.tau, len(plan.fragment_bytes)) == (cfg.sync.H, cfg.sync.tau, cfg.sync.n_fragments)
     assert plan.routing_bytes == 4 * cfg.model.n_layers * cfg.model.n_experts
     d = cfg.to_dict()
     d["sync"]["codec"] = "fp32"
@@ -237,3 +238,17 @@ def test_seed_scale_decoupled_beside_lock_step() -> None:
     # on a 1 Gbit/s link the fragments queue: islands are not ready for their rounds (none on an infinite link)
     slow = seed_scale_projection(n_windows=2, link_preset="consumer-1g", batch_share="balanced", schedules=("decoupled",))
     assert slow["decoupled"]["not_ready_rounds"] > 0 == slow["decoupled"]["not_ready_rounds_infinite_link"]
+
+
+def test_the_projection_holds_no_copy_of_the_drivers_schedule() -> None:
+    """The projection runs training's drivers (train/drivers.py) on stand-ins: none of its modules steps a clock,
+    waits for a transfer or calls a strategy's per-step hooks itself."""
+    from pathlib import Path
+
+    import islands_kit.projection as projection
+
+    hooks = (".compute(", ".wait(", ".land(", ".island_step_done(", ".after_tick(", ".after_inner_step(",
+             ".reduce_gradients(", "price_all_reduce(")
+    for f in sorted(Path(projection.__file__).parent.glob("*.py")):
+        found = [h for h in hooks if h in f.read_text()]
+        assert not found, f"{f.name} steps the schedule itself: {found}"

@@ -52,6 +52,7 @@ def test_measure_steps_rows(bench, capsys):
     assert capsys.readouterr().out.count("| ") >= 3
 
 
+@pytest.mark.slow  # the torch profiler over a step of each experiment: the fast tier's costliest test (~8 s idle)
 def test_profile_shares_sum_to_the_step(bench, capsys):
     bench.profile_steps("smoke", n_steps=2, skip=1)
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ") and "%" in ln]

@@ -110,13 +110,19 @@ class Transport(abc.ABC):
         tr = self.link.transfer(nbytes, start, src, dst)
         return tr.end_s, tr.holes
 
+    def wire_nbytes(self, channel: str, payload: Payload) -> int:
+        """The bytes ``payload`` costs on the wire: its own size (the projection's stand-ins are priced at the real
+        tensor's, ``projection/standin.py``)."""
+        return payload.nbytes
+
     def _deliver(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> "Delivery":
         """``send``'s account of one transfer, made by the process that prices it: the arrival from the link model,
         the ledger record and the payload as the link delivered it (``src == dst``: no bytes, no time)."""
         if src == dst:
             return Delivery(start_s, decode(payload))
-        end, holes = self._link_transfer(payload.nbytes, start_s, src, dst)
-        self.ledger.record(channel, src, dst, payload.nbytes, start_s, end)
+        nbytes = self.wire_nbytes(channel, payload)
+        end, holes = self._link_transfer(nbytes, start_s, src, dst)
+        self.ledger.record(channel, src, dst, nbytes, start_s, end)
         return Delivery(end, decode(received_payload(payload, holes)))
 
     def all_reduce_tensor(self, channel: str, tensors: dict[int, torch.Tensor], weights: dict[int, float]) -> Handle:
@@ -289,7 +295,7 @@ class LocalTransport(Transport):
         """Priced as a ring all-reduce (see the module docstring); computed as the mean of every decoded payload (with
         the predecessor's payload as the link delivered it, which differs only where the link left holes)."""
         ids = self._members(channel, payloads)
-        arrival, holes = self.price_all_reduce(channel, {i: payloads[i].nbytes for i in ids})
+        arrival, holes = self.price_all_reduce(channel, {i: self.wire_nbytes(channel, payloads[i]) for i in ids})
         w = [weights[i] for i in ids]
         mean = weighted_mean([read_values(payloads[i]) for i in ids], w)
         results = {i: mean for i in ids}
@@ -307,7 +313,7 @@ class LocalTransport(Transport):
         for src in ids:
             for dst in ids:
                 if src != dst:
-                    end, holes[(src, dst)] = self._send(channel, src, dst, payloads[src].nbytes)
+                    end, holes[(src, dst)] = self._send(channel, src, dst, self.wire_nbytes(channel, payloads[src]))
                     arrival[dst] = max(arrival[dst], end)
         gathered = [(i, float(weights[i]), decode(payloads[i])) for i in ids]
         results = {}
@@ -327,7 +333,7 @@ class LocalTransport(Transport):
         results: dict[int, torch.Tensor] = {}
         for src in sorted(payloads):
             dst = partner[src]
-            arrival[dst], holes = self._send(channel, src, dst, payloads[src].nbytes)
+            arrival[dst], holes = self._send(channel, src, dst, self.wire_nbytes(channel, payloads[src]))
             results[dst] = decode(received_payload(payloads[src], holes))
         return Handle(results, arrival, self.clock)
 

@@ -3,6 +3,8 @@ the notebooks themselves stay parameters, calls and plots.
 
 Where each piece lives (import them all from ``islands_kit.notebooks``):
 
+- ``experiment``: what the baseline, two_site and eight_cell notebooks share: ``experiment_setup`` (their config
+  and output folder from the parameters) and ``run_and_show`` (the run and the standard figures)
 - ``runner``: ``run_notebook`` (used by ``islands-kit notebook``) and its parameter checks
 - ``configs``: ``notebook_config`` turns a notebook's parameters into a validated ``ExperimentConfig``,
   ``resolve_out_dir`` picks the output folder; ``decoupled_pair``, ``poisoned_island_setup`` and
@@ -32,6 +34,7 @@ from islands_kit.notebooks.configs import (
     poisoned_island_setup,
     resolve_out_dir,
 )
+from islands_kit.notebooks.experiment import STANDARD_FIGURES, experiment_setup, run_and_show
 from islands_kit.notebooks.runner import (
     EXPERIMENT_NOTEBOOKS,
     KERNEL_QUIET,
@@ -47,10 +50,11 @@ from islands_kit.notebooks.runs import ddp_bytes_per_step, load_run, seed_groups
 from islands_kit.notebooks.tables import config_summary, decoupled_table, format_rows, poisoned_island_table, result_summary
 
 __all__ = [
-    "EXPERIMENT_NOTEBOOKS", "KERNEL_QUIET", "NOTEBOOK_DIR", "POISONED_RUNS", "NotebookError", "check_overrides",
-    "check_parameters", "check_scaling_parameters", "comparison_report", "comparison_setup", "comparison_to_wandb",
-    "config_summary", "ddp_bytes_per_step", "decoupled_pair", "decoupled_table", "format_rows", "load_run",
-    "notebook_config", "notebook_parameters", "notebook_path", "parse_cli_parameters", "poisoned_island_setup",
-    "poisoned_island_table", "result_summary", "resolve_out_dir", "run_comparison", "run_notebook", "seed_groups",
-    "show_frontier", "sweep_seeds", "wandb_locations",
+    "EXPERIMENT_NOTEBOOKS", "KERNEL_QUIET", "NOTEBOOK_DIR", "POISONED_RUNS", "STANDARD_FIGURES", "NotebookError",
+    "check_overrides", "check_parameters", "check_scaling_parameters", "comparison_report", "comparison_setup",
+    "comparison_to_wandb", "config_summary", "ddp_bytes_per_step", "decoupled_pair", "decoupled_table",
+    "experiment_setup", "format_rows", "load_run", "notebook_config", "notebook_parameters", "notebook_path",
+    "parse_cli_parameters", "poisoned_island_setup", "poisoned_island_table", "result_summary", "resolve_out_dir",
+    "run_and_show", "run_comparison", "run_notebook", "seed_groups", "show_frontier", "sweep_seeds",
+    "wandb_locations",
 ]

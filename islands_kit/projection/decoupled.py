@@ -1,15 +1,13 @@
-"""Decoupled DiLoCo priced without training: training's own schedule, replayed on stand-in fragments.
+"""Decoupled DiLoCo priced without training: training's own driver and synchroniser, run on stand-ins.
 
-``price_decoupled`` drives ``sync.decoupled.DecoupledDiLoCo`` — the class a ``sync.mode=decoupled`` run trains with:
-its rounds and the messages of ``comm/messages.py`` on the in-process wire, the quorum rule (``sync/quorum.py``),
-landing at step boundaries and bounded staleness (a round an island is not ready for is skipped, its progress rides
-in its next contribution), the final merge — with the decoupled driver's tick loop (``train/drivers.DecoupledDriver``:
-in tick t every island takes the inner steps that end by t · T_ref on its own clock, landing what has arrived before
-each), on a ``LocalTransport`` whose clock, ledger and ``LinkModel`` are training's. Nothing trains: an island's
-replica is a stand-in of p + 1 values for fragment p, nudged at every step so its outer gradients are not zero, and
-the wire prices each fragment payload at the size its codec gives the real fragment (``Codec.nbytes``). Values do not
-steer the schedule, so the clock, the ledger and the merge log are a training run's with the same plan, to the last
-bit (tests/test_projection.py). Decoupled islands sync no routing statistics (the driver's rule), so neither does this.
+``price_decoupled`` runs ``train.drivers.DecoupledDriver`` over the strategy a ``sync.mode=decoupled`` config builds
+through its registry spec (``sync.decoupled.DecoupledDiLoCo``: its rounds and the messages of ``comm/messages.py`` on
+the in-process wire, the quorum rule of ``sync/quorum.py``, landing at step boundaries and bounded staleness, the
+final merge) on stand-in islands that cost their step time and train nothing (``projection/standin.py``): in tick t
+every island takes the inner steps that end by t · T_ref on its own clock, as in training. The wire prices each
+fragment payload at the size its codec gives the real fragment (``Codec.nbytes``), so the clock, the ledger and the
+merge log are a training run's with the same plan, to the last bit (tests/test_projection.py). Decoupled islands
+sync no routing statistics (the driver's rule), so neither does this.
 
 The seed-scale projection (``projection/seed_scale.py``) prices the steady state: ``final=False`` stops at the last
 tick, without the closing merges.
@@ -18,20 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import Any, cast
 
 from islands_kit.comm.codecs import Payload, get_codec
 from islands_kit.comm.link import LinkModel, transfer_time_stats
-from islands_kit.comm.transport import Delivery, Ledger, LocalTransport, decode
+from islands_kit.comm.transport import Ledger
 from islands_kit.config import ExperimentConfig, SyncConfig
 from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
 from islands_kit.projection.lockstep import summary
-from islands_kit.sync.base import strided_fragments
-from islands_kit.sync.decoupled import DecoupledDiLoCo
+from islands_kit.projection.standin import SizedWire, config_for, stand_ins
+from islands_kit.sync.base import ClockedStrategy, strided_fragments
+from islands_kit.train.drivers import DecoupledDriver
 
 __all__ = ["DecoupledPlan", "DecoupledResult", "decoupled_plan_for_config", "price_decoupled"]
 
@@ -96,55 +92,24 @@ class DecoupledResult:
     channels: dict[str, dict[str, float]] = field(default_factory=dict)  # transfers, bytes, p50_s, p99_s, max_s
 
 
-class _SizedWire(LocalTransport):
-    """The in-process wire, pricing a fragment payload (stand-in fragment p: p + 1 values) at its codec's size for
-    the real fragment. Pricing only: what the link would lose is not cut out of the stand-in."""
-
-    def __init__(self, n: int, link: LinkModel | None, numel: list[int]) -> None:
-        super().__init__(n, link)
-        self.numel = numel
-
-    def _deliver(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> Delivery:
-        if src == dst:
-            return Delivery(start_s, decode(payload))
-        nbytes = get_codec(payload.codec, payload.block_size).nbytes(self.numel[payload.numel - 1])
-        end, _ = self._link_transfer(nbytes, start_s, src, dst)
-        self.ledger.record(channel, src, dst, nbytes, start_s, end)
-        return Delivery(end, decode(payload))
-
-
-class _StandIn(nn.Module):
-    def __init__(self, n_fragments: int) -> None:
-        super().__init__()
-        for p in range(n_fragments):
-            self.register_parameter(f"f{p}", nn.Parameter(torch.zeros(p + 1)))
-
-
 def price_decoupled(plan: DecoupledPlan, link: LinkModel | None, final: bool = True) -> DecoupledResult:
-    """Replay ``plan`` (module doc) on ``link`` (None: transfers take no time); ``final``: end with the closing
+    """Run ``plan`` (module doc) on ``link`` (None: transfers take no time); ``final``: end with the closing
     merges, as training does."""
-    n, P = len(plan.step_s), plan.sync.n_fragments
-    wire = _SizedWire(n, link, plan.fragment_numel)
-    models: dict[int, nn.Module] = {i: _StandIn(P) for i in range(n)}
-    tick_s = min(plan.step_s)
-    strategy = DecoupledDiLoCo(models, wire, [[f"f{p}"] for p in range(P)], plan.sync, plan.seed, tick_s)
-    clock = wire.clock
-    steps = [0] * n
-    for t in range(1, plan.steps + 1):  # train/drivers.DecoupledDriver.step, without the training
-        end_s = t * tick_s * (1 + 1e-9)
-        for i in range(n):
-            while clock.now[i] + plan.step_s[i] <= end_s:
-                strategy.land(i, clock.now[i])
-                wire.compute(i, plan.step_s[i])
-                with torch.no_grad():
-                    for q in models[i].parameters():
-                        q.add_(1e-3)
-                strategy.island_step_done(i, plan.tokens_per_step[i])
-                steps[i] += 1
-        strategy.after_tick(t)
+    n = len(plan.step_s)
+    cfg = config_for(plan.sync, n, plan.steps, plan.seed)
+
+    def price(channel: str, payload: Payload) -> int:  # stand-in fragment p has p + 1 values
+        return get_codec(payload.codec, payload.block_size).nbytes(plan.fragment_numel[payload.numel - 1])
+
+    wire = SizedWire(n, link, price)
+    islands, strategy = stand_ins(cfg, plan.step_s, plan.tokens_per_step, wire)
+    driver = DecoupledDriver(cfg, islands, wire, dict(enumerate(plan.step_s)), cast(ClockedStrategy, strategy))
+    for t in range(1, plan.steps + 1):
+        driver.step(t)
     if final:
-        strategy.finalize(plan.steps)
-    rep = strategy.report()
+        driver.finish(plan.steps)
+    rep = strategy.result_fields()["decoupled"]  # the synchroniser's report, as result.json holds it
+    steps = [driver.inner_steps[i] for i in range(n)]
     tokens = [k * tok for k, tok in zip(steps, plan.tokens_per_step)]
     nominal = plan.nominal_step_s or plan.step_s
     priced = summary(wire)  # the clock's and the ledger's figures, as the lock-step replay reports them
@@ -154,7 +119,7 @@ def price_decoupled(plan: DecoupledPlan, link: LinkModel | None, final: bool = T
     every = wire.ledger.durations()
     st = transfer_time_stats(every) if every else {"p50": 0.0, "p99": 0.0}
     return DecoupledResult(
-        span_s=plan.steps * tick_s, sim_wall_clock_s=span, busy_s=priced["busy_s"], idle_s=priced["idle_s"],
+        span_s=plan.steps * driver.tick_s, sim_wall_clock_s=span, busy_s=priced["busy_s"], idle_s=priced["idle_s"],
         compute_utilization=priced["compute_utilization"], goodput=goodput, inner_steps=steps, tokens_per_island=tokens,
         merges=rep["merges"], late_contributions=rep["late_contributions"],
         dropped_contributions=rep["dropped_contributions"], dropped_tokens=rep["dropped_tokens"],

@@ -1,47 +1,41 @@
-"""Lock-step training priced without tensors: the run loop's clock and wire, replayed with payload sizes.
+"""Lock-step training priced without tensors: training's own driver and strategy, run on stand-ins.
 
-``price_lock_step`` walks the same steps as ``run.Experiment.train_step`` and ``sync.diloco.DiLoCo`` do, on the same
-pieces: a ``LocalTransport`` (its ``SimClock``, its ``Ledger`` and the ``LinkModel``) prices every collective with
-``price_all_reduce`` — the ring all-reduce training uses, transfer for transfer, in the same order — and a
-``PendingQueue`` holds the outer results in flight. Per inner step t (1-based), as training does it:
-
-1. every island computes for its step time (``islands.step_seconds``);
-2. routing statistics (fp32 expert loads) are all-reduced, and the message posted ``routing_delay`` steps earlier is
-   waited for (``sync.routing.RoutingSync``);
-3. data parallelism: the fp32 gradient is all-reduced and waited for at once (``sync.ddp.DDP``);
-4. Streaming DiLoCo: the outer results due at t are waited for, the fragments of ``schedule`` due at t are posted
-   (``sync.schedule.sync_schedule``), landing after step t + τ, and those due at once (τ = 0) are waited for.
-
-At the end (``final_fragment_bytes``) every result in flight is waited for and every fragment with steps since its
-last sync goes once more and is waited for (``DiLoCo.finalize``). Only waiting idles an island, so the simulated wall
-clock, the utilisation and the ledger are those of a training run with the same plan. ``plan_for_config`` reads the
-plan of a lock-step DiLoCo or DDP config off the model that would train it.
+``price_lock_step`` runs ``train.drivers.LockstepDriver`` over the strategy a lock-step config builds through its
+registry spec (``sync.ddp.DDP`` for data parallelism, ``sync.diloco.DiLoCo`` for Streaming DiLoCo) on stand-in islands
+that cost their step time and train nothing (``projection/standin.py``), on a ``LocalTransport`` whose clock, ledger,
+ring all-reduce and ``LinkModel`` are training's and whose payloads are priced at the plan's sizes. The driver's step
+is the schedule (compute; routing statistics all-reduced and used ``routing_delay`` steps late; the gradient
+all-reduce; the fragments due, landing τ steps later; ``DiLoCo.finalize`` at the end), so the simulated wall clock,
+the utilisation and the ledger are those of a training run with the same plan (tests/test_projection.py).
+``plan_for_config`` reads the plan of a lock-step DiLoCo or DDP config off the model that would train it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from islands_kit.comm.clock import Handle
-from islands_kit.comm.codecs import get_codec
+from islands_kit.comm.codecs import Payload, get_codec
 from islands_kit.comm.link import LinkModel, transfer_time_stats
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ExperimentConfig
+from islands_kit.config import DiLoCoConfig, ExperimentConfig, SyncConfig
 from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
-from islands_kit.sync.base import PendingQueue, strided_fragments
-from islands_kit.sync.schedule import sync_schedule
+from islands_kit.projection.standin import SizedWire, config_for, stand_ins
+from islands_kit.sync.base import LockstepStrategy, strided_fragments
+from islands_kit.sync.routing import RoutingSync
+from islands_kit.train.drivers import LockstepDriver
 
 
 @dataclass(frozen=True)
 class LockStepPlan:
     """What a lock-step run puts on the wire, in sizes: each island's step time, and per channel the payload bytes
-    and when they go (``schedule``: the (step, fragment) syncs, 1-based steps)."""
+    and when they go: fragment p syncs after every step t ≡ offset_p (mod ``H``) (``sync.schedule``; 1-based steps;
+    H = 0: no fragment syncs), a data-parallel run all-reduces ``gradient_bytes`` every step."""
 
     step_s: list[float]
     steps: int
     fragment_bytes: list[int] = field(default_factory=list)  # encoded size of each fragment's outer gradient
-    schedule: list[tuple[int, int]] = field(default_factory=list)
+    H: int = 0
     tau: int = 0
     final_fragment_bytes: list[int] | None = None  # the closing sync of every fragment (None: the run goes on)
     routing_bytes: int = 0  # fp32 expert loads per step (0: no routing channel)
@@ -53,62 +47,46 @@ class LockStepPlan:
             raise ValueError(f"step_s: need one step time > 0 per island (got {self.step_s})")
         if not (isinstance(self.steps, int) and self.steps >= 1):
             raise ValueError(f"steps: must be an integer >= 1 (got {self.steps!r})")
-        bad = [(t, p) for t, p in self.schedule if not (1 <= t <= self.steps and 0 <= p < len(self.fragment_bytes))]
-        if bad:
-            raise ValueError(f"schedule: (step, fragment) pairs must have 1 <= step <= steps={self.steps} and a "
-                             f"fragment with a size in fragment_bytes (got {bad[:3]})")
+        if bool(self.fragment_bytes) != (self.H > 0) or (self.fragment_bytes and self.gradient_bytes):
+            raise ValueError(f"H, fragment_bytes: fragments need a window H >= 1 and no gradient_bytes, H = 0 no "
+                             f"fragments (got H={self.H}, {len(self.fragment_bytes)} fragments, gradient_bytes="
+                             f"{self.gradient_bytes})")
         if self.final_fragment_bytes is not None and len(self.final_fragment_bytes) != len(self.fragment_bytes):
             raise ValueError(f"final_fragment_bytes: need one size per fragment ({len(self.fragment_bytes)}), got "
                              f"{len(self.final_fragment_bytes)}")
         if not (self.tau >= 0 and self.routing_delay >= 0):
             raise ValueError(f"tau, routing_delay: must be >= 0 (got {self.tau}, {self.routing_delay})")
 
-
-def _post(transport: LocalTransport, channel: str, nbytes: int) -> Handle:
-    arrival, _ = transport.price_all_reduce(channel, {i: nbytes for i in transport.local_islands})
-    return Handle({i: None for i in arrival}, arrival, transport.clock)
-
-
-def _wait(handle: Handle) -> None:
-    for i in handle.arrival:
-        handle.wait(i)
+    def sync(self) -> SyncConfig:
+        """The sync settings that put this plan on the wire (stand-in payloads are fp32; the wire prices them at
+        the plan's sizes). Without fragments or gradients: DiLoCo with a window longer than the run (no syncs)."""
+        strategy = "ddp" if self.gradient_bytes else "diloco"
+        return SyncConfig(strategy=strategy, H=self.H or self.steps + 1, n_fragments=max(1, len(self.fragment_bytes)),
+                          tau=self.tau, codec="fp32", routing_sync=self.routing_bytes > 0,
+                          diloco=DiLoCoConfig(final_codec=""))
 
 
 def price_lock_step(plan: LockStepPlan, link: LinkModel | None) -> LocalTransport:
-    """Replay ``plan`` on a fresh ``LocalTransport`` over ``link`` (module docstring); its clock and ledger hold the
-    result."""
-    tr = LocalTransport(len(plan.step_s), link)
-    due: dict[int, list[int]] = {}
-    for t, p in plan.schedule:
-        due.setdefault(t, []).append(p)
-    pending = PendingQueue()
-    routing: list[Handle] = []
-    last_sync = [0] * len(plan.fragment_bytes)
+    """Run ``plan`` (module docstring) on a fresh wire over ``link``; its clock and ledger hold the result."""
+    n = len(plan.step_s)
+    cfg = config_for(plan.sync(), n, plan.steps, 0)
+    P = cfg.sync.n_fragments
+    sizes = {"fragments": dict(enumerate(plan.fragment_bytes, start=1)),  # stand-in fragment p has p + 1 values
+             "gradients": {P * (P + 1) // 2: plan.gradient_bytes}, "routing": {1: plan.routing_bytes}}
+
+    def price(channel: str, payload: Payload) -> int:
+        return sizes[channel][payload.numel]
+
+    wire = SizedWire(n, link, price)
+    islands, strategy = stand_ins(cfg, plan.step_s, [1] * n, wire)
+    routing = RoutingSync(wire, plan.routing_bytes > 0, plan.routing_delay)
+    driver = LockstepDriver(cfg, islands, wire, dict(enumerate(plan.step_s)), cast(LockstepStrategy, strategy), routing)
     for t in range(1, plan.steps + 1):
-        for i, c in enumerate(plan.step_s):
-            tr.compute(i, c)
-        if plan.routing_bytes:
-            routing.append(_post(tr, "routing", plan.routing_bytes))
-            if len(routing) > plan.routing_delay:
-                _wait(routing.pop(0))
-        if plan.gradient_bytes:
-            _wait(_post(tr, "gradients", plan.gradient_bytes))
-        for pend in pending.due(t):
-            _wait(pend.handle)
-        for p in sorted(due.get(t, [])):
-            pending.push(t + plan.tau, p, _post(tr, "fragments", plan.fragment_bytes[p]), sent_at=t)
-            last_sync[p] = t
-        for pend in pending.due(t):
-            _wait(pend.handle)
+        driver.step(t)
     if plan.final_fragment_bytes is not None:
-        for pend in pending.drain():
-            _wait(pend.handle)
-        for p, nbytes in enumerate(plan.final_fragment_bytes):
-            if last_sync[p] < plan.steps:
-                pending.push(plan.steps, p, _post(tr, "fragments", nbytes), sent_at=plan.steps)
-        for pend in pending.due(plan.steps):
-            _wait(pend.handle)
-    return tr
+        sizes["fragments"] = dict(enumerate(plan.final_fragment_bytes, start=1))
+        driver.finish(plan.steps)
+    return wire
 
 
 def summary(tr: LocalTransport) -> dict[str, Any]:
@@ -152,5 +130,5 @@ def plan_for_config(cfg: ExperimentConfig, model: MoETransformer) -> LockStepPla
     numels = [sum(params[name].numel() for name in names) for names in frags]
     codec = get_codec(s.codec, s.codec_block_size)
     final = get_codec(s.diloco.final_codec, s.codec_block_size) if s.diloco.final_codec else codec
-    return LockStepPlan(step_s, cfg.steps, [codec.nbytes(k) for k in numels], sync_schedule(s.H, s.n_fragments, cfg.steps),
-                        s.tau, [final.nbytes(k) for k in numels], routing)
+    return LockStepPlan(step_s, cfg.steps, [codec.nbytes(k) for k in numels], s.H, s.tau, [final.nbytes(k) for k in numels],
+                        routing)

@@ -2,10 +2,9 @@
 on a wide-area link, at the seed run's size, without training.
 
 Every price comes from what training uses: step times from ``islands.step_flops`` and the ``islands.HARDWARE`` table,
-payload sizes from the codecs (``Codec.nbytes``), the lock-step schedule replayed on the transport's clock, ledger and
-ring all-reduce (``projection/lockstep.py``) and the decoupled one by training's own ``DecoupledDiLoCo`` on stand-in
-fragments (``projection/decoupled.py``), both pinned equal to training runs by tests/test_projection.py, the link
-model of ``comm/link``.
+payload sizes from the codecs (``Codec.nbytes``), the schedules those of training's own drivers and strategies run on
+stand-in islands (``projection/lockstep.py``, ``projection/decoupled.py``), both pinned equal to training runs by
+tests/test_projection.py, the link model of ``comm/link``.
 
 Assumptions (every number is an argument)
 -----------------------------------------
@@ -37,7 +36,6 @@ from islands_kit.config import DiLoCoConfig, LinkConfig, ModelConfig, SyncConfig
 from islands_kit.islands import HARDWARE, step_flops
 from islands_kit.projection.decoupled import DecoupledPlan, DecoupledResult, price_decoupled
 from islands_kit.projection.lockstep import LockStepPlan, price_lock_step, summary
-from islands_kit.sync.schedule import sync_schedule
 
 __all__ = ["ideal_link", "seed_scale_projection"]
 
@@ -102,7 +100,7 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
     grad = fp32.nbytes(int(params_total))
     cfg = link_config(link_preset, **(link_overrides or {}))
     n_stream = n_windows * H
-    stream = LockStepPlan(step_time, n_stream, [frag] * n_fragments, sync_schedule(H, n_fragments, n_stream), tau,
+    stream = LockStepPlan(step_time, n_stream, [frag] * n_fragments, H, tau,
                           routing_bytes=routing, routing_delay=routing_tau)
     ddp = LockStepPlan(step_time, ddp_steps, routing_bytes=routing, routing_delay=0, gradient_bytes=grad)
 

@@ -17,15 +17,35 @@ whole job waits instead.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Protocol
 
 import torch
 
 from islands_kit.comm.transport import SimClock, Transport
 from islands_kit.config import ConfigError, ExperimentConfig
-from islands_kit.islands import Island
 from islands_kit.sync.base import ClockedStrategy, LockstepStrategy, SyncStrategy
 from islands_kit.sync.routing import RoutingSync
+
+
+class BalancedModel(Protocol):
+    def update_expert_bias(self, loads: torch.Tensor) -> None: ...
+
+
+class Replica(Protocol):
+    """What a driver asks of an island: ``islands.Island`` in training, a stand-in that costs simulated time but
+    trains nothing in the projection (``projection/standin.py``)."""
+
+    compute_s: float  # simulated seconds per inner step
+    tokens_per_step: int
+    last_loss: float
+    last_loads: torch.Tensor | None  # the expert loads of the last forward (set by forward_backward)
+
+    @property
+    def model(self) -> BalancedModel: ...
+
+    def forward_backward(self) -> float: ...
+
+    def optimizer_step(self) -> None: ...
 
 
 class Driver(abc.ABC):
@@ -34,7 +54,7 @@ class Driver(abc.ABC):
 
     strategy: SyncStrategy
 
-    def __init__(self, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport,
+    def __init__(self, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport,
                  step_s: dict[int, float]) -> None:
         self.cfg = cfg
         self.islands = islands
@@ -50,13 +70,13 @@ class Driver(abc.ABC):
         return None
 
     @classmethod
-    def create(cls, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport, step_s: dict[int, float],
+    def create(cls, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport, step_s: dict[int, float],
                strategy: Any) -> Driver:
         """The driver over ``strategy`` (a strategy of this driver's kind: ``sync/registry.py``)."""
         return cls(cfg, islands, transport, step_s, strategy)  # type: ignore[call-arg]
 
     @staticmethod
-    def check_placement(cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport) -> None:
+    def check_placement(cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport) -> None:
         """Refuse a placement of islands on processes this driver cannot run (before the strategy is built)."""
 
     def preempted(self, island: int, step: int) -> bool:
@@ -100,14 +120,14 @@ class Driver(abc.ABC):
 class LockstepDriver(Driver):
     """Every island takes inner step t together (module doc)."""
 
-    def __init__(self, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport,
+    def __init__(self, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport,
                  step_s: dict[int, float], strategy: LockstepStrategy, routing: RoutingSync) -> None:
         super().__init__(cfg, islands, transport, step_s)
         self.strategy: LockstepStrategy = strategy
         self.routing = routing
 
     @classmethod
-    def create(cls, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport, step_s: dict[int, float],
+    def create(cls, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport, step_s: dict[int, float],
                strategy: Any) -> Driver:
         """With the routing statistics on their own channel (pairwise with ``sync.routing_sync_mode=butterfly``)."""
         s = cfg.sync
@@ -181,14 +201,14 @@ class DecoupledDriver(Driver):
     """One tick of the global schedule (module doc). Decoupled islands balance their experts on their own loads: a
     per-step routing collective would lock-step them."""
 
-    def __init__(self, cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport,
+    def __init__(self, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport,
                  step_s: dict[int, float], strategy: ClockedStrategy) -> None:
         super().__init__(cfg, islands, transport, step_s)
         self.strategy: ClockedStrategy = strategy
         self.tick_s = strategy.tick_s
 
     @staticmethod
-    def check_placement(cfg: ExperimentConfig, islands: dict[int, Island], transport: Transport) -> None:
+    def check_placement(cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport) -> None:
         n = len(cfg.islands)
         if len(islands) != n and not (len(islands) == 1 and transport.world_size == n):
             raise ConfigError("sync.mode: decoupled runs every island in one process (the simulator) or one "
