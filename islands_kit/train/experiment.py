@@ -29,6 +29,8 @@ from islands_kit.faults import install
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.orbital import install_eclipse
+from islands_kit.orbital import result_fields as orbit_fields
 from islands_kit.progress import Progress
 from islands_kit.sync.ddp import ddp_equivalent_bytes
 from islands_kit.tracking import Tracker
@@ -72,6 +74,7 @@ class Experiment:
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
         self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
+        install_eclipse(self.transport.clock, cfg)  # satellites compute slower in shadow (a run on the orbit only)
         # -- islands: identical initial weights, separate data streams -------------------------------------------
         torch.manual_seed(cfg.seed)
         base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device
@@ -310,6 +313,7 @@ class Experiment:
             diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
             sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
             goodput=self.goodput(), outer_log=self.outer_records(), **self.strategy.result_fields(),
+            **orbit_fields(cfg, led.timeline, max(clock.now.values())),
         )
 
     # -- checkpoints --------------------------------------------------------------------------------------------
