@@ -99,7 +99,7 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        butterfly=dict(exchanges_per_window=6, merge="delay_aware", final_average=True)),
                   demo={"optim": {"lr": 7.14e-3}, "sync": {"butterfly": {"exchanges_per_window": 16}}},
                   color="#2ca02c", marker="s", notebook="eight_cell"),
-    # a ground station's island and four satellites (config/orbital.py: islands, time compression, equal tokens),
+    # a ground station's island and four satellites (config/orbital.py: islands, time compression, tokens),
     # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings and the
     # synchroniser's grace of one schedule step; link.orbit.isl=true relays over inter-satellite links
     ExperimentRow("orbital", "decoupled DiLoCo between a ground station and four satellites",
@@ -108,7 +108,7 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        grace_s=0.05, stochastic_rounding=True, error_feedback=True, routing_sync=False,
                        diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, final_codec="int8")),
                   settings={"link": orbital.link(orbital.SMOKE_COMPRESSION)},
-                  demo={"steps": orbital.DEMO_STEPS, "optim": {"lr": 3e-3},
+                  demo={"optim": {"lr": 3e-3},
                         "link": {"orbit": {"time_compression": orbital.DEMO_COMPRESSION}}},
                   color="#9467bd", marker="^", notebook="orbital"),
 )

@@ -8,16 +8,18 @@ island ids: stations first). Five equal islands of 8 sequences: the baseline's 4
 
 Time compression (``link.orbit.time_compression``, orbital seconds per simulated second). A satellite sees one
 ground station for ~4.5 minutes a pass, ~4 passes a day (550 km, 53°, Redu, 25° mask); at real time a demo
-run (~80 simulated seconds of compute) would fall between two passes and never sync. Compressing the orbit instead
+run (~66 simulated seconds of compute) would fall between two passes and never sync. Compressing the orbit instead
 makes one inner step stand for minutes of orbital time — a pre-training run of days, as a real one would be:
-the demo spans ~10 days of orbits (~40 passes a satellite, about one per outer round of H = 50 steps), the smoke
+the demo spans ~8 days of orbits (~35 passes a satellite, about one per outer round of H = 50 steps), the smoke
 preset ~14 hours in its 24 steps (a plumbing check: its passes are shorter than the link's round trip). Only the
 ratio of compute to orbit changes: passes and eclipses keep their lengths relative to each other; the link's rate
 and round trip are not compressed.
 
-Equal tokens. Satellites in eclipse (37% of each orbit at 550 km) compute at half speed, so at the baseline's 1200
-ticks they would process ~85% of its tokens (1 + 4 x (0.63 + 0.37 x 0.5)) / 5); the demo runs 1410 ticks of the
-schedule so that the total matches the baseline's within a few percent (result.json's ``tokens`` says by how much).
+Equal tokens. The orbital demo plans the baseline's budget (1200 steps of the schedule x 40 sequences: what
+``compare`` checks); satellites in eclipse (37% of each orbit at 550 km) compute at half speed, so they process
+fewer of those tokens — ~85% in all, (1 + 4 x (0.63 + 0.37 x 0.5)) / 5 — as a straggler would (result.json's
+``tokens`` and ``tokens_per_island`` say how many). ``--set steps=1410`` gives equal *processed* tokens instead
+(compare then needs ``--allow-mismatch``: the budgets differ).
 """
 from __future__ import annotations
 
@@ -29,8 +31,7 @@ N_SATELLITES = 4
 BATCH = 8  # sequences a step per island: (1 + 4) x 8 = the baseline's 40
 
 SMOKE_COMPRESSION = 1e6  # 24 smoke steps (~0.05 simulated s) ~ 14 hours of orbits
-DEMO_COMPRESSION = 1.1e4  # 1410 demo steps (~77 simulated s) ~ 10 days of orbits
-DEMO_STEPS = 1410  # equal tokens with the baseline's 1200 steps despite the eclipse throttle (module doc)
+DEMO_COMPRESSION = 1.1e4  # 1200 demo steps (~66 simulated s) ~ 8.5 days of orbits
 
 
 def station_and_satellites(hw: Any, k: int) -> list[dict[str, Any]]:
