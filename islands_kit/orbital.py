@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from islands_kit import orbit
 from islands_kit.comm.clock import SimClock
@@ -113,3 +113,20 @@ def result_fields(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: f
 def up_share(windows: Sequence[Sequence[float]], span_s: float) -> float:
     """Share of ``[0, span_s)`` a satellite's ground link is up, from ``contact_report``'s ``ground_windows``."""
     return sum(b - a for a, b in windows) / span_s if span_s > 0 and math.isfinite(span_s) else 0.0
+
+
+def orbit_summary(result: Mapping[str, Any]) -> str:
+    """What an orbital run's ``orbit`` section says, in a few lines (the notebook prints it)."""
+    o = result["orbit"]
+    span = float(result["sim_wall_clock_s"])
+    lines = [f"orbit: period {o['orbit_period_s']:.3g} simulated s (1 s = {o['time_compression']:.3g} orbital s), "
+             f"{100 * o['eclipse_fraction']:.0f}% of it in eclipse; inter-satellite links: {o['isl']}",
+             f"transfers waited {o['window_wait_s']:.3g} simulated s for a window in all (longest "
+             f"{o['longest_window_wait_s']:.3g} s); {o['windows_used']} windows carried bytes, "
+             f"{o['mean_bytes_per_window']:,.0f} bytes each on average"]
+    steps = {str(k): v for k, v in result["inner_steps"].items()}  # str keys as read back, int as returned
+    for sat, wins in sorted(o["ground_windows"].items(), key=lambda kv: int(kv[0])):
+        up, down = o["bytes_per_link"].get(f"{sat}->0", 0), o["bytes_per_link"].get(f"0->{sat}", 0)
+        lines.append(f"  island {sat}: {len(wins)} windows, link up {100 * up_share(wins, span):.1f}% of the run; "
+                     f"{up:,} bytes up, {down:,} down; {steps[sat]} inner steps")
+    return "\n".join(lines)
