@@ -25,16 +25,15 @@ def contact_windows(result: Mapping[str, Any], timeline: Sequence[Sequence[Any]]
     fig, ax = new_figure(width=9.0, height=0.8 + 0.7 * max(len(sats), 1))
     row = {s: n for n, s in enumerate(sats)}
     for s in sats:
-        y = row[s]
         bars = [(a, b - a) for a, b in windows[s]]
-        ax.broken_barh(bars, (y - 0.3, 0.6), facecolors=_WINDOW, alpha=0.35,
-                       label="contact window" if y == 0 else None)
+        ax.broken_barh(bars, (row[s] - 0.3, 0.6), facecolors=_WINDOW, alpha=0.35,
+                       label="contact window" if row[s] == 0 else None)
     seen: set[str] = set()
     for start, end, _n, src, dst, _c in timeline:
         sat, up = (str(src), True) if str(src) in row and int(dst) == 0 else (str(dst), False)
         if sat not in row or (not up and int(src) != 0):
             continue
-        y = row[sat] + (0.12 if up else -0.12)
+        y = row[sat] + (0.12 if up else -0.12)  # uploads just above the row's middle, downloads just below
         col, mark, lab = (_UP, "^", "outer gradient up (posted → arrived)") if up else \
             (_DOWN, "v", "merged fragment down (posted → arrived)")
         ax.plot([start, end], [y, y], color=col, lw=0.8, alpha=0.7)
