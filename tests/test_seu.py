@@ -83,3 +83,24 @@ def test_bad_arguments_name_the_rule() -> None:
         flip_bit(torch.zeros(2, dtype=torch.float64), 0, 1)
     with pytest.raises(ValueError, match="bit_error_rate"):
         chunk_corrupt_prob(math.inf, 1)
+
+
+@pytest.mark.slow  # trains for seconds
+@pytest.mark.parametrize("bit,flagged", [(EXPONENT_TOP_BIT, True), (0, False)])
+def test_an_upset_in_a_run_reaches_the_defence_only_when_it_is_large(tmp_path, bit: int, flagged: bool) -> None:
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+    from islands_kit.run import run_experiment
+
+    cfg = apply_overrides(get_preset("two_site", "smoke"), {
+        "faults.upset_island": "1", "faults.upset_step": "7", "faults.upset_bit": str(bit),
+        "faults.defense": "auto", "sync.diloco.average": "mean"})
+    res = run_experiment(cfg, tmp_path)
+    (up,) = res["upsets"]
+    assert up["step"] == 7 and up["island"] == 1 and up["bit"] == bit and up["before"] != up["after"]
+    reasons = {(f["island"], f["reason"]) for f in res["faults_report"]}
+    if flagged:
+        assert abs(up["after"]) > 1e30 and (1, "norm_vs_others") in reasons
+        assert {i for i, _ in reasons} == {1}  # the honest site is never flagged
+    else:
+        assert reasons == set() and math.isfinite(res["final_val_bpb"])

@@ -14,16 +14,21 @@ replica's weights. Two places, two guards:
   2^128 (or makes it inf/NaN): the norm check (or the integrity check) flags the update and it is dropped. A sign
   flip (bit 31) or a low exponent / mantissa flip changes one weight by at most twice its size: the update's norm
   and direction barely move and it passes — as it should, since its harm is no larger than one weight's size.
-  What the defence cannot do is repair the replica itself: the flipped weight stays in island i's replica until its
-  fragment is next replaced by the global one (a dropped update keeps it out of the global model only). And a large
-  flip makes the replica's next forward pass non-finite; the run then stops as diverged unless the fragment syncs
-  first.
+  Under two sites the defence's rule is ``clip``: the first flagged update is clipped to the island's trusted norm
+  (a step of bounded size, mostly along the flipped weight), then the island is quarantined for a few windows. The
+  defence does not repair the replica; its next merge does (the keep-local merge rebuilds it from the global model
+  plus its progress since sending, which excludes a flip made before sending). A large flip can also make the
+  replica's next forward pass non-finite, and the run then stops as diverged unless the fragment syncs
+  first. The fault option ``faults.upset_island`` / ``upset_step`` / ``upset_bit`` flips one such bit in a run
+  (``Upset``; result.json's ``upsets`` says which weight, and its value before and after).
 """
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import torch
+from torch import nn
 
 FLOAT32_BITS = 32
 SIGN_BIT = 31
@@ -57,3 +62,40 @@ def chunk_corrupt_prob(bit_error_rate: float, chunk_bytes: int) -> float:
     if not 0 <= bit_error_rate < 1:
         raise ValueError(f"chunk_corrupt_prob: bit_error_rate must be in [0, 1) (got {bit_error_rate})")
     return -math.expm1(8.0 * chunk_bytes * math.log1p(-bit_error_rate))
+
+
+class Upset:
+    """The fault option ``faults.upset_island`` / ``upset_step`` / ``upset_bit``: after inner step ``upset_step`` of
+    the schedule, bit ``upset_bit`` of one weight of that island's replica flips (the weight drawn with the run's
+    seed among all its float32 parameters). ``after_step`` is called by the training loop once per step;
+    ``result_fields`` records what flipped (result.json's ``upsets``; nothing when the option is off)."""
+
+    def __init__(self, island: int, step: int, bit: int, seed: int) -> None:
+        self.island, self.step, self.bit, self.seed = island, step, bit, seed
+        self.log: list[dict[str, Any]] = []
+
+    def after_step(self, step: int, models: Mapping[int, nn.Module]) -> None:
+        if step != self.step or self.island not in models:
+            return
+        params = [(n, p) for n, p in models[self.island].named_parameters() if p.dtype == torch.float32]
+        sizes = torch.tensor([p.numel() for _, p in params])
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        flat = int(torch.randint(int(sizes.sum()), (1,), generator=g))
+        k = int(torch.searchsorted(sizes.cumsum(0), torch.tensor(flat), right=True))
+        name, p = params[k]
+        index = flat - int(sizes[:k].sum())
+        with torch.no_grad():
+            before = float(p.view(-1)[index])
+            flip_bit(p.data, index, self.bit)
+            after = float(p.view(-1)[index])
+        self.log.append({"step": step, "island": self.island, "parameter": name, "index": index, "bit": self.bit,
+                         "before": before, "after": after})
+
+    def result_fields(self) -> dict[str, Any]:
+        return {"upsets": list(self.log)}
+
+
+def install_upset(cfg: Any) -> Upset | None:
+    """The run's upset (``cfg.faults``: an ExperimentConfig's), or None when ``faults.upset_island`` is -1."""
+    f = cfg.faults
+    return None if f.upset_island < 0 else Upset(f.upset_island, f.upset_step, f.upset_bit, cfg.seed)

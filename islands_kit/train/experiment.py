@@ -26,6 +26,7 @@ from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_
 from islands_kit.device import check_precision, resolve_device
 from islands_kit.device import describe as describe_device
 from islands_kit.faults import install
+from islands_kit.faults.seu import install_upset
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
@@ -102,6 +103,7 @@ class Experiment:
         self.driver = build_driver(cfg, self.islands, self.transport, self.step_s, self.tick_s)
         self.strategy = self.driver.strategy
         self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
+        self.upset = install_upset(cfg)  # a bit flip in one replica's weights (faults.upset_island), else None
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
         self.elapsed_before = 0.0  # wall seconds spent before a resume
@@ -185,7 +187,10 @@ class Experiment:
     def train_step(self) -> dict[int, float]:
         """One step of the global schedule (a decoupled run: one tick); the loss of each local island that stepped."""
         self.step += 1
-        return self.driver.step(self.step)
+        losses = self.driver.step(self.step)
+        if self.upset is not None:
+            self.upset.after_step(self.step, {i: isl.model for i, isl in self.islands.items()})
+        return losses
 
     def run(self, tracker: Tracker | None = None) -> Result:
         cfg = self.cfg
@@ -314,6 +319,7 @@ class Experiment:
             sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
             goodput=self.goodput(), outer_log=self.outer_records(), **self.strategy.result_fields(),
             **orbit_fields(cfg, led.timeline, max(clock.now.values())),
+            **(self.upset.result_fields() if self.upset is not None else {}),
         )
 
     # -- checkpoints --------------------------------------------------------------------------------------------
