@@ -100,13 +100,15 @@ _TABLE: tuple[ExperimentRow, ...] = (
                   demo={"optim": {"lr": 7.14e-3}, "sync": {"butterfly": {"exchanges_per_window": 16}}},
                   color="#2ca02c", marker="s", notebook="eight_cell"),
     # a ground station's island and four satellites (config/orbital.py: islands, time compression, tokens),
-    # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings and the
-    # synchroniser's grace of one schedule step; link.orbit.isl=true relays over inter-satellite links
+    # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings, the
+    # synchroniser's grace about one demo tick, and an outer gradient that waited for a pass past its merge carried
+    # into the fragment's next one; link.orbit.isl=true relays over inter-satellite links (docs/methods.md)
     ExperimentRow("orbital", "decoupled DiLoCo between a ground station and four satellites",
                   orbital.station_and_satellites,
                   dict(strategy="diloco", mode="decoupled", H=50, n_fragments=2, tau=1, codec="int4", quorum=1,
                        grace_s=0.05, stochastic_rounding=True, error_feedback=True, routing_sync=False,
-                       diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, final_codec="int8")),
+                       diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, final_codec="int8"),
+                       decoupled=dict(late="carry")),
                   settings={"link": orbital.link(orbital.SMOKE_COMPRESSION)},
                   demo={"optim": {"lr": 3e-3},
                         "link": {"orbit": {"time_compression": orbital.DEMO_COMPRESSION}}},
