@@ -190,6 +190,11 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
             "tokens_per_active_param": r.get("tokens_per_active_param"),
             "outer_steps_per_fragment": r.get("outer_steps_per_fragment"),
             "sim_wall_clock_s": r["sim_wall_clock_s"], "compute_utilization": r["compute_utilization"],
+            # a run on the orbit (result.json's ``orbit``; None elsewhere): contact windows used, bytes per window,
+            # simulated seconds transfers spent waiting for their link's window
+            "windows_used": (r.get("orbit") or {}).get("windows_used"),
+            "bytes_per_window": (r.get("orbit") or {}).get("mean_bytes_per_window"),
+            "window_wait_s": (r.get("orbit") or {}).get("window_wait_s"),
             "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref),
             "reference_experiment": ref["experiment"],
             "paired_with": run_label(paired), "mismatch": note,
@@ -270,7 +275,9 @@ RUN_COLUMNS = [
     ("tokens / active param", lambda r: "—" if r["tokens_per_active_param"] is None else f"{r['tokens_per_active_param']:.1f}"),
     ("outer steps / fragment", lambda r: _outer_steps(r["outer_steps_per_fragment"])),
     ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
-    ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%"), ("note", lambda r: r["mismatch"]),
+    ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%"),
+    ("window wait s", lambda r: "—" if r.get("window_wait_s") is None else f"{r['window_wait_s']:.2f}"),
+    ("note", lambda r: r["mismatch"]),
 ]
 SEED_COLUMNS = [
     ("experiment", lambda r: r["experiment"]), ("seeds", lambda r: " ".join(map(str, r["seeds"]))),
@@ -333,6 +340,8 @@ def reference_note(rows: Sequence[dict[str, Any]]) -> str:
         "sim s: simulated wall-clock seconds (each island's compute time from its hardware profile, plus waiting for "
         "the simulated link), not the real time the run took.",
         "util: compute utilisation, the share of that simulated time the islands spent computing rather than waiting.",
+        "window wait s: on the orbit, simulated seconds the run's transfers spent waiting for their link's contact "
+        "window, summed over transfers (— off the orbit); result.json's orbit section has bytes per link and window.",
         "tokens / active param, outer steps / fragment: the regime (the papers measure DiLoCo at >= 20 tokens per "
         "parameter and hundreds of outer steps; a handful of outer steps measures the method's warm-up).",
     ])

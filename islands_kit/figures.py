@@ -18,7 +18,8 @@ def standard_figures(result: Mapping[str, Any], history: Sequence[Mapping[str, A
                      timeline: Sequence[Sequence[Any]] | None) -> dict[str, Figure]:
     """File name -> figure: ``result`` is the run's result.json, ``history`` its history.jsonl records and
     ``timeline`` its link transfers (``link_timeline.jsonl``, None where the run wrote none). The routing figure
-    only where every record holds the routing balance (a mixture-of-experts model)."""
+    only where every record holds the routing balance (a mixture-of-experts model); the contact windows only for a
+    run on the orbit (result.json's ``orbit`` section)."""
     name = result["experiment"]
     runs = {name: list(history)}
     floors = result["compressor_bpb"]
@@ -29,6 +30,8 @@ def standard_figures(result: Mapping[str, Any], history: Sequence[Mapping[str, A
                                               timelines={name: list(timeline) if timeline is not None else []})
     if all("balance_loss" in h for h in history):
         figs["routing_load.png"] = plots.routing_load(list(history))
+    if "orbit" in result:  # a run on the orbit (link.schedule=orbit): its contact windows and the syncs on them
+        figs["contact_windows.png"] = plots.contact_windows(result, list(timeline) if timeline is not None else [])
     return figs
 
 

@@ -32,7 +32,10 @@ Links and island ids: ground stations are islands ``0..G-1``, satellites ``G..G+
 talk during that satellite's passes over that station, at the link's own rate (``link.bandwidth_bps``); two stations
 over the ground, always (fibre; the rate is the same link's); with ``isl`` two in-plane neighbours (k, k ± 1 mod N)
 over an optical link, always, at ``isl_rate_bps``; any other pair of satellites never (a run that sends on such a
-pair stops with an error naming it).
+pair stops with an error naming it). With ``isl`` a satellite also reaches a station through the ring: its bytes
+are stored and forwarded over the inter-satellite links to whichever satellite is in a pass, so its ground link is
+up during the union of every satellite's passes over that station (``relayed``; the hops add no delay, the optical
+links being faster than the ground link, and the satellites do not share the downlink's rate: an upper bound).
 """
 from __future__ import annotations
 
@@ -208,6 +211,17 @@ def compute_factor(cfg: OrbitConfig, k: int, t_sim: float) -> float:
     return cfg.eclipse_throttle if ue > 0.0 and abs(off) < ue else 1.0
 
 
+def relayed(windows: list[list[Window]]) -> list[Window]:
+    """The union of several satellites' windows over one station: when *some* satellite of the ring is in a pass."""
+    out: list[Window] = []
+    for a, b in sorted(w for ws in windows for w in ws):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def contact_plan(cfg: OrbitConfig) -> OrbitPlan:
     """Every link's contacts (the module docstring says which pairs talk, when and at what rate)."""
     G, N, c = len(cfg.stations), cfg.n_satellites, cfg.time_compression
@@ -216,8 +230,10 @@ def contact_plan(cfg: OrbitConfig) -> OrbitPlan:
         for h in range(G):
             if g != h:
                 links[(g, h)] = LinkContacts(None, None)
+        passes = [visibility_windows(cfg, g, k) for k in range(N)]
+        ring = relayed(passes) if cfg.isl and N > 1 else None
         for k in range(N):
-            w = LinkContacts(tuple((a / c, b / c) for a, b in visibility_windows(cfg, g, k)), None)
+            w = LinkContacts(tuple((a / c, b / c) for a, b in (ring if ring is not None else passes[k])), None)
             links[(g, G + k)] = links[(G + k, g)] = w
     if cfg.isl and N > 1:
         for k in range(N):

@@ -157,6 +157,7 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
                          "islands": _islands(experiment, preset), "sync": copy.deepcopy(row.sync)}
     for k, v in _RUN[preset].items():
         d[k] = dict(v) if isinstance(v, dict) else v
+    _merge(d, copy.deepcopy(row.settings))
     if preset == "smoke":
         d["sync"]["H"] = min(d["sync"].get("H", 50), 8)
         bf = d["sync"].setdefault("butterfly", {})

@@ -259,6 +259,16 @@ for name in links:
                                     f"({100 * loss_prob:g}% chunk loss)"), out / f"tour_link_tails_{name}.png")
 
 # %% [markdown]
+# ### Links that are not always up: islands in orbit
+# A satellite in low Earth orbit sees a ground station for a few minutes a pass, a few passes a day; its link is down
+# the rest of the time, and a transfer pauses until the next window. The `orbital` experiment (`islands-kit notebook
+# orbital -p preset smoke`) trains across four such satellites and a ground island with decoupled DiLoCo, the
+# satellites slowed in the Earth's shadow, and reports how long outer gradients waited for a window and what that
+# costs in bpb against the ground baseline; `notebooks/orbital.ipynb` draws each satellite's windows with the syncs on
+# them. It models passes, eclipses and bit flips, and leaves out power, thermal, radiation beyond bit flips and orbital
+# perturbations (docs/methods.md).
+
+# %% [markdown]
 # ## 8. Sampling from a trained run
 # Every run saves its final weights beside `result.json`: `model.pt` (the model it deploys and scores: for
 # `two_site` the global parameters) and `model.island<i>.pt` (each island's own replica), as plain tensors that

@@ -55,13 +55,23 @@ def test_config_command_prints_a_loadable_commented_listing(capsys, tmp_path):
 
 def test_help_lists_experiments_and_presets_and_version(capsys):
     text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
-    for name in ("baseline", "two_site", "eight_cell", *PRESETS, "islands-kit config EXPERIMENT"):
+    for name in ("baseline", "two_site", "eight_cell", "orbital", *PRESETS, "islands-kit config EXPERIMENT"):
         assert name in text
     nb = build_parser()._subparsers._group_actions[0].choices["notebook"].format_help()
-    assert "notebooks: baseline, compare, eight_cell, poisoned_island, scaling, tour, two_site" in " ".join(nb.split())
+    assert "notebooks: baseline, compare, eight_cell, orbital, poisoned_island, scaling, tour, two_site" in " ".join(nb.split())
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"islands-kit {__version__}"
+
+
+@pytest.mark.slow  # trains for seconds
+def test_run_orbital_at_smoke(tmp_path, capsys):
+    assert main(["run", "orbital", "--preset", "smoke", "--out", str(tmp_path / "o")]) == 0
+    res = json.loads((tmp_path / "o" / "result.json").read_text())
+    assert res["experiment"] == "orbital" and res["config"]["link"]["schedule"] == "orbit"
+    o = res["orbit"]
+    assert sum(o["bytes_per_link"].values()) == res["cross_site_bytes"] > 0 and o["window_wait_s"] > 0
+    assert "orbital: final_val_bpb=" in capsys.readouterr().out
 
 
 def test_unknown_keys_suggest_the_nearest(capsys, tmp_path):

@@ -43,7 +43,7 @@ from islands_kit.tracking import RESULT_KEYS
 GOLDEN = Path(__file__).parent / "golden"
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ("baseline", "two_site", "eight_cell", "compare", "tour")
+NOTEBOOKS = ("baseline", "two_site", "eight_cell", "orbital", "compare", "tour")
 EXPERIMENT_PNGS = ("bpb_vs_tokens.png", "bpb_vs_sim_time.png", "link_bytes.png", "routing_load.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -109,6 +109,9 @@ def test_experiment_notebooks_declare_their_knobs():
              "eight_cell": {"H", "exchanges_per_window", "delay", "codec", "frontier_file"}}
     for name, own in knobs.items():
         assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == common | own
+    # the orbital experiment flies its own link (leo-orbit, link.orbit.*): no link parameter, its orbit's knobs
+    assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / "orbital.ipynb"))) == common - {"link"} | {
+        "baseline_dir", "isl", "time_compression", "eclipse_throttle", "H", "grace_s", "corrupt_prob"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -549,6 +552,24 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
                 "tour_shampoo_vs_adam.png", "tour_fragment_timeline.png", "tour_butterfly_timeline.png",
                 "tour_mixing_matrices.png", "tour_link_tails_intra-dc.png", "tour_link_tails_leo-satellite.png"):
         assert_png(tmp_path / png)
+
+
+@pytest.mark.slow  # starts a papermill kernel and trains for seconds
+def test_cli_notebook_runs_orbital_at_smoke_against_a_baseline(tmp_path, capsys):
+    from islands_kit.run import run_experiment
+
+    base = tmp_path / "baseline"
+    run_experiment(get_preset("baseline", "smoke"), base)
+    out = tmp_path / "orbital"
+    assert cli.main(["notebook", "orbital", "-p", "preset", "smoke", "-p", "isl", "True", "-p", "baseline_dir",
+                     str(base), "--out", str(out)]) == 0
+    assert "executed notebook" in capsys.readouterr().out
+    res = json.loads((out / "result.json").read_text())
+    assert res["experiment"] == "orbital" and res["orbit"]["isl"] is True and res["orbit"]["windows_used"] > 0
+    for png in ("contact_windows.png", "bpb_vs_tokens.png", "decoupled_clocks.png"):
+        assert_png(out / png)
+    printed = "".join(stream_text(out / "orbital.ipynb"))
+    assert "transfers waited" in printed and "window wait s" in printed and "bpb / baseline" in printed
 
 
 @pytest.mark.slow

@@ -95,7 +95,7 @@ class ExperimentConfig:
                self.log_every)
         _check(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0 (0 = never)", self.checkpoint_every)
         f = self.faults
-        for name in ("preempt_island", "straggler_island"):
+        for name in ("preempt_island", "straggler_island", "upset_island"):
             v = getattr(f, name)
             _check(v == -1 or 0 <= v < n, "faults." + name, f"must be -1 (none) or an island index < {n}", v)
         if f.attack != "none":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from islands_kit.config import orbital
 from islands_kit.config.rules import ConfigError
 
 
@@ -51,7 +52,8 @@ def cells(n: int, batch: int = 5) -> Layout:
 @dataclass(frozen=True)
 class ExperimentRow:
     """One experiment. ``sync``, ``demo`` and ``demo_long`` are nested like ``presets.preset_dict``'s result:
-    ``sync`` is its sync section at every preset, ``demo`` what the CPU demo presets set on top, ``demo_long`` what
+    ``sync`` is its sync section at every preset, ``settings`` any other section it sets at every preset (its
+    link), ``demo`` what the CPU demo presets set on top, ``demo_long`` what
     ``demo-long`` changes on top of ``demo``. ``reference``: the synchronous run every ratio is taken against (it
     must use a synchronous strategy)."""
 
@@ -59,6 +61,7 @@ class ExperimentRow:
     description: str  # one line (CLI help, tables)
     islands: Layout
     sync: dict[str, Any]
+    settings: dict[str, Any] = field(default_factory=dict)
     demo: dict[str, Any] = field(default_factory=dict)
     demo_long: dict[str, Any] = field(default_factory=dict)
     color: str = "#7f7f7f"
@@ -96,6 +99,20 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        butterfly=dict(exchanges_per_window=6, merge="delay_aware", final_average=True)),
                   demo={"optim": {"lr": 7.14e-3}, "sync": {"butterfly": {"exchanges_per_window": 16}}},
                   color="#2ca02c", marker="s", notebook="eight_cell"),
+    # a ground station's island and four satellites (config/orbital.py: islands, time compression, tokens),
+    # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings, the
+    # synchroniser's grace about one demo tick, and an outer gradient that waited for a pass past its merge carried
+    # into the fragment's next one; link.orbit.isl=true relays over inter-satellite links (docs/methods.md)
+    ExperimentRow("orbital", "decoupled DiLoCo between a ground station and four satellites",
+                  orbital.station_and_satellites,
+                  dict(strategy="diloco", mode="decoupled", H=50, n_fragments=2, tau=1, codec="int4", quorum=1,
+                       grace_s=0.05, stochastic_rounding=True, error_feedback=True, routing_sync=False,
+                       diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, final_codec="int8"),
+                       decoupled=dict(late="carry")),
+                  settings={"link": orbital.link(orbital.SMOKE_COMPRESSION)},
+                  demo={"optim": {"lr": 3e-3},
+                        "link": {"orbit": {"time_compression": orbital.DEMO_COMPRESSION}}},
+                  color="#9467bd", marker="^", notebook="orbital"),
 )
 EXPERIMENT_TABLE: dict[str, ExperimentRow] = {r.name: r for r in _TABLE}
 EXPERIMENTS: tuple[str, ...] = tuple(EXPERIMENT_TABLE)  # the built-in experiments (the CLI's choices)

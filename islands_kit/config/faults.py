@@ -29,6 +29,9 @@ class FaultConfig:
     norm_ratio: float = 3.0  # flag an update whose norm exceeds norm_ratio x the trusted reference norm
     min_cosine: float = -0.2  # flag an update whose direction disagrees with the reference (cosine below this)
     history: int = 5  # syncs of an island's own history used as its reference
+    upset_island: int = -1  # a single-event upset in this island's replica (-1 = none; faults/seu.py)
+    upset_step: int = 1  # ... after this inner step of the schedule
+    upset_bit: int = 30  # ... flipping this bit (float32: 0-22 mantissa, 23-30 exponent, 31 sign) of one seeded weight
 
     def __post_init__(self) -> None:
         p = "faults."
@@ -44,3 +47,6 @@ class FaultConfig:
         _check(self.norm_ratio > 1.0, p + "norm_ratio", "must be > 1", self.norm_ratio)
         _check(-1.0 <= self.min_cosine <= 1.0, p + "min_cosine", "must be in [-1, 1]", self.min_cosine)
         _check(self.history >= 1, p + "history", "must be >= 1", self.history)
+        _check(self.upset_island >= -1, p + "upset_island", "must be >= -1 (-1 = no upset)", self.upset_island)
+        _check(self.upset_step >= 1, p + "upset_step", "must be >= 1", self.upset_step)
+        _check(0 <= self.upset_bit <= 31, p + "upset_bit", "must be in [0, 31] (a float32 bit)", self.upset_bit)

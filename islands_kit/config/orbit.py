@@ -39,7 +39,7 @@ class OrbitConfig:
     earth_rotation_rad_s: float = 7.292115e-5  # the Earth's rotation rate (IERS 2010); 0 neglects the rotation
     min_elevation_deg: float = 25.0  # elevation mask of a ground link (Starlink's, FCC 2021 order)
     stations: list[StationConfig] = field(default_factory=lambda: [StationConfig()])  # island ids 0..G-1
-    isl: bool = False  # optical inter-satellite links between in-plane neighbours (always up)
+    isl: bool = False  # optical inter-satellite links between in-plane neighbours (always up), relaying to the ground
     isl_rate_bps: float = 1.8e9  # their rate: the EDRS laser terminal's 1.8 Gbit/s (ESA)
     beta_deg: float = 0.0  # angle between the orbit plane and the Sun direction (0: the longest eclipse)
     eclipse_throttle: float = 0.5  # compute speed in eclipse, as a share of sunlit speed (an assumption, methods.md)

@@ -27,9 +27,12 @@ from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_
 from islands_kit.device import check_precision, resolve_device
 from islands_kit.device import describe as describe_device
 from islands_kit.faults import install
+from islands_kit.faults.seu import install_upset
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.orbital import install_eclipse
+from islands_kit.orbital import result_fields as orbit_fields
 from islands_kit.progress import Progress
 from islands_kit.sync.ddp import ddp_equivalent_bytes
 from islands_kit.tracking import Tracker
@@ -73,6 +76,7 @@ class Experiment:
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
         self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
+        install_eclipse(self.transport.clock, cfg)  # satellites compute slower in shadow (a run on the orbit only)
         # -- islands: identical initial weights, separate data streams -------------------------------------------
         torch.manual_seed(cfg.seed)
         base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device
@@ -103,6 +107,7 @@ class Experiment:
         self.driver = build_driver(cfg, self.islands, self.transport, self.step_s, self.tick_s)
         self.strategy = self.driver.strategy
         self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
+        self.upset = install_upset(cfg)  # a bit flip in one replica's weights (faults.upset_island), else None
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
         self.elapsed_before = 0.0  # wall seconds spent before a resume
@@ -190,7 +195,10 @@ class Experiment:
     def train_step(self) -> dict[int, float]:
         """One step of the global schedule (a decoupled run: one tick); the loss of each local island that stepped."""
         self.step += 1
-        return self.driver.step(self.step)
+        losses = self.driver.step(self.step)
+        if self.upset is not None:
+            self.upset.after_step(self.step, {i: isl.model for i, isl in self.islands.items()})
+        return losses
 
     def run(self, tracker: Tracker | None = None) -> Result:
         cfg = self.cfg
@@ -318,6 +326,8 @@ class Experiment:
             diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
             sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
             goodput=self.goodput(), outer_log=self.outer_records(), **self.strategy.result_fields(),
+            **orbit_fields(cfg, led.timeline, max(clock.now.values())),
+            **(self.upset.result_fields() if self.upset is not None else {}),
         )
 
     # -- checkpoints --------------------------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""The ``orbital`` experiment's own pieces: eclipse throttling of the satellites' compute and what its run reports
+about the contact windows (bytes per link and per window, time spent waiting for a window).
+
+The experiment (its row of ``config/experiment_table.py``, islands from ``config/orbital.py``): a ground station's
+island (island 0, where the decoupled synchroniser and the global model sit) and N satellites (islands 1..N) in
+one low Earth orbit (``islands_kit.orbit``), decoupled DiLoCo between them. A satellite's outer gradients reach the
+station only during its passes (``link.orbit.isl=false``) or, with ``link.orbit.isl=true``, whenever some
+satellite of the ring is in a pass (relayed over the inter-satellite links). Both apply whenever
+``link.schedule=orbit``, the orbital experiment's link; every other run has no orbit and nothing here acts on it.
+
+Eclipse. A satellite in the Earth's shadow computes at ``link.orbit.eclipse_throttle`` of its sunlit speed
+(``orbit.compute_factor``): an inner step that starts in shadow takes ``step / throttle`` on its clock
+(``SimClock.speed``), so the satellites run at different paces — what decoupled mode is for.
+
+Waiting for a window. A transfer posted at ``s`` that arrives at ``e`` waited ``down_time_s(schedule, s, e)`` of
+that span for its link to come up (the rest is serialisation, latency and resends). Nobody idles for it in
+decoupled mode: the island goes on training, and the wait shows as staleness (late or skipped merges) instead.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from islands_kit import orbit
+from islands_kit.comm.clock import SimClock
+from islands_kit.comm.link.contact import ContactPlan, contact_plan, down_time_s, up_windows
+from islands_kit.config import ExperimentConfig
+
+Transfer = Sequence[Any]  # a ledger timeline row: (start_s, end_s, bytes, src, dst, channel)
+
+
+def on_orbit(cfg: ExperimentConfig) -> bool:
+    """Does this run fly (its link's contact windows come from the orbit model)?"""
+    return cfg.link.schedule == "orbit"
+
+
+def install_eclipse(clock: SimClock, cfg: ExperimentConfig) -> None:
+    """Throttle every satellite island's compute in eclipse (module doc); nothing unless the run flies."""
+    o = cfg.link.orbit
+    if not on_orbit(cfg) or o.eclipse_throttle >= 1.0:
+        return
+    G = len(o.stations)
+    for i in clock.now:
+        if G <= i < G + o.n_satellites:
+            clock.speed[i] = functools.partial(orbit.compute_factor, o, i - G)
+
+
+def _window_of(schedule: Any, start: float, end: float) -> tuple[float, float] | None:
+    """The contact window a transfer posted at ``start`` and arrived at ``end`` finished in: the last up-interval
+    that opened by ``end`` (its last byte left then; the arrival adds half a round trip). None: an always-up link."""
+    if schedule.always_up:
+        return None
+    last = None
+    t = start
+    while True:
+        s, e = schedule.next_up(t)
+        if s > end or not math.isfinite(s):
+            return last
+        last, t = (s, e), e
+
+
+def contact_report(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: float) -> dict[str, Any]:
+    """result.json's ``orbit`` section: bytes per directed link and per contact window, time spent waiting for a
+    window (total, per link, and the longest), and every satellite's ground windows over the run (for the figure)."""
+    plan: ContactPlan = contact_plan(cfg.link)
+    n = len(cfg.islands)
+    by_link: dict[str, int] = {}
+    by_window: dict[tuple[str, float, float], int] = {}
+    wait_by_link: dict[str, float] = {}
+    longest = 0.0
+    for start, end, nbytes, src, dst, _channel in timeline:
+        if src == dst:
+            continue
+        key = f"{src}->{dst}"
+        by_link[key] = by_link.get(key, 0) + int(nbytes)
+        sched = plan.schedule(int(src), int(dst))
+        w = _window_of(sched, float(start), float(end))
+        if w is not None:
+            by_window[(key, w[0], w[1])] = by_window.get((key, w[0], w[1]), 0) + int(nbytes)
+        waited = down_time_s(sched, float(start), float(end))
+        wait_by_link[key] = wait_by_link.get(key, 0.0) + waited
+        longest = max(longest, waited)
+    G = len(cfg.link.orbit.stations)
+    windows = {str(i): [[round(a, 9), round(b, 9)] for a, b in up_windows(plan.schedule(i, 0), 0.0, span_s)]
+               for i in range(G, n)}
+    per_window = [{"link": k, "start_s": round(a, 9), "end_s": round(b, 9), "bytes": v}
+                  for (k, a, b), v in sorted(by_window.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    wait_total = sum(wait_by_link.values())
+    return {
+        "orbit_period_s": orbit.period_s(cfg.link.orbit) / cfg.link.orbit.time_compression,
+        "time_compression": cfg.link.orbit.time_compression,
+        "eclipse_fraction": orbit.eclipse_fraction(cfg.link.orbit),
+        "isl": cfg.link.orbit.isl,
+        "bytes_per_link": by_link,
+        "bytes_per_window": per_window,
+        "windows_used": len(per_window),
+        "mean_bytes_per_window": (sum(by_window.values()) / len(by_window)) if by_window else 0.0,
+        "window_wait_s": wait_total,
+        "window_wait_s_per_link": {k: round(v, 9) for k, v in sorted(wait_by_link.items())},
+        "longest_window_wait_s": longest,
+        "ground_windows": windows,
+    }
+
+
+def result_fields(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: float) -> dict[str, Any]:
+    """``{"orbit": contact_report(...)}`` for a run that flies, else nothing (result.json's keys stay as they were)."""
+    if not on_orbit(cfg):
+        return {}
+    return {"orbit": contact_report(cfg, timeline, span_s)}
+
+
+def up_share(windows: Sequence[Sequence[float]], span_s: float) -> float:
+    """Share of ``[0, span_s)`` a satellite's ground link is up, from ``contact_report``'s ``ground_windows``."""
+    return sum(b - a for a, b in windows) / span_s if span_s > 0 and math.isfinite(span_s) else 0.0
+
+
+def orbit_summary(result: Mapping[str, Any]) -> str:
+    """What an orbital run's ``orbit`` section says, in a few lines (the notebook prints it)."""
+    o = result["orbit"]
+    span = float(result["sim_wall_clock_s"])
+    lines = [f"orbit: period {o['orbit_period_s']:.3g} simulated s (1 s = {o['time_compression']:.3g} orbital s), "
+             f"{100 * o['eclipse_fraction']:.0f}% of it in eclipse; inter-satellite links: {o['isl']}",
+             f"transfers waited {o['window_wait_s']:.3g} simulated s for a window in all (longest "
+             f"{o['longest_window_wait_s']:.3g} s); {o['windows_used']} windows carried bytes, "
+             f"{o['mean_bytes_per_window']:,.0f} bytes each on average"]
+    steps = {str(k): v for k, v in result["inner_steps"].items()}  # str keys as read back, int as returned
+    for sat, wins in sorted(o["ground_windows"].items(), key=lambda kv: int(kv[0])):
+        up, down = o["bytes_per_link"].get(f"{sat}->0", 0), o["bytes_per_link"].get(f"0->{sat}", 0)
+        lines.append(f"  island {sat}: {len(wins)} windows, link up {100 * up_share(wins, span):.1f}% of the run; "
+                     f"{up:,} bytes up, {down:,} down; {steps[sat]} inner steps")
+    return "\n".join(lines)

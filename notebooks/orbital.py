@@ -1,0 +1,117 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Orbital islands: a small model pre-trained across satellites with contact windows
+#
+# The seed's first step towards training in orbit: four satellites evenly spaced in one low Earth orbit (550 km,
+# 53°, a period of ~95.5 minutes) and a ground station (ESA's Redu, 25° elevation mask) whose island holds the
+# global model. A satellite talks to the ground only during its passes, a few minutes each, ~4 a day; in the Earth's
+# shadow (37% of each orbit) its compute runs at half speed, so the islands run at different paces and sync with
+# **decoupled DiLoCo**: each steps on its own clock, and the ground's synchroniser merges what has arrived.
+#
+# Two ways to reach the ground (`isl`): (a) `False`, each satellite through its own passes only; (b) `True`,
+# over optical inter-satellite links to whichever satellite of the ring is in a pass. The orbit runs
+# `time_compression` times faster than the compute, so that a run spans days of passes (docs/methods.md says why
+# and what the model leaves out: power, thermal, radiation beyond bit flips, orbital perturbations).
+#
+# ```bash
+# islands-kit notebook orbital -p preset smoke --out runs/orbital-smoke
+# islands-kit run baseline --preset demo --out runs/baseline-demo-s0    # the ground baseline, the same token budget
+# islands-kit notebook orbital -p preset demo -p baseline_dir runs/baseline-demo-s0
+# ```
+#
+# The next cell holds the parameters (literals only); the one after it validates them through `islands_kit`.
+
+# %% tags=["parameters"]
+preset = "demo"  # smoke (seconds, tests) | demo (minutes on 2 CPU cores) | demo-long (2x its steps)
+seed = 0  # one seed for weights, data order, stochastic rounding and the link's draws
+steps = 0  # ticks of the decoupled schedule; 0 means the preset value
+corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob of .txt/.parquet files
+out_dir = ""  # empty means runs/orbital-<preset>-s<seed>; result.json, history.jsonl and the PNGs land here
+wandb_mode = "offline"  # offline | online | disabled
+wandb_project = "islands_kit"
+wandb_group = ""  # the runs of one comparison share a group
+baseline_dir = ""  # a finished ground baseline run (islands-kit run baseline --preset PRESET); empty: no comparison
+overrides = {}  # any other config field by its --set key, e.g. {"link.orbit.beta_deg": 60.0, "threads": 1}
+# orbital knobs; None means the preset value (islands_kit.presets, config/orbital.py)
+isl = None  # link.orbit.isl: False for (a) ground passes only, True for (b) relayed over inter-satellite links
+time_compression = None  # link.orbit.time_compression: orbital seconds per simulated second
+eclipse_throttle = None  # link.orbit.eclipse_throttle: compute speed in shadow (1: no throttle)
+H = None  # ticks of the schedule between a fragment's merges
+grace_s = None  # sync.grace_s: simulated seconds the synchroniser waits beyond the quorum
+corrupt_prob = None  # link.corrupt_prob: chunks hit by an upset in flight (CRC-checked, resent)
+
+# %%
+from islands_kit import plots
+from islands_kit.figures import standard_figures
+from islands_kit.notebooks import config_summary, load_run, notebook_config, resolve_out_dir, result_summary
+from islands_kit.orbital import orbit_summary
+
+cfg = notebook_config("orbital", preset, seed, steps, {
+    "data.corpus": corpus, "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,
+    "link.orbit.isl": isl, "link.orbit.time_compression": time_compression,
+    "link.orbit.eclipse_throttle": eclipse_throttle, "sync.H": H, "sync.grace_s": grace_s,
+    "link.corrupt_prob": corrupt_prob,
+}, overrides)
+out = resolve_out_dir(out_dir, cfg)
+print(config_summary(cfg))
+
+# %% [markdown]
+# ## Train
+# `run_experiment` writes `result.json` (with its `orbit` section), `history.jsonl` and `link_timeline.jsonl` (every
+# transfer: posted, arrived, bytes, link) into the output folder.
+
+# %%
+from islands_kit.run import run_experiment
+
+result = run_experiment(cfg, out)
+print(result_summary(result))
+print(orbit_summary(result))
+
+# %% [markdown]
+# ## Contact windows and the syncs on them
+# One row per satellite: its windows with the ground station (bars) over simulated time; each outer gradient going up
+# (▲) and each merged fragment coming down (▼) is a line from when it was posted to when it arrived. A line that
+# crosses a gap waited for the next window — the waiting the `window wait` figures count.
+
+# %%
+run = load_run(out)
+figs = standard_figures(run["result"], run["history"], run["timeline"])  # the figures the CLI and wandb save
+plots.show(figs["contact_windows.png"], out / "contact_windows.png")
+
+# %% [markdown]
+# ## Validation bits per byte, and each island's clock
+# The deployed model is the ground's global one. Against simulated time, and each island's inner steps against it
+# (the satellites fall behind the ground island in every eclipse).
+
+# %%
+plots.show(figs["bpb_vs_tokens.png"], out / "bpb_vs_tokens.png")
+plots.show(figs["bpb_vs_sim_time.png"], out / "bpb_vs_sim_time.png")
+plots.show(plots.decoupled_clocks(run["result"]), out / "decoupled_clocks.png")
+
+# %% [markdown]
+# ## Against the ground baseline
+# With `baseline_dir` set: the compare table (bpb paired by seed, bytes, simulated time, utilisation, window wait).
+# The orbital run plans the baseline's token budget; its satellites process fewer tokens in eclipse (`tokens`).
+
+# %%
+from islands_kit.compare import report
+
+if baseline_dir:
+    _rows, _seeds, table = report([load_run(baseline_dir)["result"], run["result"]])
+    print(table)
+else:
+    print("no baseline_dir: run `islands-kit run baseline --preset " + preset + "` and pass its folder to compare")

@@ -1,0 +1,111 @@
+"""The orbital experiment (its row of the experiment table, islands_kit/orbital.py): satellites that relay over
+inter-satellite links, eclipse throttling on the simulated clock, and a smoke run whose transfers all move inside
+their link's contact windows, with result.json's orbit section and its figure."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from islands_kit import orbit, plots
+from islands_kit.comm.clock import SimClock
+from islands_kit.comm.link.contact import contact_plan, up_windows
+from islands_kit.config import apply_overrides
+from islands_kit.config.experiment_table import experiment_row
+from islands_kit.config.orbit import OrbitConfig
+from islands_kit.orbital import install_eclipse, on_orbit
+from islands_kit.presets import PRESETS, get_preset
+from islands_kit.run import run_experiment
+
+
+def test_inter_satellite_links_relay_every_satellite_through_any_pass() -> None:
+    cfg = OrbitConfig(horizon_s=20000.0)
+    alone = orbit.contact_plan(cfg)
+    ring = orbit.contact_plan(OrbitConfig(horizon_s=20000.0, isl=True))
+    union = orbit.relayed([list(alone.links[(0, 1 + k)].windows or ()) for k in range(4)])
+    for k in range(4):
+        assert ring.links[(1 + k, 0)].windows == tuple(union)  # one schedule for the whole ring
+        for a, b in alone.links[(0, 1 + k)].windows or ():  # ... that holds each satellite's own passes
+            assert any(x <= a and b <= y for x, y in union)
+    assert sum(b - a for a, b in union) > max(sum(b - a for a, b in alone.links[(0, 1 + k)].windows or ())
+                                              for k in range(4))
+    assert orbit.relayed([[(0.0, 2.0)], [(1.0, 3.0), (5.0, 6.0)]]) == [(0.0, 3.0), (5.0, 6.0)]
+
+
+def test_eclipse_throttles_the_satellites_only_and_only_on_the_orbit() -> None:
+    cfg = get_preset("orbital", "smoke")
+    assert on_orbit(cfg) and cfg.link.orbit.eclipse_throttle == 0.5
+    clock = SimClock(list(range(len(cfg.islands))))
+    install_eclipse(clock, cfg)
+    assert sorted(clock.speed) == [1, 2, 3, 4]  # the ground island (0) is never throttled
+    o = cfg.link.orbit
+    shade = orbit.eclipse_windows(o, 0)[0][0] / o.time_compression  # satellite 0 (island 1) enters the shadow
+    clock.now[1] = shade + 1e-12
+    clock.compute(1, 0.01)
+    assert clock.busy[1] == pytest.approx(0.02)  # half speed in shadow
+    sunlit = shade - 1e-6  # just before the shadow
+    assert orbit.compute_factor(o, 0, sunlit) == 1.0
+    clock.now[1], before = sunlit, clock.busy[1]
+    clock.compute(1, 0.01)  # a step that starts in sunlight runs at full speed (the rate at its start)
+    assert clock.busy[1] - before == pytest.approx(0.01)
+    ground = SimClock([0, 1])
+    install_eclipse(ground, get_preset("two_site", "smoke"))
+    assert ground.speed == {}
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if not p.startswith("gpu")])
+def test_every_cpu_preset_flies_the_leo_orbit_link(preset: str) -> None:
+    cfg = get_preset("orbital", preset)
+    assert cfg.link.preset == "leo-orbit" and cfg.sync.mode == "decoupled" and len(cfg.islands) == 5
+    assert sum(i.batch_size for i in cfg.islands) == sum(i.batch_size for i in get_preset("baseline", preset).islands)
+    assert cfg.steps == get_preset("baseline", preset).steps  # the baseline's token budget
+    assert experiment_row("orbital").notebook == "orbital"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[dict, list]]:
+    out = {}
+    for isl in (False, True):
+        cfg = apply_overrides(get_preset("orbital", "smoke"), {"link.orbit.isl": str(isl).lower()})
+        d = tmp_path_factory.mktemp(f"orbital-isl-{isl}")
+        run_experiment(cfg, d)
+        tl = [json.loads(line) for line in (d / "link_timeline.jsonl").read_text().splitlines()]
+        out[isl] = (json.loads((d / "result.json").read_text()), tl)
+    return out
+
+
+@pytest.mark.slow  # trains for seconds
+@pytest.mark.parametrize("isl", [False, True])
+def test_a_smoke_run_moves_bytes_only_inside_contact_windows(runs: dict, isl: bool) -> None:
+    res, timeline = runs[isl]
+    cfg = apply_overrides(get_preset("orbital", "smoke"), {"link.orbit.isl": str(isl).lower()})
+    plan = contact_plan(cfg.link)
+    o = res["orbit"]
+    assert o["isl"] is isl and timeline
+    for start, end, nbytes, src, dst, _ in timeline:
+        up = list(up_windows(plan.schedule(src, dst), start, end))
+        assert up, f"{src}->{dst} moved {nbytes} bytes in [{start}, {end}) while its link was down"
+    assert sum(o["bytes_per_link"].values()) == res["cross_site_bytes"]
+    assert sum(w["bytes"] for w in o["bytes_per_window"]) == res["cross_site_bytes"]  # every ground link has windows
+    assert o["window_wait_s"] > 0 and o["longest_window_wait_s"] <= o["window_wait_s"]
+    steps = res["inner_steps"]
+    assert all(steps[str(i)] < steps["0"] for i in range(1, 5))  # eclipses slow the satellites, not the ground
+    assert res["outer_steps_per_fragment"] and min(res["outer_steps_per_fragment"]) >= 1
+
+
+@pytest.mark.slow
+def test_the_relay_gives_every_satellite_more_windows(runs: dict) -> None:
+    alone, ring = runs[False][0]["orbit"], runs[True][0]["orbit"]
+    span = min(alone["ground_windows"]["1"][-1][1], ring["ground_windows"]["1"][-1][1])
+    for s in "1234":
+        assert sum(b - a for a, b in ring["ground_windows"][s] if b <= span) >= \
+            sum(b - a for a, b in alone["ground_windows"][s] if b <= span)
+
+
+@pytest.mark.slow
+def test_the_contact_window_figure_draws(runs: dict) -> None:
+    res, timeline = runs[False]
+    fig = plots.contact_windows(res, timeline)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "simulated time (s)" and len(ax.get_yticklabels()) == 4
+    assert "waited" in ax.get_title()
