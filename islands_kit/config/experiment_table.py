@@ -68,6 +68,7 @@ class ExperimentRow:
     marker: str = "o"
     notebook: str = ""  # notebooks/NAME.ipynb that runs it ("" = none)
     reference: bool = False
+    scaling: bool = True  # one of the scaling study's strategies (islands_kit/scaling.py: the width x length grid)
 
 
 _TABLE: tuple[ExperimentRow, ...] = (
@@ -112,10 +113,11 @@ _TABLE: tuple[ExperimentRow, ...] = (
                   settings={"link": orbital.link(orbital.SMOKE_COMPRESSION)},
                   demo={"optim": {"lr": 3e-3},
                         "link": {"orbit": {"time_compression": orbital.DEMO_COMPRESSION}}},
-                  color="#9467bd", marker="^", notebook="orbital"),
+                  color="#9467bd", marker="^", notebook="orbital", scaling=False),
 )
 EXPERIMENT_TABLE: dict[str, ExperimentRow] = {r.name: r for r in _TABLE}
 EXPERIMENTS: tuple[str, ...] = tuple(EXPERIMENT_TABLE)  # the built-in experiments (the CLI's choices)
+SCALING_EXPERIMENTS: tuple[str, ...] = tuple(r.name for r in _TABLE if r.scaling)  # the scaling study's default
 
 
 def experiment_row(name: str) -> ExperimentRow:
