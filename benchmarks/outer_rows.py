@@ -76,12 +76,12 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     # and SNOO's structure on site A's data: M = 1 DiLoCo with one fragment and no overlap
     "M=1 DiLoCo H=25 fp32, 1 fragment, tau 0, 0.5/0.5, ramp 10": (
         "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10"),
-                              "sync.n_fragments": "1", "sync.tau": "0"}, [0]),
+                              "sync.n_fragments": "1", "sync.tau": "0"}, SEEDS3),
     "SNOO K=25, 0.7/0.9, final fast": ("snoo2", "baseline", 1, snoo(25, 0.7, 0.9, final="fast"), [0]),
     "SNOO K=25, 0.5/0.5, final fast": ("snoo2", "baseline", 1, snoo(25, 0.5, 0.5, final="fast"), [0]),
-    "SNOO K=25, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10"), [0]),
+    "SNOO K=25, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
     # the data-stream control: site A alone with the whole batch (no outer step): what the M = 1 rows' stream is worth
-    "site A alone (M = 1 stream, no outer step)": ("m1", "two_site", 1, {**M1, "sync.strategy": "ddp"}, [0]),
+    "site A alone (M = 1 stream, no outer step)": ("m1", "two_site", 1, {**M1, "sync.strategy": "ddp"}, SEEDS3),
     # the M = 1 DiLoCo control (site A's own stream) beside SNOO on the baseline's stream
     "M=1 DiLoCo H=25 fp32, 0.5/0.5, ramp 10": (
         "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10")}, [0]),
@@ -92,6 +92,7 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "eight_cell + SNOO inside each cell K=25, 0.5/0.5": ("eight", "eight_cell", 8, snoo(25, 0.5, 0.5), [0]),
 }
 BASELINE = "baseline (AdamW, lr 3e-3)"
+STREAM_A = "site A alone (M = 1 stream, no outer step)"  # the M = 1 rows' own-stream control (same data, no outer step)
 
 
 def _dir(experiment: str, sets: dict[str, str], seed: int) -> Path:
@@ -171,10 +172,16 @@ def rows() -> list[dict]:
         tune_ratios = [r["final_tune_bpb"] / b["final_tune_bpb"] for _, r, b in got
                        if r.get("final_tune_bpb") and b.get("final_tune_bpb")]
         r0 = got[0][1]
+        own = None
+        if experiment == "two_site" and replicas == 1 and label != STREAM_A:  # an M = 1 row: also against its stream
+            ctl = ROWS[STREAM_A]
+            pairs = [(r, _result(ctl[1], ctl[3], s)) for s, r, _ in got]
+            pairs = [(r, c) for r, c in pairs if c is not None]
+            own = statistics.mean(r["final_val_bpb"] / c["final_val_bpb"] for r, c in pairs) if pairs else None
         out.append({
             "label": label, "experiment": experiment, "preset": "demo", "replicas": replicas,
             "overrides": overrides(sets), "seeds": [s for s, _, _ in got], "bpb": val, "tune_bpb": tune,
-            "ratio": statistics.mean(ratios), "ratios": ratios,
+            "ratio": statistics.mean(ratios), "ratios": ratios, "ratio_vs_own_stream": own,
             "tune_ratio": statistics.mean(tune_ratios) if tune_ratios else None,
             "fewer": (r0["ddp_equivalent_bytes"] / r0["cross_site_bytes"]) if r0["cross_site_bytes"] else None,
             "cross_site_bytes": r0["cross_site_bytes"],
