@@ -187,19 +187,23 @@ def rows() -> list[dict]:
             "cross_site_bytes": r0["cross_site_bytes"],
             "baseline": {"experiment": base[1], "overrides": overrides(base[3]),
                          "bpb": [b["final_val_bpb"] for _, _, b in got]},
-            "weight_norm_end": _last_norm(r0), "wall_time_s": round(r0["wall_time_s"], 1),
+            "weight_norm_end": _model_norm(experiment, sets, got[0][0]), "wall_time_s": round(r0["wall_time_s"], 1),
             **_movement(r0),
         })
     return out
 
 
-def _last_norm(res: dict) -> float | None:
-    """‖θ‖ after the last outer step (SNOO's all-parameter norm; DiLoCo: the fragments' norms combined)."""
-    log = res.get("outer_log") or []
-    last: dict = {}
-    for r in log:
-        last[r["fragment"]] = r["weight_norm"]
-    return round(sum(v * v for v in last.values()) ** 0.5, 4) if last else None
+def _model_norm(experiment: str, sets: dict[str, str], seed: int) -> float | None:
+    """‖θ‖ of the deployed model (model.pt: every parameter, not the routers' balancing biases), and of the
+    routed experts' matrices alone."""
+    import torch
+
+    f = _dir(experiment, sets, seed) / "model.pt"
+    if not f.exists():
+        return None
+    sd = torch.load(f, map_location="cpu", weights_only=False)["state_dict"]
+    return round(sum(float(v.double().pow(2).sum()) for k, v in sd.items()
+                     if v.is_floating_point() and "expert_bias" not in k) ** 0.5, 2)
 
 
 def _movement(res: dict) -> dict:
@@ -215,15 +219,16 @@ def _movement(res: dict) -> dict:
 
 
 def table(rs: list[dict]) -> str:
-    lines = ["| row | replicas | seeds | val bpb | × baseline (val) | × baseline (tune) | fewer bytes | ‖θ‖ end | "
-             "‖s‖/‖θ‖, cos(s, s_prev), applied/‖s‖ (medians) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | seeds | val bpb | × baseline (val, per seed) | × baseline (tune) | × own stream (M = 1) | "
+             "‖θ‖ end | ‖s‖/‖θ‖, cos(s, s_prev), applied/‖s‖ (medians) |", "|---|---|---|---|---|---|---|---|"]
     for r in rs:
-        fewer = f"{r['fewer']:.0f}x" if r["fewer"] else "—"
         tune = f"{r['tune_ratio']:.4f}" if r["tune_ratio"] else "—"
-        lines.append(f"| {r['label']} | {r['replicas']} | {len(r['seeds'])} | {statistics.mean(r['bpb']):.4f} | "
-                     f"{r['ratio']:.4f} ({' / '.join(f'{x:.4f}' for x in r['ratios'])}) | {tune} | {fewer} | "
-                     f"{r['weight_norm_end']} | {r['rel_delta_median']}, {r['cos_prev_median']}, "
-                     f"{r['applied_over_delta_median']} |")
+        own = f"{r['ratio_vs_own_stream']:.4f}" if r.get("ratio_vs_own_stream") else "—"
+        moves = (f"{r['rel_delta_median']}, {r['cos_prev_median']}, {r['applied_over_delta_median']}"
+                 if r["rel_delta_median"] is not None else "—")
+        lines.append(f"| {r['label']} | {len(r['seeds'])} | {statistics.mean(r['bpb']):.4f} | "
+                     f"{r['ratio']:.4f} ({' / '.join(f'{x:.4f}' for x in r['ratios'])}) | {tune} | {own} | "
+                     f"{r['weight_norm_end']} | {moves} |")
     return "\n".join(lines)
 
 
