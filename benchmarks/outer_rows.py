@@ -58,6 +58,7 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "SNOO K=28, 0.68/0.37 (modded-nanogpt record)": ("snoo", "baseline", 1, snoo(28, 0.68, 0.37), [0]),
     "SNOO K=100, 0.8/0.75": ("snoo", "baseline", 1, snoo(100, 0.8, 0.75), [0]),
     "SNOO K=10, 0.5/0.5": ("snoo", "baseline", 1, snoo(10, 0.5, 0.5), [0]),
+    "SNOO K=10, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(10, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
     "SNOO K=50, 0.5/0.5": ("snoo", "baseline", 1, snoo(50, 0.5, 0.5), [0]),
     "SNOO K=25, 0.8/0.5": ("snoo", "baseline", 1, snoo(25, 0.8, 0.5), [0]),
     "SNOO K=25, 0.5/0.7": ("snoo", "baseline", 1, snoo(25, 0.5, 0.7), [0]),
