@@ -118,6 +118,13 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   radial-directional merge: from step ~600 on the two sites' outer gradients are nearly orthogonal (cosine ~0.15,
 #   `benchmarks/merge_agreement.py`), so the mean shrinks each step to ~0.77 of the sites' norm while the
 #   radial-directional merge restores it, a ~1.3x larger step along noisy directions that pays in a short run only.
+# * the outer step is plain averaging (outer lr 1, no momentum), not DiLoCo's Nesterov 0.7 / 0.9, and the reason is
+#   measured on one site (SNOO: the same Nesterov step on one model's pseudo-gradient, `benchmarks/outer_rows.py`):
+#   consecutive pseudo-gradients are nearly orthogonal here (cosine ~0.2 from one 25-step window to the next), so a
+#   momentum of 0.9 sums directions that do not persist, steps ~2x the pseudo-gradient each window and inflates the
+#   weights (norm 272 against the baseline's 75, the experts' matrices 5x): 1.096x the baseline. With an effective step
+#   η/(1−μ) near 1 (0.5 / 0.5, ramped) the norm stays put and one site gains 0.3-0.8% over 3 seeds — too little to
+#   close the two sites' gap, which is why the demo keeps plain averaging.
 
 # %%
 from islands_kit.notebooks import show_frontier
