@@ -80,3 +80,18 @@ def test_an_m1_row_is_also_paired_with_its_own_stream(rows_mod):
     assert got[lab]["ratio_vs_own_stream"] == pytest.approx((1.98 / 2.02 + 1.0) / 2)
     assert got[lab]["ratio"] == pytest.approx((0.99 + 2.1 / 2.2) / 2)
     assert got[m.STREAM_A]["ratio_vs_own_stream"] is None and got[m.BASELINE]["ratio_vs_own_stream"] is None
+
+
+def test_remake_point_runs_the_files_overrides_at_seed_0(rows_mod, tmp_path, monkeypatch, capsys):
+    m = rows_mod
+    point = {"label": "SNOO K=25, 0.5/0.5", "experiment": "baseline", "preset": "demo", "seeds": [0, 1],
+             "overrides": {"optim.snoo.k": "25", "threads": "1"}, "bpb": [2.2455, 2.2]}
+    f = tmp_path / "outer-demo.json"
+    f.write_text(json.dumps([point]))
+    monkeypatch.setattr(m, "FILE", f)
+    calls = []
+    monkeypatch.setattr(m, "islands_kit_run", lambda exp, preset, sets, seed, d: calls.append((exp, preset, sets, seed))
+                        or {"final_val_bpb": 2.2455})
+    m.main(["--remake-point", "SNOO K=25, 0.5/0.5"])
+    assert calls == [("baseline", "demo", point["overrides"], 0)]
+    assert json.loads(capsys.readouterr().out) == {"bpb": 2.2455, "stored_bpb": 2.2455}
