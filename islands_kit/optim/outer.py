@@ -108,7 +108,8 @@ class OuterStep:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.opt.load_state_dict(d["opt"])
         self.n = int(d["n"])
-        self.prev = None if d["prev"] is None else [t.clone() for t in d["prev"]]
+        # a checkpoint loads onto the CPU: the previous pseudo-gradient goes where the slow weights are
+        self.prev = None if d["prev"] is None else [t.to(w.device, copy=True) for t, w in zip(d["prev"], self.slow)]
 
 
 class Snoo:
