@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from ports import free_port
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, link_config
@@ -58,12 +58,6 @@ shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_torch_dist_delivers_on_the_simulators_contact_schedule(tmp_path: Path) -> None:
     sim = LocalTransport(2, LinkModel(orbit_link(), seed=5))
@@ -71,7 +65,7 @@ def test_torch_dist_delivers_on_the_simulators_contact_schedule(tmp_path: Path) 
     assert sum(r["idle"] for r in want) > 1000.0  # the islands really waited for passes
     path = tmp_path / "worker.py"
     path.write_text(WORKER)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
     procs = [subprocess.Popen([sys.executable, str(path), str(tmp_path), str(Path(__file__).parent)],

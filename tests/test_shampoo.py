@@ -6,7 +6,6 @@ import copy
 import io
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
+from ports import free_port
 
 from islands_kit.optim import Shampoo
 from islands_kit.optim.matrix_functions import matrix_inverse_root_reference
@@ -232,17 +232,11 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_block_ownership_two_gloo_ranks_equals_one_process(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    init = f"tcp://127.0.0.1:{_free_port()}"
+    init = f"tcp://127.0.0.1:{free_port()}"
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, str(script), str(r), init, str(tmp_path), str(Path(__file__).parent)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
