@@ -45,6 +45,10 @@ def outer(lr: float, mu: float, **extra: str) -> dict[str, str]:
             **{f"sync.{k}" if k in ("H", "codec", "error_feedback") else f"sync.diloco.{k}": v for k, v in extra.items()}}
 
 
+# the same 6,144,000 tokens at twice the batch in half the steps (warm-up and evaluations scaled with the steps)
+BATCH80 = {"steps": "600", "eval_every": "75", "optim.warmup_steps": "60",
+           "islands.0.batch_size": "48", "islands.0.micro_batch_size": "24",
+           "islands.1.batch_size": "32", "islands.1.micro_batch_size": "16"}
 M1 = TWO_SITE_M1_CONTROL  # site A alone with the whole batch of 40
 FP32 = {"sync.codec": "fp32", "sync.error_feedback": "false", "sync.diloco.final_codec": "fp32"}
 
@@ -86,6 +90,18 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     # the M = 1 DiLoCo control (site A's own stream) beside SNOO on the baseline's stream
     "M=1 DiLoCo H=25 fp32, 0.5/0.5, ramp 10": (
         "m1", "two_site", 1, {**M1, **FP32, **outer(0.5, 0.5, H="25", outer_momentum_warmup="10")}, [0]),
+    # the winner (0.5 / 0.5 with the ramp), one hypothesis a row: a larger inner lr (Lookahead's robustness to it),
+    # the slow weights scored without the last extrapolation, a slightly larger effective step (1.2), the norm
+    # mechanism at DiLoCo's setting (decay of the slow weights against the 3.6x norm), and the noise scale: the same
+    # tokens in half the steps at twice the batch (paired with the baseline at that batch, its control)
+    "SNOO K=25, 0.5/0.5, ramp 10, inner lr 4.5e-3": (
+        "win", "baseline", 1, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, [0]),
+    "SNOO K=25, 0.5/0.5, ramp 10, final fast": (
+        "win", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10", final="fast"), [0]),
+    "SNOO K=25, 0.6/0.5, ramp 10": ("win", "baseline", 1, snoo(25, 0.6, 0.5, momentum_warmup="10"), [0]),
+    "baseline, batch 80 (600 steps)": ("batch", "baseline", 1, BATCH80, [0]),
+    "SNOO K=25, 0.5/0.5, ramp 10, batch 80 (600 steps)": (
+        "batch", "baseline", 1, {**BATCH80, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0]),
     # carried to two sites: the demo's two_site with the winner's effective step
     "two_site 0.5/0.5 H=25, mean": ("two", "two_site", 2, outer(0.5, 0.5, H="25", average="mean"), [0]),
     "two_site 0.5/0.5 H=25, radial-directional": ("two", "two_site", 2, outer(0.5, 0.5, H="25"), [0]),
