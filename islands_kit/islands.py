@@ -14,6 +14,7 @@ sites with different GPUs, batch sizes and accelerator counts advance at differe
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -183,6 +184,11 @@ class Island:
         self.optimizer.zero_grad(set_to_none=True)
         if self.snoo is not None:
             self.snoo.after_inner_step()
+
+    def strategy_writes(self) -> AbstractContextManager[None]:
+        """Around a sync strategy's call that may write this island's weights: SNOO's slow weights move with them
+        (``Snoo.external``); nothing to do without SNOO."""
+        return self.snoo.external() if self.snoo is not None else nullcontext()
 
     def state_dict(self) -> dict:
         d = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

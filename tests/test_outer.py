@@ -4,6 +4,7 @@ island is DiLoCo with one replica, one fragment, τ = 0 and lossless outer gradi
 DiLoCo as an argument, and SNOO in a run (result.json's ``outer_log``, the identity on the baseline)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -245,3 +246,69 @@ def test_baseline_with_snoo_in_two_fragments_records_each():
     assert steps == {"snoo0": [2, 6, 10, 14, 18, 22], "snoo1": [4, 8, 12, 16, 20, 24]}  # offsets 2 and 0 of K = 4
     with pytest.raises(ConfigError, match=r"optim\.snoo\.fragments"):
         apply_overrides(cfg, {"optim.snoo.fragments": "5"})
+
+
+def test_snoo_external_write_moves_the_slow_weights_with_the_fast():
+    """A write that is not the inner optimizer's (a merge landing on the island) moves the slow weights by the same
+    amount: the next outer step keeps all of it and smooths the window's own progress alone (η 0.5, μ 0: the merge
+    D kept whole, the inner progress g halved). Without ``external`` only half of D would survive."""
+    model = make_replicas(1)[0]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    snoo = Snoo([list(model.parameters())], 2, nesterov_sgd(0.5, 0.0))
+    w0 = flat(model).clone()
+    progress = []
+    for t, batch in enumerate(batches(1, 2), start=1):
+        x, y = batch[0]
+        ((model(x) - y) ** 2).mean().backward()
+        before = flat(model).clone()
+        opt.step()
+        opt.zero_grad()
+        progress.append(flat(model) - before)
+        if t == 1:  # between the window's two inner steps, the strategy writes D into the fast weights
+            with snoo.external(), torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.25)
+        snoo.after_inner_step()
+    d = torch.full_like(w0, 0.25)
+    g = progress[0] + progress[1]
+    assert torch.allclose(flat(model), w0 + d + 0.5 * g, atol=1e-6)
+    assert torch.allclose(torch.cat([w.detach().reshape(-1) for w in snoo.outer[0].slow]), flat(model))
+
+
+@pytest.mark.parametrize("experiment,sets,call", [
+    ("two_site", {}, "after_inner_step"), ("eight_cell", {}, "after_inner_step"),
+    ("two_site", {"sync.mode": "decoupled"}, "land")])
+def test_snoo_inside_each_site_keeps_the_strategys_merges(experiment, sets, call, monkeypatch):
+    """SNOO inside each island of a DiLoCo / butterfly / decoupled run: every strategy call that writes an island's
+    weights leaves that island's window progress w̃ − w unchanged (the slow weights moved with the merge), and the
+    merges did write (so the check is not vacuous)."""
+    from islands_kit.run import Experiment
+
+    cfg = apply_overrides(get_preset(experiment, "smoke"), {**SNOO, "optim.snoo.k": "3", "threads": "1", **sets})
+    exp = Experiment(cfg)
+    strategy = exp.strategy
+    inner = getattr(strategy, call)
+    islands = list(exp.islands.values())
+    seen = {"writes": 0, "calls": 0}
+    writes = exp.driver.writes  # the driver's own wrapper, called here once around each strategy call
+
+    def progress() -> list[torch.Tensor]:
+        return [torch.cat([(f.detach() - w).reshape(-1) for f, w in zip(isl.snoo.fast[0], isl.snoo.outer[0].slow)])
+                for isl in islands]
+
+    def weights() -> list[torch.Tensor]:
+        return [flat(isl.model) for isl in islands]
+
+    def checked(*args):
+        p0, w0 = progress(), weights()
+        with writes(islands):
+            inner(*args)
+        seen["calls"] += 1
+        seen["writes"] += any(not torch.equal(a, b) for a, b in zip(w0, weights()))
+        for a, b in zip(p0, progress()):
+            assert torch.allclose(a, b, atol=1e-6), args
+
+    monkeypatch.setattr(strategy, call, checked)
+    monkeypatch.setattr(exp.driver, "writes", lambda isls: contextlib.ExitStack())  # ``checked`` wraps instead
+    exp.run()
+    assert seen["calls"] >= cfg.steps and seen["writes"] >= 2

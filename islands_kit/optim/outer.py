@@ -19,8 +19,9 @@ fragment's global copy one; ``Snoo`` wraps an island's inner optimizer with one 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -158,6 +159,20 @@ class Snoo:
                     w.mul_(1.0 - self.decay)
                 f.copy_(w.detach())
             self.records.append({"step": self.inner_steps, "group": p, **rec.as_dict()})
+
+    @contextmanager
+    def external(self) -> Iterator[None]:
+        """Around a write into the fast weights that is not the inner optimizer's (a sync strategy's merge landing
+        on the island, a rejoin): the slow weights take the same change, so the window's own progress w̃ − w is
+        unchanged and the next outer step smooths that progress alone. Without it the outer step would apply only
+        η of the merge (and carry the rest in its momentum): SNOO inside each site would pull the sites' merges
+        back toward its stale slow weights."""
+        before = [[f.detach().clone() for f in g] for g in self.fast]
+        yield
+        with torch.no_grad():
+            for o, g, b in zip(self.outer, self.fast, before):
+                for w, f, f0 in zip(o.slow, g, b):
+                    w.add_(f.detach() - f0)
 
     def state_dict(self) -> dict[str, Any]:
         return {"slow": [[w.detach().clone() for w in o.slow] for o in self.outer],

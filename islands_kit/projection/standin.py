@@ -11,6 +11,7 @@ Pricing only: the byte ranges a lossy link would leave out are not cut from a st
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import torch
@@ -76,6 +77,9 @@ class StandIn:
 
     def optimizer_step(self) -> None:
         pass
+
+    def strategy_writes(self) -> AbstractContextManager[None]:
+        return nullcontext()  # no slow weights to move
 
 
 def config_for(sync: SyncConfig, n_islands: int, steps: int, seed: int) -> ExperimentConfig:

@@ -17,7 +17,8 @@ whole job waits instead.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Mapping, Protocol
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import torch
 
@@ -46,6 +47,10 @@ class Replica(Protocol):
     def forward_backward(self) -> float: ...
 
     def optimizer_step(self) -> None: ...
+
+    def strategy_writes(self) -> AbstractContextManager[None]:
+        """Around a strategy call that may write the replica's weights (``islands.Island.strategy_writes``)."""
+        ...
 
 
 class Driver(abc.ABC):
@@ -85,6 +90,16 @@ class Driver(abc.ABC):
         if self.cfg.sync.traits.synchronous:
             return False
         return f.preempt_island == island and f.preempt_start < step <= f.preempt_start + f.preempt_steps
+
+    def writes(self, islands: Iterable[Replica]) -> ExitStack:
+        """Around a strategy call that may write these islands' weights (a merge landing, a rejoin): each island's
+        SNOO (``optim.snoo``) moves its slow weights with them, so an outer step inside a site smooths the site's own
+        progress and not the merge. A synchronous strategy (data parallelism) never writes weights: nothing to do."""
+        stack = ExitStack()
+        if not self.cfg.sync.traits.synchronous:
+            for isl in islands:
+                stack.enter_context(isl.strategy_writes())
+        return stack
 
     @abc.abstractmethod
     def step(self, t: int) -> dict[int, float]:
@@ -156,7 +171,8 @@ class LockstepDriver(Driver):
         active = {}
         for i, isl in self.islands.items():
             away = self.preempted(i, t)
-            self.strategy.set_present(i, not away)  # away: syncs go on without it; back: it rejoins first
+            with self.writes([isl] if not away and not self.strategy.present[i] else []):
+                self.strategy.set_present(i, not away)  # away: syncs go on without it; back: it rejoins first
             if away:
                 self.transport.clock.wait_until(i, self.transport.clock.now[i] + isl.compute_s)  # lost time
                 continue
@@ -179,7 +195,8 @@ class LockstepDriver(Driver):
         self.strategy.reduce_gradients(t, tokens)
         for isl in active.values():
             isl.optimizer_step()
-        self.strategy.after_inner_step(t, tokens)
+        with self.writes(active.values()):
+            self.strategy.after_inner_step(t, tokens)
         return losses
 
     def state_dict(self) -> dict[str, Any]:
@@ -239,13 +256,15 @@ class DecoupledDriver(Driver):
             if i in lost:  # dropped by the synchroniser in this process (the simulator): it stops, as a lost process
                 continue
             away = self.preempted(i, t)
-            strategy.set_present(i, not away)
+            with self.writes([isl] if not away and not strategy.present[i] else []):
+                strategy.set_present(i, not away)
             if away:
                 clock.wait_until(i, t * self.tick_s)  # lost time
                 continue
             got = []
             while clock.now[i] + isl.compute_s <= end_s:
-                strategy.land(i, clock.now[i])
+                with self.writes([isl]):
+                    strategy.land(i, clock.now[i])
                 got.append(isl.forward_backward())
                 self.transport.compute(i, isl.compute_s)
                 if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
@@ -257,7 +276,8 @@ class DecoupledDriver(Driver):
             if got:
                 losses[i] = sum(got) / len(got)
                 isl.last_loss = losses[i]
-        strategy.after_tick(t)
+        with self.writes(isl for i, isl in self.islands.items() if i not in lost):
+            strategy.after_tick(t)
         self.settle_lost()
         return losses
 
