@@ -30,6 +30,8 @@ from islands_kit.presets import TWO_SITE_M1_CONTROL  # noqa: E402
 
 OUT = ROOT / "runs" / "outer"
 FILE = ROOT / "benchmarks" / "outer-demo.json"
+FRONTIER = ROOT / "benchmarks" / "frontier-demo.json"  # two_site's protocol points (its default: the control)
+FRONTIER8 = ROOT / "benchmarks" / "frontier-eight_cell-demo.json"
 SEEDS3 = [0, 1, 2]
 
 
@@ -52,6 +54,8 @@ BATCH80 = {"steps": "600", "eval_every": "75", "optim.warmup_steps": "60",
 M1 = TWO_SITE_M1_CONTROL  # site A alone with the whole batch of 40
 FP32 = {"sync.codec": "fp32", "sync.error_feedback": "false", "sync.diloco.final_codec": "fp32"}
 
+TWO_SITE = "two_site defaults (int4, H=50, radial-directional)"  # the frontier file's default point
+EIGHT_CELL = "eight_cell defaults (butterfly, E=16)"
 # label -> (stage, experiment, replicas, overrides, seeds)
 ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "baseline (AdamW, lr 3e-3)": ("base", "baseline", 1, {}, SEEDS3),
@@ -102,13 +106,22 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "baseline, batch 80 (600 steps)": ("batch", "baseline", 1, BATCH80, [0]),
     "SNOO K=25, 0.5/0.5, ramp 10, batch 80 (600 steps)": (
         "batch", "baseline", 1, {**BATCH80, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0]),
-    # carried to two sites: the demo's two_site with the winner's effective step
-    "two_site 0.5/0.5 H=25, mean": ("two", "two_site", 2, outer(0.5, 0.5, H="25", average="mean"), [0]),
-    "two_site 0.5/0.5 H=25, radial-directional": ("two", "two_site", 2, outer(0.5, 0.5, H="25"), [0]),
-    "two_site + SNOO inside each site K=25, 0.5/0.5": ("two", "two_site", 2, snoo(25, 0.5, 0.5), [0]),
-    "eight_cell + SNOO inside each cell K=25, 0.5/0.5": ("eight", "eight_cell", 8, snoo(25, 0.5, 0.5), [0]),
+    # carried to two sites and eight cells: the defaults (their protocol rows, the controls), the winner's outer step
+    # as DiLoCo's (plain mean and radial-directional merge; H = 50 keeps int4's 353x), and SNOO inside each site /
+    # cell under the strategy's own sync (the merge moves SNOO's slow weights with it: Snoo.external)
+    TWO_SITE: ("two", "two_site", 2, {"sync.diloco.outer_momentum_warmup": "10"}, SEEDS3),
+    EIGHT_CELL: ("eight", "eight_cell", 8, {}, SEEDS3),
+    "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10": (
+        "two", "two_site", 2, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
+    "eight_cell + SNOO inside each cell K=25, 0.5/0.5, ramp 10": (
+        "eight", "eight_cell", 8, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
+    "two_site 0.5/0.5, ramp 10, mean": ("two", "two_site", 2, outer(0.5, 0.5, outer_momentum_warmup="10",
+                                                                   average="mean"), [0]),
+    "two_site 0.5/0.5, ramp 10, radial-directional": (
+        "two", "two_site", 2, outer(0.5, 0.5, outer_momentum_warmup="10"), [0]),
 }
 BASELINE = "baseline (AdamW, lr 3e-3)"
+BATCH80_BASE = "baseline, batch 80 (600 steps)"
 STREAM_A = "site A alone (M = 1 stream, no outer step)"  # the M = 1 rows' own-stream control (same data, no outer step)
 
 
@@ -174,38 +187,87 @@ def execute(stages: list[str], jobs: int, labels: list[str] | None = None) -> No
         _run_when_free(lab, s, jobs)
 
 
+def control(label: str) -> str | None:
+    """The row a row differs from by the one thing it tests (its ratio to it is quoted beside the baseline's): an
+    M = 1 row's own stream (site A alone), a two_site / eight_cell row's defaults, a batch-80 row's batch-80
+    baseline; None for the controls themselves and for rows whose control is the baseline."""
+    _, experiment, replicas, sets, _ = ROWS[label]
+    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, BATCH80_BASE):
+        return None
+    if experiment == "two_site":
+        return STREAM_A if replicas == 1 else TWO_SITE
+    if experiment == "eight_cell":
+        return EIGHT_CELL
+    if sets.get("steps") == BATCH80["steps"]:
+        return BATCH80_BASE
+    return None
+
+
+def _stored() -> dict[str, dict]:
+    """What was measured before, by label: ``outer-demo.json``'s rows, and the two_site / eight_cell defaults from
+    the frontier files (their protocol runs, the same overrides). A row whose run folders are gone keeps these."""
+    got: dict[str, dict] = {}
+    for f, label in ((FRONTIER, TWO_SITE), (FRONTIER8, EIGHT_CELL)):
+        point = next((q for q in json.loads(f.read_text()) if q.get("default")), None) if f.exists() else None
+        if point is not None:
+            got[label] = {**point, "label": label, "tune_bpb": [None] * len(point["bpb"])}
+    if FILE.exists():
+        got.update({r["label"]: r for r in json.loads(FILE.read_text())})
+    return got
+
+
+def _seed(label: str, seed: int, stored: dict[str, dict]) -> tuple[float, float | None, dict | None] | None:
+    """(val bpb, tune bpb, result.json) of a row at a seed: its run folder's, else the stored figures (no result)."""
+    _, experiment, _, sets, _ = ROWS[label]
+    r = _result(experiment, sets, seed)
+    old = stored.get(label)
+    i = old["seeds"].index(seed) if old and seed in old["seeds"] else None
+    if r is not None:
+        if i is not None and old["bpb"][i] != r["final_val_bpb"]:
+            print(f"note: {label} seed {seed}: the run gives {r['final_val_bpb']}, the file had {old['bpb'][i]}",
+                  file=sys.stderr)
+        return r["final_val_bpb"], r.get("final_tune_bpb"), r
+    if i is None:
+        return None
+    tunes = old.get("tune_bpb") or []
+    return old["bpb"][i], tunes[i] if i < len(tunes) else None, None
+
+
 def rows() -> list[dict]:
-    """The rows with results, in the frontier files' schema plus replicas, tuning-split bpb and paired ratios."""
-    base = ROWS[BASELINE]
+    """The rows with results (run folders first, the stored figures where the folders are gone), in the frontier
+    files' schema plus replicas, tuning-split bpb, paired ratios and each row's ratio to its control."""
+    stored = _stored()
     out = []
     for label, (_, experiment, replicas, sets, seeds) in ROWS.items():
-        got = [(s, _result(experiment, sets, s), _result(base[1], base[3], s)) for s in seeds]
-        got = [(s, r, b) for s, r, b in got if r is not None and b is not None]
-        if not got:
+        got = [(s, _seed(label, s, stored), _seed(BASELINE, s, stored)) for s in seeds]
+        pairs = [(s, r, b) for s, r, b in got if r is not None and b is not None]
+        if not pairs:
             continue
-        val = [r["final_val_bpb"] for _, r, _ in got]
-        ratios = [r["final_val_bpb"] / b["final_val_bpb"] for _, r, b in got]
-        tune = [r.get("final_tune_bpb") for _, r, _ in got]
-        tune_ratios = [r["final_tune_bpb"] / b["final_tune_bpb"] for _, r, b in got
-                       if r.get("final_tune_bpb") and b.get("final_tune_bpb")]
-        r0 = got[0][1]
-        own = None
-        if experiment == "two_site" and replicas == 1 and label != STREAM_A:  # an M = 1 row: also against its stream
-            ctl = ROWS[STREAM_A]
-            pairs = [(r, _result(ctl[1], ctl[3], s)) for s, r, _ in got]
-            pairs = [(r, c) for r, c in pairs if c is not None]
-            own = statistics.mean(r["final_val_bpb"] / c["final_val_bpb"] for r, c in pairs) if pairs else None
+        ratios = [r[0] / b[0] for _, r, b in pairs]
+        tune_ratios = [r[1] / b[1] for _, r, b in pairs if r[1] and b[1]]
+        ctl = control(label)
+        vs = [(r, _seed(ctl, s, stored)) for s, r, _ in pairs] if ctl else []
+        vs_ratios = [r[0] / c[0] for r, c in vs if c is not None]
+        r0 = pairs[0][1][2]  # the first seed's result.json (None: stored figures only)
+        old = stored.get(label, {})
+        if r0 is not None:
+            measured = {"fewer": (r0["ddp_equivalent_bytes"] / r0["cross_site_bytes"]) if r0["cross_site_bytes"] else None,
+                        "cross_site_bytes": r0["cross_site_bytes"],
+                        "weight_norm_end": _model_norm(experiment, sets, pairs[0][0]),
+                        "wall_time_s": round(r0["wall_time_s"], 1), **_movement(r0)}
+        else:
+            measured = {k: old.get(k) for k in ("fewer", "cross_site_bytes", "weight_norm_end", "wall_time_s",
+                                                "rel_delta_median", "cos_prev_median", "applied_over_delta_median")}
         out.append({
             "label": label, "experiment": experiment, "preset": "demo", "replicas": replicas,
-            "overrides": overrides(sets), "seeds": [s for s, _, _ in got], "bpb": val, "tune_bpb": tune,
-            "ratio": statistics.mean(ratios), "ratios": ratios, "ratio_vs_own_stream": own,
+            "overrides": overrides(sets), "seeds": [s for s, _, _ in pairs], "bpb": [r[0] for _, r, _ in pairs],
+            "tune_bpb": [r[1] for _, r, _ in pairs],
+            "ratio": statistics.mean(ratios), "ratios": ratios,
             "tune_ratio": statistics.mean(tune_ratios) if tune_ratios else None,
-            "fewer": (r0["ddp_equivalent_bytes"] / r0["cross_site_bytes"]) if r0["cross_site_bytes"] else None,
-            "cross_site_bytes": r0["cross_site_bytes"],
-            "baseline": {"experiment": base[1], "overrides": overrides(base[3]),
-                         "bpb": [b["final_val_bpb"] for _, _, b in got]},
-            "weight_norm_end": _model_norm(experiment, sets, got[0][0]), "wall_time_s": round(r0["wall_time_s"], 1),
-            **_movement(r0),
+            "control": ctl, "ratio_vs_control": statistics.mean(vs_ratios) if vs_ratios else None,
+            "baseline": {"experiment": ROWS[BASELINE][1], "overrides": overrides(ROWS[BASELINE][3]),
+                         "bpb": [b[0] for _, _, b in pairs]},
+            **measured,
         })
     return out
 
@@ -235,16 +297,20 @@ def _movement(res: dict) -> dict:
             "applied_over_delta_median": med("applied_over_delta")}
 
 
+SHORT = {STREAM_A: "site A alone", TWO_SITE: "two_site", EIGHT_CELL: "eight_cell", BATCH80_BASE: "baseline at batch 80"}
+
+
 def table(rs: list[dict]) -> str:
-    lines = ["| row | seeds | val bpb | × baseline (val, per seed) | × baseline (tune) | × own stream (M = 1) | "
-             "‖θ‖ end | ‖s‖/‖θ‖, cos(s, s_prev), applied/‖s‖ (medians) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | seeds | val bpb | × baseline (val, per seed) | × baseline (tune) | × its control | bytes | "
+             "‖θ‖ end | ‖s‖/‖θ‖, cos(s, s_prev), applied/‖s‖ (medians) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         tune = f"{r['tune_ratio']:.4f}" if r["tune_ratio"] else "—"
-        own = f"{r['ratio_vs_own_stream']:.4f}" if r.get("ratio_vs_own_stream") else "—"
+        own = f"{r['ratio_vs_control']:.4f} ({SHORT[r['control']]})" if r.get("ratio_vs_control") else "—"
+        fewer = f"{r['fewer']:.0f}x fewer" if r.get("fewer") and r["fewer"] > 1.5 else "—"
         moves = (f"{r['rel_delta_median']}, {r['cos_prev_median']}, {r['applied_over_delta_median']}"
                  if r["rel_delta_median"] is not None else "—")
         lines.append(f"| {r['label']} | {len(r['seeds'])} | {statistics.mean(r['bpb']):.4f} | "
-                     f"{r['ratio']:.4f} ({' / '.join(f'{x:.4f}' for x in r['ratios'])}) | {tune} | {own} | "
+                     f"{r['ratio']:.4f} ({' / '.join(f'{x:.4f}' for x in r['ratios'])}) | {tune} | {own} | {fewer} | "
                      f"{r['weight_norm_end']} | {moves} |")
     return "\n".join(lines)
 

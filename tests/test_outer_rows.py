@@ -20,6 +20,8 @@ def rows_mod(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     monkeypatch.setattr(mod, "OUT", tmp_path)
+    for name in ("FILE", "FRONTIER", "FRONTIER8"):  # no stored figures unless a test writes them
+        monkeypatch.setattr(mod, name, tmp_path / f"{name}.json")
     return mod
 
 
@@ -77,9 +79,46 @@ def test_an_m1_row_is_also_paired_with_its_own_stream(rows_mod):
         fake(m, m.STREAM_A, s, a, a)
         fake(m, lab, s, r, r)
     got = {r["label"]: r for r in m.rows()}
-    assert got[lab]["ratio_vs_own_stream"] == pytest.approx((1.98 / 2.02 + 1.0) / 2)
+    assert got[lab]["ratio_vs_control"] == pytest.approx((1.98 / 2.02 + 1.0) / 2) and got[lab]["control"] == m.STREAM_A
     assert got[lab]["ratio"] == pytest.approx((0.99 + 2.1 / 2.2) / 2)
-    assert got[m.STREAM_A]["ratio_vs_own_stream"] is None and got[m.BASELINE]["ratio_vs_own_stream"] is None
+    assert got[m.STREAM_A]["ratio_vs_control"] is None and got[m.BASELINE]["ratio_vs_control"] is None
+
+
+def test_stored_figures_stand_in_for_run_folders_that_are_gone(rows_mod):
+    """A row whose run folders were removed keeps the file's figures; a new run pairs with the file's baseline at
+    its seed; a two_site row is also divided by two_site's defaults, read from the frontier file's default point;
+    a run that disagrees with the file is named on stderr."""
+    m = rows_mod
+    old = "SNOO K=25, 0.5/0.5"
+    m.FILE.write_text(json.dumps([
+        {"label": m.BASELINE, "seeds": [0, 1, 2], "bpb": [2.0, 2.2, 2.4], "tune_bpb": [2.1, 2.3, 2.5]},
+        {"label": old, "seeds": [0], "bpb": [1.98], "tune_bpb": [2.0], "fewer": 1.0, "weight_norm_end": 75.2,
+         "rel_delta_median": 0.08}]))
+    m.FRONTIER.write_text(json.dumps([{"label": "x", "default": False, "seeds": [0], "bpb": [9.0]},
+                                      {"label": "two_site defaults", "default": True, "seeds": [0, 1, 2],
+                                       "bpb": [2.05, 2.25, 2.45]}]))
+    carry = "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10"
+    fake(m, carry, 0, 2.02, 2.12, sent=10)
+    fake(m, carry, 1, 2.2, 2.3, sent=10)
+    got = {r["label"]: r for r in m.rows()}
+    assert got[old]["bpb"] == [1.98] and got[old]["ratio"] == pytest.approx(0.99)
+    assert got[old]["tune_ratio"] == pytest.approx(2.0 / 2.1) and got[old]["weight_norm_end"] == 75.2
+    assert got[carry]["ratios"] == pytest.approx([1.01, 1.0]) and got[carry]["fewer"] == 100.0
+    assert got[carry]["control"] == m.TWO_SITE
+    assert got[carry]["ratio_vs_control"] == pytest.approx((2.02 / 2.05 + 2.2 / 2.25) / 2)
+    assert got[m.TWO_SITE]["bpb"] == [2.05, 2.25, 2.45] and got[m.TWO_SITE]["tune_ratio"] is None
+    assert "| two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10 | 2 |" in m.table(list(got.values()))
+    m.FILE.write_text(json.dumps([{"label": m.BASELINE, "seeds": [0], "bpb": [2.0], "tune_bpb": [2.1]},
+                                  {"label": carry, "seeds": [0], "bpb": [2.03], "tune_bpb": [2.1]}]))
+
+
+
+def test_a_run_that_disagrees_with_the_file_is_named(rows_mod, capsys):
+    m = rows_mod
+    m.FILE.write_text(json.dumps([{"label": m.BASELINE, "seeds": [0], "bpb": [2.0], "tune_bpb": [2.1]}]))
+    fake(m, m.BASELINE, 0, 2.01, 2.1)
+    assert {r["label"]: r for r in m.rows()}[m.BASELINE]["bpb"] == [2.01]  # the run folder wins ...
+    assert "the run gives 2.01, the file had 2.0" in capsys.readouterr().err  # ... and the difference is named
 
 
 def test_remake_point_runs_the_files_overrides_at_seed_0(rows_mod, tmp_path, monkeypatch, capsys):
