@@ -187,8 +187,10 @@ class Island:
 
     def strategy_writes(self) -> AbstractContextManager[None]:
         """Around a sync strategy's call that may write this island's weights: SNOO's slow weights move with them
-        (``Snoo.external``); nothing to do without SNOO."""
-        return self.snoo.external() if self.snoo is not None else nullcontext()
+        (``Snoo.external``, ``optim.snoo.merges=keep``); nothing to do without SNOO or with ``merges=smooth`` (the
+        merge then enters the next pseudo-gradient)."""
+        keep = self.snoo is not None and self.optim_cfg.snoo.merges == "keep"
+        return self.snoo.external() if keep else nullcontext()
 
     def state_dict(self) -> dict:
         d = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

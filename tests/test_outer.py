@@ -190,7 +190,8 @@ def test_snoo_params_selects_the_outer_steps_parameters():
 def test_snoo_config_is_checked():
     base = get_preset("baseline", "smoke")
     for key, bad in (("optim.snoo.k", "-1"), ("optim.snoo.momentum", "1.0"), ("optim.snoo.params", "embeddings"),
-                     ("optim.snoo.lr", "0"), ("optim.snoo.final", "slow")):
+                     ("optim.snoo.lr", "0"), ("optim.snoo.final", "slow"),
+                     ("optim.snoo.merges", "drop")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             apply_overrides(base, {key: bad})
 
@@ -312,3 +313,30 @@ def test_snoo_inside_each_site_keeps_the_strategys_merges(experiment, sets, call
     monkeypatch.setattr(exp.driver, "writes", lambda isls: contextlib.ExitStack())  # ``checked`` wraps instead
     exp.run()
     assert seen["calls"] >= cfg.steps and seen["writes"] >= 2
+
+
+def test_snoo_merges_smooth_puts_the_merge_into_the_pseudo_gradient():
+    """optim.snoo.merges=smooth (Nesterov on each island's merged trajectory): the strategy's writes leave SNOO's
+    slow weights where they were, so the window progress w̃ − w after a merge includes the merge; the same run with
+    merges=keep differs in its numbers."""
+    from islands_kit.run import Experiment
+
+    sets = {**SNOO, "optim.snoo.k": "3", "threads": "1", "optim.snoo.merges": "smooth"}
+    exp = Experiment(apply_overrides(get_preset("two_site", "smoke"), sets))
+    strategy, islands = exp.strategy, list(exp.islands.values())
+    inner = strategy.after_inner_step
+    moved = []
+
+    def slow() -> list[torch.Tensor]:
+        return [torch.cat([w.detach().reshape(-1) for w in isl.snoo.outer[0].slow]) for isl in islands]
+
+    def checked(step, tokens):
+        s0, w0 = slow(), [flat(isl.model) for isl in islands]
+        inner(step, tokens)
+        assert all(torch.equal(a, b) for a, b in zip(s0, slow()))  # the slow weights did not follow the merge
+        moved.append(any(not torch.equal(a, flat(isl.model)) for a, isl in zip(w0, islands)))
+
+    strategy.after_inner_step = checked
+    smooth = exp.run()
+    keep = run_experiment(apply_overrides(get_preset("two_site", "smoke"), {**sets, "optim.snoo.merges": "keep"}))
+    assert sum(moved) >= 2 and abs(smooth.final_val_bpb - keep.final_val_bpb) > 1e-5

@@ -73,6 +73,9 @@ class SnooConfig:
     #   dense (all but the routed experts' matrices, which follow the inner optimizer alone)
     fragments: int = 1  # P: the parameters split as Streaming DiLoCo's strided fragments, fragment p stepping after
     #   inner steps t ≡ round((p + 1) K / P) mod K (DiLoCo M = 1 with staggered fragments on this run's own data)
+    merges: str = "keep"  # a sync strategy's merge landing on the island (SNOO inside each site / cell): keep (the
+    #   slow weights move with it, so the outer step smooths the island's own progress and the merge passes whole) |
+    #   smooth (the merge is part of the pseudo-gradient: Nesterov on each island's merged trajectory)
     final: str = "outer"  # the run's last inner step: outer (an outer step like any other, its extrapolation scored)
     #   | fast (none: the slow weights become the fast ones, so the scored model is the inner optimizer's last iterate)
 
@@ -89,6 +92,7 @@ class SnooConfig:
                f"must be >= 0 with optim.snoo.lr x weight_decay < 1 (optim.snoo.lr={self.lr})", self.weight_decay)
         _check(self.params in SNOO_PARAMS, p + "params", "must be one of " + "|".join(SNOO_PARAMS), self.params)
         _check(self.final in ("outer", "fast"), p + "final", "must be one of outer|fast", self.final)
+        _check(self.merges in ("keep", "smooth"), p + "merges", "must be one of keep|smooth", self.merges)
         _check(isinstance(self.fragments, int) and 1 <= self.fragments <= self.k + (self.k == 0),
                p + "fragments", f"must be an integer in [1, optim.snoo.k={self.k}]", self.fragments)
 
