@@ -56,6 +56,9 @@ FP32 = {"sync.codec": "fp32", "sync.error_feedback": "false", "sync.diloco.final
 
 TWO_SITE = "two_site defaults (int4, H=50, radial-directional)"  # the frontier file's default point
 EIGHT_CELL = "eight_cell defaults (butterfly, E=16)"
+BATCH80_BASE = "baseline, batch 80 (600 steps)"
+WIDTH128_BASE = "baseline, width 128"
+WIDTH128 = {"model.d_model": "128"}
 # label -> (stage, experiment, replicas, overrides, seeds)
 ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "baseline (AdamW, lr 3e-3)": ("base", "baseline", 1, {}, SEEDS3),
@@ -106,6 +109,11 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "baseline, batch 80 (600 steps)": ("batch", "baseline", 1, BATCH80, [0]),
     "SNOO K=25, 0.5/0.5, ramp 10, batch 80 (600 steps)": (
         "batch", "baseline", 1, {**BATCH80, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0]),
+    # width: the papers' gains grow with size; the model at width 128 (experts' d_expert kept: ~2x the time) on the
+    # same tokens, SNOO paired with the baseline at that width (its control); the inner lr is the demo's, not retuned
+    WIDTH128_BASE: ("width", "baseline", 1, WIDTH128, [0]),
+    "SNOO K=25, 0.5/0.5, ramp 10, width 128": (
+        "width", "baseline", 1, {**WIDTH128, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0]),
     # carried to two sites and eight cells: the defaults (their protocol rows, the controls), the winner's outer step
     # as DiLoCo's (plain mean and radial-directional merge; H = 50 keeps int4's 353x), and SNOO inside each site /
     # cell under the strategy's own sync (the merge moves SNOO's slow weights with it: Snoo.external)
@@ -115,13 +123,16 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "two", "two_site", 2, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
     "eight_cell + SNOO inside each cell K=25, 0.5/0.5, ramp 10": (
         "eight", "eight_cell", 8, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
+    "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, merges smooth": (
+        "two", "two_site", 2, snoo(25, 0.5, 0.5, momentum_warmup="10", merges="smooth"), [0]),
+    "eight_cell + SNOO inside each cell K=25, 0.5/0.5, ramp 10, merges smooth": (
+        "eight", "eight_cell", 8, snoo(25, 0.5, 0.5, momentum_warmup="10", merges="smooth"), [0]),
     "two_site 0.5/0.5, ramp 10, mean": ("two", "two_site", 2, outer(0.5, 0.5, outer_momentum_warmup="10",
                                                                    average="mean"), [0]),
     "two_site 0.5/0.5, ramp 10, radial-directional": (
         "two", "two_site", 2, outer(0.5, 0.5, outer_momentum_warmup="10"), [0]),
 }
 BASELINE = "baseline (AdamW, lr 3e-3)"
-BATCH80_BASE = "baseline, batch 80 (600 steps)"
 STREAM_A = "site A alone (M = 1 stream, no outer step)"  # the M = 1 rows' own-stream control (same data, no outer step)
 
 
@@ -192,7 +203,7 @@ def control(label: str) -> str | None:
     M = 1 row's own stream (site A alone), a two_site / eight_cell row's defaults, a batch-80 row's batch-80
     baseline; None for the controls themselves and for rows whose control is the baseline."""
     _, experiment, replicas, sets, _ = ROWS[label]
-    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, BATCH80_BASE):
+    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, BATCH80_BASE, WIDTH128_BASE):
         return None
     if experiment == "two_site":
         return STREAM_A if replicas == 1 else TWO_SITE
@@ -200,6 +211,8 @@ def control(label: str) -> str | None:
         return EIGHT_CELL
     if sets.get("steps") == BATCH80["steps"]:
         return BATCH80_BASE
+    if sets.get("model.d_model") == WIDTH128["model.d_model"]:
+        return WIDTH128_BASE
     return None
 
 
@@ -297,7 +310,8 @@ def _movement(res: dict) -> dict:
             "applied_over_delta_median": med("applied_over_delta")}
 
 
-SHORT = {STREAM_A: "site A alone", TWO_SITE: "two_site", EIGHT_CELL: "eight_cell", BATCH80_BASE: "baseline at batch 80"}
+SHORT = {STREAM_A: "site A alone", TWO_SITE: "two_site", EIGHT_CELL: "eight_cell", BATCH80_BASE: "baseline at batch 80",
+         WIDTH128_BASE: "baseline at width 128"}
 
 
 def table(rs: list[dict]) -> str:
