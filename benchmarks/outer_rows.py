@@ -102,7 +102,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     # mechanism at DiLoCo's setting (decay of the slow weights against the 3.6x norm), and the noise scale: the same
     # tokens in half the steps at twice the batch (paired with the baseline at that batch, its control)
     "SNOO K=25, 0.5/0.5, ramp 10, inner lr 4.5e-3": (
-        "win", "baseline", 1, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, [0]),
+        "win", "baseline", 1, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, SEEDS3),
+    "SNOO K=25, 0.5/0.5, ramp 10, inner lr 6e-3": (
+        "win", "baseline", 1, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "6e-3"}, [0]),
     "SNOO K=25, 0.5/0.5, ramp 10, final fast": (
         "win", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10", final="fast"), [0]),
     "SNOO K=25, 0.6/0.5, ramp 10": ("win", "baseline", 1, snoo(25, 0.6, 0.5, momentum_warmup="10"), [0]),
@@ -123,6 +125,8 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "two", "two_site", 2, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
     "eight_cell + SNOO inside each cell K=25, 0.5/0.5, ramp 10": (
         "eight", "eight_cell", 8, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
+    "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, inner lr 4.5e-3": (
+        "two", "two_site", 2, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, [0]),
     "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, merges smooth": (
         "two", "two_site", 2, snoo(25, 0.5, 0.5, momentum_warmup="10", merges="smooth"), [0]),
     "eight_cell + SNOO inside each cell K=25, 0.5/0.5, ramp 10, merges smooth": (
