@@ -191,9 +191,10 @@ def _run_when_free(label: str, seed: int, jobs: int) -> None:
 
 
 def execute(stages: list[str], jobs: int, labels: list[str] | None = None) -> None:
-    """Every missing (row, seed) of the stages, seed 0 of every row first; or of ``labels`` in the order given."""
+    """Every missing (row, seed) of the stages, seed 0 of every row first; or of ``labels`` in the order given,
+    each with all of its seeds."""
     if labels:
-        todo = [(lab, s) for s in (0, 1, 2) for lab in labels if s in ROWS[lab][4]]
+        todo = [(lab, s) for lab in labels for s in ROWS[lab][4]]
     else:
         todo = sorted([(lab, s) for lab, row in ROWS.items() if row[0] in stages for s in row[4]], key=lambda t: t[1])
     todo = [t for t in todo if not (_dir(ROWS[t[0]][1], ROWS[t[0]][3], t[1]) / "result.json").exists()
