@@ -108,9 +108,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "SNOO K=25, 0.5/0.5, ramp 10, final fast": (
         "win", "baseline", 1, snoo(25, 0.5, 0.5, momentum_warmup="10", final="fast"), [0]),
     "SNOO K=25, 0.6/0.5, ramp 10": ("win", "baseline", 1, snoo(25, 0.6, 0.5, momentum_warmup="10"), [0]),
-    "baseline, batch 80 (600 steps)": ("batch", "baseline", 1, BATCH80, [0]),
+    "baseline, batch 80 (600 steps)": ("batch", "baseline", 1, BATCH80, SEEDS3),
     "SNOO K=25, 0.5/0.5, ramp 10, batch 80 (600 steps)": (
-        "batch", "baseline", 1, {**BATCH80, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0]),
+        "batch", "baseline", 1, {**BATCH80, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, SEEDS3),
     # width: the papers' gains grow with size; the model at width 128 (experts' d_expert kept: ~2x the time) on the
     # same tokens, SNOO paired with the baseline at that width (its control); the inner lr is the demo's, not retuned
     WIDTH128_BASE: ("width", "baseline", 1, WIDTH128, [0]),
