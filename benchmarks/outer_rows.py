@@ -113,9 +113,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "batch", "baseline", 1, {**BATCH80, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, SEEDS3),
     # width: the papers' gains grow with size; the model at width 128 (experts' d_expert kept: ~2x the time) on the
     # same tokens, SNOO paired with the baseline at that width (its control); the inner lr is the demo's, not retuned
-    WIDTH128_BASE: ("width", "baseline", 1, WIDTH128, [0]),
+    WIDTH128_BASE: ("width", "baseline", 1, WIDTH128, [0, 1]),
     "SNOO K=25, 0.5/0.5, ramp 10, width 128": (
-        "width", "baseline", 1, {**WIDTH128, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0]),
+        "width", "baseline", 1, {**WIDTH128, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0, 1]),
     # carried to two sites and eight cells: the defaults (their protocol rows, the controls), the winner's outer step
     # as DiLoCo's (plain mean and radial-directional merge; H = 50 keeps int4's 353x), and SNOO inside each site /
     # cell under the strategy's own sync (the merge moves SNOO's slow weights with it: Snoo.external)
