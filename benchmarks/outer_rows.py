@@ -139,6 +139,7 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "two", "two_site", 2, outer(0.5, 0.5, outer_momentum_warmup="10"), [0]),
 }
 BASELINE = "baseline (AdamW, lr 3e-3)"
+SNOO_BASE = "SNOO K=25, 0.5/0.5, ramp 10"  # the single-site optimizer the distributed rows are also divided by
 STREAM_A = "site A alone (M = 1 stream, no outer step)"  # the M = 1 rows' own-stream control (same data, no outer step)
 
 
@@ -268,6 +269,8 @@ def rows() -> list[dict]:
         ctl = control(label)
         vs = [(r, _seed(ctl, s, stored)) for s, r, _ in pairs] if ctl else []
         vs_ratios = [r[0] / c[0] for r, c in vs if c is not None]
+        snoo_base = [(r, _seed(SNOO_BASE, s, stored)) for s, r, _ in pairs] if replicas > 1 else []
+        snoo_ratios = [r[0] / c[0] for r, c in snoo_base if c is not None]
         r0 = pairs[0][1][2]  # the first seed's result.json (None: stored figures only)
         old = stored.get(label, {})
         if r0 is not None:
@@ -285,6 +288,7 @@ def rows() -> list[dict]:
             "ratio": statistics.mean(ratios), "ratios": ratios,
             "tune_ratio": statistics.mean(tune_ratios) if tune_ratios else None,
             "control": ctl, "ratio_vs_control": statistics.mean(vs_ratios) if vs_ratios else None,
+            "ratio_vs_snoo_baseline": statistics.mean(snoo_ratios) if snoo_ratios else None,
             "baseline": {"experiment": ROWS[BASELINE][1], "overrides": overrides(ROWS[BASELINE][3]),
                          "bpb": [b[0] for _, _, b in pairs]},
             **measured,
@@ -327,6 +331,9 @@ def table(rs: list[dict]) -> str:
     for r in rs:
         tune = f"{r['tune_ratio']:.4f}" if r["tune_ratio"] else "—"
         own = f"{r['ratio_vs_control']:.4f} ({SHORT[r['control']]})" if r.get("ratio_vs_control") else "—"
+        if r.get("ratio_vs_snoo_baseline"):
+            vs = f"{r['ratio_vs_snoo_baseline']:.4f} (the SNOO baseline)"
+            own = vs if own == "—" else f"{own}; {vs}"
         fewer = f"{r['fewer']:.0f}x fewer" if r.get("fewer") and r["fewer"] > 1.5 else "—"
         moves = (f"{r['rel_delta_median']}, {r['cos_prev_median']}, {r['applied_over_delta_median']}"
                  if r["rel_delta_median"] is not None else "—")

@@ -107,6 +107,9 @@ def test_stored_figures_stand_in_for_run_folders_that_are_gone(rows_mod):
     assert got[carry]["control"] == m.TWO_SITE
     assert got[carry]["ratio_vs_control"] == pytest.approx((2.02 / 2.05 + 2.2 / 2.25) / 2)
     assert got[m.TWO_SITE]["bpb"] == [2.05, 2.25, 2.45] and got[m.TWO_SITE]["tune_ratio"] is None
+    assert got[carry]["ratio_vs_snoo_baseline"] is None  # no SNOO-baseline run or figure yet
+    fake(m, m.SNOO_BASE, 1, 2.1, 2.2)
+    assert {r["label"]: r for r in m.rows()}[carry]["ratio_vs_snoo_baseline"] == pytest.approx(2.2 / 2.1)
     assert "| two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10 | 2 |" in m.table(list(got.values()))
     m.FILE.write_text(json.dumps([{"label": m.BASELINE, "seeds": [0], "bpb": [2.0], "tune_bpb": [2.1]},
                                   {"label": carry, "seeds": [0], "bpb": [2.03], "tune_bpb": [2.1]}]))
