@@ -189,8 +189,9 @@ class Island:
         """Around a sync strategy's call that may write this island's weights: SNOO's slow weights move with them
         (``Snoo.external``, ``optim.snoo.merges=keep``); nothing to do without SNOO or with ``merges=smooth`` (the
         merge then enters the next pseudo-gradient)."""
-        keep = self.snoo is not None and self.optim_cfg.snoo.merges == "keep"
-        return self.snoo.external() if keep else nullcontext()
+        if self.snoo is not None and self.optim_cfg.snoo.merges == "keep":
+            return self.snoo.external()
+        return nullcontext()
 
     def state_dict(self) -> dict:
         d = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
