@@ -128,6 +128,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "eight", "eight_cell", 8, snoo(25, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
     "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, inner lr 4.5e-3": (
         "two", "two_site", 2, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, SEEDS3),
+    "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, inner lr 4.5e-3, mean": (
+        "two", "two_site", 2, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3",
+                               "sync.diloco.average": "mean"}, [0]),
     "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, inner lr 6e-3": (
         "two", "two_site", 2, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "6e-3"}, [0]),
     "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, merges smooth": (
