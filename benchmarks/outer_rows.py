@@ -59,6 +59,10 @@ EIGHT_CELL = "eight_cell defaults (butterfly, E=16)"
 BATCH80_BASE = "baseline, batch 80 (600 steps)"
 WIDTH128_BASE = "baseline, width 128"
 WIDTH128 = {"model.d_model": "128"}
+HALF_BASE = "baseline, half the corpus"
+# repeated data: the first half of the corpus (its own train / validation split), so the same 6,144,000 tokens pass
+# over its training bytes ~2.7 times instead of ~1.35 (windows are drawn with replacement)
+HALF = {"data.max_bytes": "2528599"}
 # label -> (stage, experiment, replicas, overrides, seeds)
 ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "baseline (AdamW, lr 3e-3)": ("base", "baseline", 1, {}, SEEDS3),
@@ -71,6 +75,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     "SNOO K=10, 0.5/0.5": ("snoo", "baseline", 1, snoo(10, 0.5, 0.5), [0]),
     "SNOO K=10, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(10, 0.5, 0.5, momentum_warmup="10"), SEEDS3),
     "SNOO K=50, 0.5/0.5": ("snoo", "baseline", 1, snoo(50, 0.5, 0.5), [0]),
+    # the window with the ramp (the issue's K in {5, 10, 25}; K = 10 and 25 over 3 seeds below)
+    "SNOO K=5, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(5, 0.5, 0.5, momentum_warmup="10"), [0]),
+    "SNOO K=50, 0.5/0.5, ramp 10": ("snoo", "baseline", 1, snoo(50, 0.5, 0.5, momentum_warmup="10"), [0]),
     "SNOO K=25, 0.8/0.5": ("snoo", "baseline", 1, snoo(25, 0.8, 0.5), [0]),
     "SNOO K=25, 0.5/0.7": ("snoo", "baseline", 1, snoo(25, 0.5, 0.7), [0]),
     "SNOO K=25, 0.5/0.5, hidden matrices only": ("snoo", "baseline", 1, snoo(25, 0.5, 0.5, params="hidden"), [0]),
@@ -118,6 +125,9 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     # width: the papers' gains grow with size; the model at width 128 (experts' d_expert kept: ~2x the time) on the
     # same tokens, SNOO paired with the baseline at that width (its control); the inner lr is the demo's, not retuned
     WIDTH128_BASE: ("width", "baseline", 1, WIDTH128, [0, 1]),
+    HALF_BASE: ("repeat", "baseline", 1, HALF, [0, 1]),
+    "SNOO K=25, 0.5/0.5, ramp 10, half the corpus": (
+        "repeat", "baseline", 1, {**HALF, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0, 1]),
     "SNOO K=25, 0.5/0.5, ramp 10, width 128": (
         "width", "baseline", 1, {**WIDTH128, **snoo(25, 0.5, 0.5, momentum_warmup="10")}, [0, 1]),
     # carried to two sites and eight cells: the defaults (their protocol rows, the controls), the winner's outer step
@@ -218,7 +228,7 @@ def control(label: str) -> str | None:
     M = 1 row's own stream (site A alone), a two_site / eight_cell row's defaults, a batch-80 row's batch-80
     baseline; None for the controls themselves and for rows whose control is the baseline."""
     _, experiment, replicas, sets, _ = ROWS[label]
-    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, BATCH80_BASE, WIDTH128_BASE):
+    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, BATCH80_BASE, WIDTH128_BASE, HALF_BASE):
         return None
     if experiment == "two_site":
         return STREAM_A if replicas == 1 else TWO_SITE
@@ -228,6 +238,8 @@ def control(label: str) -> str | None:
         return BATCH80_BASE
     if sets.get("model.d_model") == WIDTH128["model.d_model"]:
         return WIDTH128_BASE
+    if sets.get("data.max_bytes") == HALF["data.max_bytes"]:
+        return HALF_BASE
     return None
 
 
@@ -329,7 +341,7 @@ def _movement(res: dict) -> dict:
 
 
 SHORT = {STREAM_A: "site A alone", TWO_SITE: "two_site", EIGHT_CELL: "eight_cell", BATCH80_BASE: "baseline at batch 80",
-         WIDTH128_BASE: "baseline at width 128"}
+         WIDTH128_BASE: "baseline at width 128", HALF_BASE: "baseline on half the corpus"}
 
 
 def table(rs: list[dict]) -> str:
