@@ -147,6 +147,8 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
     # the best single-site row (0.6 / 0.5: 0.9939 over 3 seeds) carried the same way
     "two_site + SNOO inside each site K=25, 0.6/0.5, ramp 10, inner lr 4.5e-3": (
         "two", "two_site", 2, {**snoo(25, 0.6, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, SEEDS3),
+    "two_site + SNOO inside each site K=25, 0.7/0.5, ramp 10, inner lr 4.5e-3": (
+        "two", "two_site", 2, {**snoo(25, 0.7, 0.5, momentum_warmup="10"), "optim.lr": "4.5e-3"}, SEEDS3),
     "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, inner lr 6e-3": (
         "two", "two_site", 2, {**snoo(25, 0.5, 0.5, momentum_warmup="10"), "optim.lr": "6e-3"}, [0]),
     "two_site + SNOO inside each site K=25, 0.5/0.5, ramp 10, merges smooth": (
