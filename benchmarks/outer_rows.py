@@ -162,6 +162,8 @@ ROWS: dict[str, tuple[str, str, int, dict[str, str], list[int]]] = {
         "two", "two_site", 2, outer(0.5, 0.5, outer_momentum_warmup="10"), [0]),
 }
 BASELINE = "baseline (AdamW, lr 3e-3)"
+# the baseline at another batch, width or corpus: the control of every row that carries its overrides
+VARIANT_BASES = (BATCH80_BASE, WIDTH128_BASE, HALF_BASE)
 SNOO_BASE = "SNOO K=25, 0.5/0.5, ramp 10"  # the single-site optimizer the distributed rows are also divided by
 STREAM_A = "site A alone (M = 1 stream, no outer step)"  # the M = 1 rows' own-stream control (same data, no outer step)
 
@@ -231,22 +233,16 @@ def execute(stages: list[str], jobs: int, labels: list[str] | None = None) -> No
 
 def control(label: str) -> str | None:
     """The row a row differs from by the one thing it tests (its ratio to it is quoted beside the baseline's): an
-    M = 1 row's own stream (site A alone), a two_site / eight_cell row's defaults, a batch-80 row's batch-80
-    baseline; None for the controls themselves and for rows whose control is the baseline."""
+    M = 1 row's own stream (site A alone), a two_site / eight_cell row's defaults, a batch-80 / width-128 /
+    half-corpus row's baseline at that setting (``VARIANT_BASES``); None for the controls themselves and for rows whose control is the baseline."""
     _, experiment, replicas, sets, _ = ROWS[label]
-    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, BATCH80_BASE, WIDTH128_BASE, HALF_BASE):
+    if label in (BASELINE, STREAM_A, TWO_SITE, EIGHT_CELL, *VARIANT_BASES):
         return None
     if experiment == "two_site":
         return STREAM_A if replicas == 1 else TWO_SITE
     if experiment == "eight_cell":
         return EIGHT_CELL
-    if sets.get("steps") == BATCH80["steps"]:
-        return BATCH80_BASE
-    if sets.get("model.d_model") == WIDTH128["model.d_model"]:
-        return WIDTH128_BASE
-    if sets.get("data.max_bytes") == HALF["data.max_bytes"]:
-        return HALF_BASE
-    return None
+    return next((b for b in VARIANT_BASES if ROWS[b][3].items() <= sets.items()), None)
 
 
 def _stored() -> dict[str, dict]:
