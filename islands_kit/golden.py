@@ -19,11 +19,33 @@ from islands_kit.presets import get_preset
 EXPERIMENTS = tuple(EXPERIMENT_TABLE)  # one fixture per experiment of the table
 UNPINNED = frozenset({"wall_time_s", "cpu_time_s", "versions", "git_sha", "config"})
 MACHINE_KEY = "_machine"
-# Elsewhere than on the machine kind that wrote a fixture, floats are compared to this relative tolerance: the same
-# torch wheel picks different CPU kernels (AVX2 / AVX-512 / AMX, MKL's per-CPU paths) whose summation orders differ in
-# the last bits (benchmarks/RESULTS.md, golden section). A real change moves a smoke number by orders of magnitude
-# more; integers (bytes, steps, tokens) and strings are always exact.
-CROSS_MACHINE_RTOL = 1e-6
+# Elsewhere than on the machine kind that wrote a fixture, floats are compared to a relative tolerance measured, not
+# chosen: the same torch wheel picks other CPU kernels per CPU (AVX2 / AVX-512 / AMX, MKL's per-CPU paths) whose
+# summation orders differ in the last bits. scripts/measure_golden_tolerance.py runs every smoke fixture under each
+# ATEN_CPU_CAPABILITY, takes the largest relative difference of any pinned float, and multiplies it by this factor
+# (tests/golden/tolerance.json holds the measurement). Integers (bytes, steps, tokens) and strings are always exact.
+TOLERANCE_FACTOR = 10.0
+
+
+def relative_difference(a: float, b: float) -> float:
+    """|a − b| / max(|a|, |b|): what ``math.isclose(a, b, rel_tol=r)`` bounds by r (0 for equal numbers)."""
+    if a == b:
+        return 0.0
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+def float_pairs(expected: Any, actual: Any, path: str = "") -> list[tuple[str, float, float]]:
+    """Every float of ``expected`` beside the float at the same place in ``actual`` (places whose shape or type differ
+    are left to :func:`diff`)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return [p for k in expected if k in actual for p in float_pairs(expected[k], actual[k], f"{path}.{k}")]
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        return [p for i, (a, b) in enumerate(zip(expected, actual)) for p in float_pairs(a, b, f"{path}[{i}]")]
+    if isinstance(expected, float) and isinstance(actual, float):
+        return [(path, expected, actual)]
+    return []
 
 
 def machine_fingerprint() -> str:
@@ -46,17 +68,30 @@ def machine_fingerprint() -> str:
     return f"torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | {platform.machine()} {model} | flags {flag_hash}"
 
 
-def fixture_diff(fixture: dict[str, Any], actual: dict[str, Any]) -> list[str]:
-    """:func:`diff` of a run against a fixture: bit for bit on the machine kind that wrote it, floats within
-    :data:`CROSS_MACHINE_RTOL` elsewhere."""
+def measured_rtol(golden_dir: Any) -> float:
+    """The cross-machine tolerance written beside the fixtures by scripts/measure_golden_tolerance.py."""
+    import json
+    from pathlib import Path
+
+    record = json.loads((Path(golden_dir) / "tolerance.json").read_text())
+    rtol = float(record["rtol"])
+    if not (0.0 <= rtol <= TOLERANCE_FACTOR * float(record["max_rel_diff"]) + 1e-300):
+        raise ValueError(f"tolerance.json: rtol {rtol!r} is not the measured {record['max_rel_diff']!r} times at most "
+                         f"{TOLERANCE_FACTOR}")
+    return rtol
+
+
+def fixture_diff(fixture: dict[str, Any], actual: dict[str, Any], rtol: float) -> list[str]:
+    """:func:`diff` of a run against a fixture: bit for bit on the machine kind that wrote it (same CPU, kernel set and
+    torch), floats within ``rtol`` (the measured cross-capability tolerance) elsewhere."""
     expected = {k: v for k, v in fixture.items() if k != MACHINE_KEY}
     exact = fixture.get(MACHINE_KEY) == machine_fingerprint()
-    return diff(expected, actual, rtol=0.0 if exact else CROSS_MACHINE_RTOL)
+    return diff(expected, actual, rtol=0.0 if exact else rtol)
 
 
-def same_number(fixture: dict[str, Any], expected: float, actual: float) -> bool:
+def same_number(fixture: dict[str, Any], expected: float, actual: float, rtol: float) -> bool:
     """One pinned float of ``fixture`` compared as :func:`fixture_diff` compares it."""
-    return not fixture_diff({MACHINE_KEY: fixture.get(MACHINE_KEY), "x": expected}, {"x": actual})
+    return not fixture_diff({MACHINE_KEY: fixture.get(MACHINE_KEY), "x": expected}, {"x": actual}, rtol)
 
 
 def golden_config(experiment: str) -> ExperimentConfig:

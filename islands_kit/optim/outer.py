@@ -47,9 +47,8 @@ class OuterRecord:
     applied_over_delta: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rel_delta": round(self.rel_delta, 6),
-                "cos_prev": None if self.cos_prev is None else round(self.cos_prev, 6),
-                "weight_norm": round(self.weight_norm, 6), "applied_over_delta": round(self.applied_over_delta, 6)}
+        return {"rel_delta": self.rel_delta, "cos_prev": self.cos_prev, "weight_norm": self.weight_norm,
+                "applied_over_delta": self.applied_over_delta}
 
 
 def _norm(ts: Iterable[torch.Tensor]) -> float:
