@@ -7,14 +7,13 @@ fixture is :func:`golden_config`).
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import platform
 from typing import Any
 
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.presets import get_preset
+from islands_kit.train.result import machine_fingerprint
 
 EXPERIMENTS = tuple(EXPERIMENT_TABLE)  # one fixture per experiment of the table
 UNPINNED = frozenset({"wall_time_s", "cpu_time_s", "versions", "git_sha", "config"})
@@ -46,26 +45,6 @@ def float_pairs(expected: Any, actual: Any, path: str = "") -> list[tuple[str, f
     if isinstance(expected, float) and isinstance(actual, float):
         return [(path, expected, actual)]
     return []
-
-
-def machine_fingerprint() -> str:
-    """What decides a CPU run's last bits: the torch build, the kernel family it dispatches to, and the CPU itself."""
-    import torch
-
-    model, flags = platform.processor(), ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = value.strip()
-                    break
-    except OSError:
-        pass
-    flag_hash = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
-    return f"torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | {platform.machine()} {model} | flags {flag_hash}"
 
 
 def measured_rtol(golden_dir: Any) -> float:
