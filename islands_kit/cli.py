@@ -27,6 +27,7 @@ from islands_kit import __version__
 from islands_kit.compare import smoke_note
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
 from islands_kit.progress import format_duration
+from islands_kit.protocol.command import add_study_command
 from islands_kit.tracking import wandb_off_note
 
 
@@ -369,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_HelpFormatter)
     e.add_argument("--short", action="store_true", help="only the versions and the device")
     e.set_defaults(fn=_cmd_env)
+    add_study_command(sub)
 
     return ap
 

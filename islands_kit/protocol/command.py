@@ -1,0 +1,115 @@
+"""``islands-kit study``: run a study file resumably, say what it will cost first, and write its report.
+
+    islands-kit study run benchmarks/studies/headline-demo.toml --jobs 2      # resumable; two runs at a time
+    islands-kit study run benchmarks/studies/headline-demo.toml --dry-run    # runs, finished, CPU-hours, then stop
+    islands-kit study report benchmarks/studies/headline-demo.toml --write   # JSON + its table in RESULTS.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from islands_kit.config import apply_overrides
+from islands_kit.estimate import estimate_run
+from islands_kit.io import replace_marked_block
+from islands_kit.protocol.report import ReportError, make_report
+from islands_kit.protocol.runner import known_runs, run_study
+from islands_kit.protocol.runs import Run
+from islands_kit.protocol.study import Study, StudyError, Trial, load_study
+from islands_kit.protocol.tables import render
+from islands_kit.records import dumps_strict, finite
+
+RESULTS = Path("benchmarks") / "RESULTS.md"
+
+
+def default_root(study: Study) -> Path:
+    return Path("runs") / "studies" / study.name
+
+
+def all_runs(study: Study, root: Path) -> list[Run]:
+    """Every run the study will make: the tuning runs, each arm's scoring runs and every row's (for an arm whose pick
+    is not known yet, its first trial stands in: the same experiment and the same count)."""
+    runs, picks = known_runs(study, root)
+    stand_in = {arm: picks.get(arm, study.trials(arm)[0]) for arm in study.arms}
+    planned = {r.dir: r for r in runs}
+    for arm in study.arms:
+        for s in study.seeds:
+            r = Run(stand_in[arm], s, study.preset, root, "score")
+            planned.setdefault(r.dir, r)
+    for row in study.rows:
+        t = study.row_trial(row, stand_in)
+        for s in row.seeds:
+            r = Run(t, s, study.preset, root, "row")
+            planned.setdefault(r.dir, r)
+    return list(planned.values())
+
+
+def _cost_key(t: Trial) -> str:
+    """Runs that cost the same: the same config but for learning rates and outer-step sizes."""
+    return json.dumps([t.experiment, [(k, v) for k, v in t.sets if not k.endswith(("lr", "momentum"))]])
+
+
+def dry_run(study: Study, root: Path, say: Any = print) -> dict[str, Any]:
+    runs = all_runs(study, root)
+    done = [r for r in runs if r.result() is not None]
+    left = [r for r in runs if r.result() is None]
+    seconds: dict[str, float] = {}
+    total = 0.0
+    for r in left:
+        key = _cost_key(r.trial)
+        if key not in seconds:
+            cfg = apply_overrides(study.base_config(r.trial.experiment), r.trial.overrides)
+            seconds[key] = estimate_run(cfg).total_s
+        total += seconds[key]
+    say(f"study {study.name}: {len(runs)} runs ({sum(r.phase == 'tune' for r in runs)} tuning, "
+        f"{sum(r.phase == 'score' for r in runs)} scoring, {sum(r.phase == 'row' for r in runs)} rows), "
+        f"{len(done)} finished, {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine "
+        f"(one thread each; measured from {len(seconds)} configs' first steps, rough)")
+    return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600}
+
+
+def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str, Any]:
+    cmd = f"islands-kit study run {study.path} --jobs 2 && islands-kit study report {study.path} --write"
+    doc = finite(make_report(study, root, cmd))
+    if study.report:
+        Path(study.report).write_text(dumps_strict(doc, indent=1) + "\n")
+    replace_marked_block(results, f"study:{study.name}", render(doc))
+    return doc
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    try:
+        study = load_study(args.study)
+    except StudyError as e:
+        print(f"islands-kit study: {e}")
+        return 2
+    root = Path(args.out) if args.out else default_root(study)
+    if args.action == "run":
+        if args.dry_run:
+            dry_run(study, root)
+            return 0
+        made = run_study(study, root, jobs=args.jobs)
+        print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
+              f"islands-kit study report {shlex.quote(args.study)} --write")
+        return 0
+    try:
+        doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))
+    except ReportError as e:
+        print(f"islands-kit study: {e}")
+        return 2
+    print(render(doc))
+    return 0
+
+
+def add_study_command(sub: Any) -> None:
+    p = sub.add_parser("study", help="run a study file (arms, grids, seeds as data) resumably, or write its report")
+    p.add_argument("action", choices=["run", "report"])
+    p.add_argument("study", help="a study file (benchmarks/studies/*.toml)")
+    p.add_argument("--out", default=None, help="the runs' folder (default runs/studies/NAME)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--dry-run", action="store_true", help="say how many runs, how many finished, the CPU-hours; run none")
+    p.add_argument("--write", action="store_true", help="report: write the study's JSON and its table in RESULTS.md")
+    p.set_defaults(fn=_cmd)

@@ -1,0 +1,181 @@
+"""A study's report, made from its runs' result.json files alone: one JSON document (``benchmarks/<study>.json``) and
+the markdown table rendered from that document (never from the runs: a test re-renders every table in
+benchmarks/RESULTS.md from its JSON and fails on any difference).
+
+Per arm: its pick (made on the tuning split), the whole grid with both splits' bpb, the pick's validation bpb per seed,
+and against its reference arm, paired per seed: the ratio at equal tokens and at equal simulated wall-clock (its
+validation curve read at the reference's finishing time), each with a paired t interval (protocol/stats.py), and the
+bytes it sent. Runs made on different machines or kernel sets are never paired (ReportError names them).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from islands_kit.protocol.runs import Run, pick, trial_scores, tune_score
+from islands_kit.protocol.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
+from islands_kit.protocol.study import Study, Trial
+
+SCHEMA = 1
+
+
+class ReportError(ValueError):
+    """Runs that must not be compared (another machine or kernel set) or a report that cannot be made."""
+
+
+def machine_of(res: dict[str, Any]) -> str:
+    return str(res.get("versions", {}).get("machine", "unknown"))
+
+
+def bpb_at_time(res: dict[str, Any], t: float) -> float | None:
+    """The run's validation bpb at simulated time ``t`` (linear between evaluations); its final bpb when it finished
+    before ``t``; None before its first evaluation."""
+    pts = [(float(h["sim_time_s"]), float(h["val_bpb"])) for h in res.get("history", [])
+           if "val_bpb" in h and isinstance(h.get("val_bpb"), (int, float)) and math.isfinite(h["val_bpb"])]
+    if not pts:
+        return None
+    if t >= pts[-1][0]:
+        return float(res["final_val_bpb"])
+    if t < pts[0][0]:
+        return None
+    for (t0, b0), (t1, b1) in zip(pts, pts[1:]):
+        if t0 <= t <= t1:
+            return b0 if t1 == t0 else b0 + (b1 - b0) * (t - t0) / (t1 - t0)
+    return None
+
+
+def _history(run: Run) -> list[dict[str, Any]]:
+    p = run.dir / "history.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.is_file() else []
+
+
+def _scored(study: Study, trial: Trial, seeds: list[int], root: Path) -> dict[int, dict[str, Any]]:
+    """Finished runs of ``trial`` by seed (with their evaluation history attached)."""
+    out = {}
+    for s in seeds:
+        run = Run(trial, s, study.preset, root, "score")
+        res = run.result()
+        if res is not None:
+            out[s] = {**res, "history": _history(run)}
+    return out
+
+
+def _pair(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], what: str) -> list[int]:
+    seeds = sorted(set(a) & set(b))
+    for s in seeds:
+        ma, mb = machine_of(a[s]), machine_of(b[s])
+        if ma != mb or ma == "unknown":
+            raise ReportError(f"{what}, seed {s}: made on different machines or kernel sets ({ma!r} vs {mb!r}); "
+                              "pair only runs made on one machine and kernel set (re-run both there)")
+    return seeds
+
+
+def _ratio_fields(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
+    if not seeds:
+        return {"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False,
+                "time_ratio_mean": None, "time_ratio_ci95": None, "time_ratio_n": 0}
+    tok = paired_ratio([arm[s]["final_val_bpb"] for s in seeds], [ref[s]["final_val_bpb"] for s in seeds])
+    # equal simulated wall-clock: both curves read when the first of the two finishes (the faster run's final bpb
+    # against the slower one's bpb at that moment)
+    pairs = []
+    for s in seeds:
+        t = min(float(arm[s]["sim_wall_clock_s"]), float(ref[s]["sim_wall_clock_s"]))
+        pairs.append((bpb_at_time(arm[s], t), bpb_at_time(ref[s], t)))
+    pairs_ok = [(a, b) for a, b in pairs if a is not None and b is not None]
+    tim: RatioStat | None = paired_ratio([a for a, _ in pairs_ok], [b for _, b in pairs_ok]) if pairs_ok else None
+    return {"ratio_mean": tok.mean, "ratio_ci95": tok.interval(), "ratio_n": tok.n, "resolved": tok.resolved,
+            "ratios": list(tok.ratios),
+            "time_ratio_mean": None if tim is None else tim.mean, "time_ratio_ci95": None if tim is None else tim.interval(),
+            "time_ratio_n": 0 if tim is None else tim.n}
+
+
+def _bytes(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    if not arm:
+        return {"cross_site_bytes": None, "bytes_vs_ddp": None, "bytes_vs_ref": None}
+    r = arm[min(arm)]
+    out: dict[str, Any] = {"cross_site_bytes": r["cross_site_bytes"],
+                           "bytes_vs_ddp": r["ddp_equivalent_bytes"] / max(1, r["cross_site_bytes"])}
+    out["bytes_vs_ref"] = (ref[min(ref)]["cross_site_bytes"] / max(1, r["cross_site_bytes"])) if ref else None
+    return out
+
+
+def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial]) -> dict[str, Any]:
+    a = study.arms[arm]
+    grid: list[dict[str, Any]] = []
+    tune_vals: list[float] = []
+    val_vals: list[float] = []
+    for trial, results in trial_scores(study, arm, root):
+        done = [r for r in results if r is not None]
+        complete = len(done) == len(results)
+        tune = sum(tune_score(r) or math.inf for r in done) / len(done) if complete else None
+        val = sum(float(r["final_val_bpb"]) for r in done) / len(done) if complete else None
+        grid.append({"label": dict(trial.label), "overrides": trial.overrides, "runs": len(done),
+                     "final_tune_bpb": tune, "final_val_bpb": val})
+        if tune is not None and val is not None and math.isfinite(tune) and math.isfinite(val):
+            tune_vals.append(tune)
+            val_vals.append(val)
+    entry: dict[str, Any] = {"kind": "arm", "arm": arm, "experiment": a.experiment, "preset": study.preset,
+                             "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds, "grid": grid}
+    chosen = picks.get(arm)
+    if chosen is None:
+        return {**entry, "overrides": None, "label": None, "seeds": [], "val_bpb": [], "status": "tuning"}
+    mine = _scored(study, chosen, study.seeds, root)
+    ref_pick = picks.get(a.ref)
+    ref = _scored(study, ref_pick, study.seeds, root) if ref_pick is not None else {}
+    seeds = _pair(mine, ref, f"arm {arm} against {a.ref}")
+    entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
+                  "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "sim_wall_clock_s": [mine[s]["sim_wall_clock_s"] for s in sorted(mine)],
+                  "machine": machine_of(mine[min(mine)]) if mine else None,
+                  "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds"})
+    entry.update(_ratio_fields(mine, ref, seeds) if arm != a.ref else
+                 {"ratio_mean": 1.0, "ratio_ci95": None, "ratio_n": len(mine), "resolved": False})
+    entry.update(_bytes(mine, ref if arm != a.ref else {}))
+    if len(tune_vals) == len(grid) and grid:
+        best_val = min(val_vals)
+        entry["transfer"] = {"spearman": rank_correlation(tune_vals, val_vals),
+                             "regret": pick_regret(tune_vals, val_vals),
+                             "pick_wins_on_val": val_vals[tune_vals.index(min(tune_vals))] == best_val}
+    return entry
+
+
+def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> dict[str, Any]:
+    row = study.rows[row_i]
+    entry: dict[str, Any] = {"kind": "row", "row": row.name, "arm": row.arm, "control": row.control,
+                             "set": row.sets, "preset": study.preset}
+    if row.arm is not None and row.arm not in picks:
+        return {**entry, "status": "waiting for its arm's pick", "seeds": [], "val_bpb": []}
+    t = study.row_trial(row, picks)
+    mine = _scored(study, t, row.seeds, root)
+    entry.update({"experiment": t.experiment, "overrides": t.overrides, "seeds": sorted(mine),
+                  "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "status": "done" if len(mine) == len(row.seeds) else f"{len(mine)}/{len(row.seeds)} seeds"})
+    # against the arm it changes one thing of (or its control), and against the study's reference arm
+    refs: dict[str, Trial] = {}
+    if row.arm is not None:
+        refs["vs_arm"] = picks[row.arm]
+    if row.control is not None:
+        ctl = picks.get(row.control) or next((study.row_trial(r, picks) for r in study.rows if r.name == row.control
+                                              and (r.arm is None or r.arm in picks)), None)
+        if ctl is not None:
+            refs["vs_control"] = ctl
+    base_arm = study.arms[row.arm].ref if row.arm is not None else next(iter(study.arms))
+    if base_arm in picks:
+        refs["vs_ref"] = picks[base_arm]
+    for key, trial in refs.items():
+        other = _scored(study, trial, row.seeds, root)
+        seeds = _pair(mine, other, f"row {row.name!r} {key}")
+        entry[key] = _ratio_fields(mine, other, seeds)
+    entry.update(_bytes(mine, {}))
+    return entry
+
+
+def make_report(study: Study, root: Path, command: str) -> dict[str, Any]:
+    """The study's JSON document from the runs under ``root``."""
+    picks = {arm: t for arm in study.arms if (t := pick(study, arm, root)) is not None}
+    arms = [arm_entry(study, arm, root, picks) for arm in study.arms]
+    rows = [row_entry(study, i, root, picks) for i in range(len(study.rows))]
+    return {"schema": SCHEMA, "study": study.name, "preset": study.preset, "description": study.description,
+            "command": command, "seeds": study.seeds, "tune_seeds": study.tune_seeds, "entries": arms + rows}

@@ -1,0 +1,145 @@
+"""One runner for every study: each run its own ``islands-kit run`` process with one torch thread, ``jobs`` at a time,
+resumable, and safe to start twice.
+
+A run is (trial, seed); its folder is ``OUT/<arm>/<hash of experiment, preset and --set overrides>/seed<k>``. A run
+with a result.json is finished and never run again; a run being made holds ``run.lock`` (O_EXCL, with its pid and
+host), so a second invocation of the same study skips it instead of starting it twice, and a lock left by a dead
+process is taken over. Scoring runs need their arm's pick, so the runner works in waves: every run whose config is
+known is started, and when an arm's tuning runs have all finished its pick's scoring runs (and its rows) join.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from islands_kit.protocol.runs import Run, pick
+from islands_kit.protocol.study import Study, Trial
+
+_HOST = socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def take_lock(d: Path) -> bool:
+    """Create ``d/run.lock`` for this process; False while another live process holds it (a dead holder's lock on
+    this host is taken over)."""
+    d.mkdir(parents=True, exist_ok=True)
+    lock = d / "run.lock"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text() or "{}")
+            except (OSError, ValueError):
+                holder = {}
+            if holder.get("host") == _HOST and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+                with contextlib.suppress(FileNotFoundError):
+                    lock.unlink()
+                continue
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "host": _HOST, "since": time.time()}, f)
+        return True
+    return False
+
+
+def release_lock(d: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (d / "run.lock").unlink()
+
+
+def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
+    """Make one run (in its own process, one thread) unless it is finished or another process holds it; its
+    result.json, or None when someone else is making it. A failed run raises with its log's tail."""
+    done = run.result()
+    if done is not None:
+        return done
+    if not take_lock(run.dir):
+        return None
+    try:
+        done = run.result()  # finished between the first look and the lock
+        if done is not None:
+            return done
+        (run.dir / "settings.json").write_text(json.dumps(
+            {"arm": run.trial.arm, "experiment": run.trial.experiment, "preset": run.preset, "seed": run.seed,
+             "label": dict(run.trial.label), "overrides": dict(run.trial.sets), "phase": run.phase}, indent=1))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+        proc = subprocess.run(run.command(), cwd=cwd, env=env, capture_output=True, text=True)
+        (run.dir / "log.txt").write_text(proc.stdout + proc.stderr)
+        res = run.result()
+        if proc.returncode != 0 or res is None:
+            raise RuntimeError(f"{run.trial.arm} seed {run.seed} ({run.trial.describe()}) failed, see "
+                               f"{run.dir / 'log.txt'}:\n{proc.stderr[-1500:]}")
+        return res
+    finally:
+        release_lock(run.dir)
+
+
+def known_runs(study: Study, root: Path) -> tuple[list[Run], dict[str, Trial]]:
+    """Every run whose config is known now: all tuning runs, and the scoring runs and rows of each arm whose tuning
+    has finished (with the picks made so far)."""
+    runs = [Run(t, s, study.preset, root, "tune") for arm in study.arms for t in study.trials(arm) for s in study.tune_seeds]
+    picks: dict[str, Trial] = {}
+    for arm in study.arms:
+        chosen = pick(study, arm, root)
+        if chosen is not None:
+            picks[arm] = chosen
+            runs += [Run(chosen, s, study.preset, root, "score") for s in study.seeds if s not in study.tune_seeds]
+    for row in study.rows:
+        if row.arm is None or row.arm in picks:
+            t = study.row_trial(row, picks)
+            runs += [Run(t, s, study.preset, root, "row") for s in row.seeds]
+    seen: set[Path] = set()
+    unique = []
+    for r in runs:
+        if r.dir not in seen:
+            seen.add(r.dir)
+            unique.append(r)
+    return unique, picks
+
+
+def run_study(study: Study, root: Path, jobs: int = 2, say: Callable[[str], None] = print,
+              execute_run: Callable[[Run], dict[str, Any] | None] = execute) -> list[Run]:
+    """Run every run of ``study`` under ``root``, ``jobs`` at a time, until nothing is left that this invocation can
+    start; the runs it made. Rows and scoring runs join as soon as their arm's pick is known."""
+    made: list[Run] = []
+    started: set[Path] = set()
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        running: dict[Future[dict[str, Any] | None], Run] = {}
+        while True:
+            runs, _ = known_runs(study, root)
+            todo = [r for r in runs if r.dir not in started and r.result() is None]
+            while todo and len(running) < max(1, jobs):
+                r = todo.pop(0)
+                started.add(r.dir)
+                say(f"start {r.phase} {r.trial.arm} seed {r.seed}: {r.trial.describe()}")
+                running[pool.submit(execute_run, r)] = r
+            if not running:
+                return made
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                r = running.pop(fut)
+                res = fut.result()
+                if res is None:
+                    say(f"skip  {r.trial.arm} seed {r.seed}: another process is making it ({r.dir})")
+                    continue
+                made.append(r)
+                say(f"done  {r.phase} {r.trial.arm} seed {r.seed}: tune {res.get('final_tune_bpb')} "
+                    f"val {res.get('final_val_bpb')}")

@@ -1,0 +1,269 @@
+"""A study written as data: arms, grids, seeds and rows in one TOML file (``benchmarks/studies/*.toml``).
+
+    name = "headline-demo"
+    preset = "demo"
+    seeds = [0, 1, 2, 3, 4]        # every arm's pick is scored at these seeds (paired across arms)
+    tune_seeds = [0]               # the pick: lowest mean final_tune_bpb over these seeds (the tuning split only)
+    report = "benchmarks/headline-demo.json"
+
+    [set]                          # every run of the study
+    "data.tune_fraction" = "0.05"
+
+    [arms.baseline]
+    experiment = "baseline"        # a row of the experiment table
+    ref = "baseline"               # the arm its ratios are paired against (itself: the reference)
+    fixed = { }                    # settings every trial of the arm keeps
+    grid = { batch = ["20", "40"], "optim.lr" = ["3e-3", "4.24e-3"] }
+
+    [[rows]]                       # one change on top of an arm's pick (or a standalone config: experiment + set)
+    name = "two_site, H=25"
+    arm = "two_site"
+    set = { "sync.H" = "25" }
+    seeds = [0, 1, 2]
+
+``batch`` is the global batch at fixed training tokens (protocol/batch.py): it moves the per-island batches, the steps
+and everything counted in steps together. Every arm tunes over exactly as many trials as its reference (equal
+budgets). Errors name the file, the field and the rule, before any run starts.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from islands_kit.config import ExperimentConfig, apply_overrides
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+from islands_kit.presets import PRESETS, get_preset
+from islands_kit.protocol.batch import BATCH_KEY, at_global_batch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the 3.10 fallback
+    import tomli as tomllib
+
+# what every study run sets besides its own settings and its seed: one thread (bit-reproducible per seed on one
+# machine), the tuning split scored, no wandb, no progress lines in the logs
+RUN_SETS = {"threads": "1", "data.score_tune": "true", "wandb_mode": "disabled", "progress": "false"}
+
+
+class StudyError(ValueError):
+    """A study file broke a rule; the message names the file, the field and the rule."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One setting of an arm: ``label`` as the grid spells it (``batch`` included), ``sets`` the ``--set`` overrides
+    it expands to (the arm's fixed settings, the study's, and the batch's derived keys; not the seed)."""
+
+    arm: str
+    experiment: str
+    label: tuple[tuple[str, str], ...]
+    sets: tuple[tuple[str, str], ...]
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        return dict(self.sets)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.label) or "(defaults)"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    experiment: str
+    ref: str
+    fixed: dict[str, str]
+    grid: dict[str, list[str]]
+
+    def n_trials(self) -> int:
+        n = 1
+        for values in self.grid.values():
+            n *= len(values)
+        return n
+
+
+@dataclass(frozen=True)
+class Row:
+    """One change on top of ``arm``'s pick (``arm`` set) or a standalone config (``experiment`` set); ``control`` names
+    another row or arm its ratio is also read against (the row changes one thing from it)."""
+
+    name: str
+    arm: str | None
+    experiment: str | None
+    sets: dict[str, str]
+    seeds: list[int]
+    control: str | None = None
+
+
+@dataclass
+class Study:
+    name: str
+    preset: str
+    seeds: list[int]
+    tune_seeds: list[int]
+    sets: dict[str, str]
+    arms: dict[str, Arm]
+    rows: list[Row] = field(default_factory=list)
+    report: str | None = None
+    description: str = ""
+    path: Path | None = None
+
+    # -- expansion -----------------------------------------------------------------------------------------------
+    def base_config(self, experiment: str) -> ExperimentConfig:
+        return get_preset(experiment, self.preset)
+
+    def expand(self, experiment: str, settings: dict[str, str]) -> dict[str, str]:
+        """The ``--set`` overrides of ``settings`` (``batch`` resolved into its keys), checked against the config."""
+        plain = {k: v for k, v in settings.items() if k != BATCH_KEY}
+        out = {**RUN_SETS, **self.sets, **plain}
+        cfg = apply_overrides(self.base_config(experiment), out)
+        if BATCH_KEY in settings:
+            out.update(at_global_batch(cfg, _as_int(settings[BATCH_KEY], f"{BATCH_KEY}")))
+            apply_overrides(self.base_config(experiment), out)  # the moved keys must make a valid config too
+        return out
+
+    def trials(self, arm: str) -> list[Trial]:
+        a = self.arms[arm]
+        keys = sorted(a.grid)
+        out = []
+        for values in itertools.product(*(a.grid[k] for k in keys)):
+            label = dict(zip(keys, values))
+            sets = self.expand(a.experiment, {**a.fixed, **label})
+            out.append(Trial(arm, a.experiment, tuple(label.items()), tuple(sorted(sets.items()))))
+        return out
+
+    def row_trial(self, row: Row, picks: dict[str, Trial]) -> Trial:
+        """The row's config: its settings on top of its arm's pick (which must be known), or standalone."""
+        if row.arm is not None:
+            base = picks[row.arm]
+            label = {**dict(base.label), **row.sets}
+            settings = {**self.arms[row.arm].fixed, **label}
+            return Trial(row.name, base.experiment, tuple(label.items()),
+                         tuple(sorted(self.expand(base.experiment, settings).items())))
+        assert row.experiment is not None
+        return Trial(row.name, row.experiment, tuple(row.sets.items()),
+                     tuple(sorted(self.expand(row.experiment, row.sets).items())))
+
+    def check_budgets(self) -> dict[str, int]:
+        """Trials per arm; StudyError unless every arm tunes over exactly as many settings as its reference (a bigger
+        grid is a bigger tuning budget: the comparison would favour the arm that had it)."""
+        n = {name: a.n_trials() for name, a in self.arms.items()}
+        for name, a in self.arms.items():
+            if n[name] != n[a.ref]:
+                raise StudyError(f"{self._where()}arms.{name}.grid: {n[name]} trials against {n[a.ref]} for its "
+                                 f"reference {a.ref}: every arm gets its reference's tuning budget")
+        return n
+
+    def _where(self) -> str:
+        return f"{self.path}: " if self.path else ""
+
+
+# -- loading ---------------------------------------------------------------------------------------------------------
+def _as_int(v: Any, where: str) -> int:
+    try:
+        out = int(str(v))
+    except ValueError:
+        raise StudyError(f"{where}: must be a whole number (got {v!r})") from None
+    return out
+
+
+def _strings(d: Any, where: str) -> dict[str, str]:
+    if not isinstance(d, dict):
+        raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in d.items()}
+
+
+def _seeds(v: Any, where: str) -> list[int]:
+    if not isinstance(v, list) or not v or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v):
+        raise StudyError(f"{where}: must be a non-empty list of seeds (whole numbers >= 0), got {v!r}")
+    if len(set(v)) != len(v):
+        raise StudyError(f"{where}: a seed is listed twice ({v!r})")
+    return list(v)
+
+
+def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
+    extra = sorted(set(d) - keys)
+    if extra:
+        raise StudyError(f"{where}: unknown field(s) {', '.join(extra)} (allowed: {', '.join(sorted(keys))})")
+
+
+def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
+    """A study from a parsed TOML document; every field checked, every trial expanded once (so a bad key or value
+    fails here, naming it, before any run)."""
+    w = f"{path}: " if path else ""
+    _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report"}, w.rstrip(": ") or "study")
+    for req in ("name", "preset", "seeds", "arms"):
+        if req not in doc:
+            raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
+    if doc["preset"] not in PRESETS:
+        raise StudyError(f"{w}preset: {doc['preset']!r} is not a preset (one of {', '.join(PRESETS)})")
+    seeds = _seeds(doc["seeds"], f"{w}seeds")
+    tune_seeds = _seeds(doc.get("tune_seeds", [seeds[0]]), f"{w}tune_seeds")
+    arms: dict[str, Arm] = {}
+    if not isinstance(doc["arms"], dict) or not doc["arms"]:
+        raise StudyError(f"{w}arms: must hold at least one arm table ([arms.NAME])")
+    for name, a in doc["arms"].items():
+        aw = f"{w}arms.{name}"
+        if not isinstance(a, dict):
+            raise StudyError(f"{aw}: must be a table")
+        _allowed(a, {"experiment", "ref", "fixed", "grid"}, aw)
+        exp = a.get("experiment")
+        if exp not in EXPERIMENT_TABLE:
+            raise StudyError(f"{aw}.experiment: {exp!r} is not an experiment (one of {', '.join(EXPERIMENT_TABLE)})")
+        grid_raw = a.get("grid", {})
+        if not isinstance(grid_raw, dict):
+            raise StudyError(f"{aw}.grid: must be a table of key = [values]")
+        grid: dict[str, list[str]] = {}
+        for k, vs in grid_raw.items():
+            if not isinstance(vs, list) or not vs or len(set(map(str, vs))) != len(vs):
+                raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {vs!r})")
+            grid[str(k)] = [str(v) for v in vs]
+        arms[name] = Arm(name, exp, str(a.get("ref", name)), _strings(a.get("fixed", {}), f"{aw}.fixed"), grid)
+    for name, a in arms.items():
+        if a.ref not in arms:
+            raise StudyError(f"{w}arms.{name}.ref: {a.ref!r} is not an arm of this study ({', '.join(arms)})")
+    rows = []
+    for i, r in enumerate(doc.get("rows", [])):
+        rw = f"{w}rows[{i}]"
+        if not isinstance(r, dict):
+            raise StudyError(f"{rw}: must be a table")
+        _allowed(r, {"name", "arm", "experiment", "set", "seeds", "control"}, rw)
+        if "name" not in r or ("arm" in r) == ("experiment" in r):
+            raise StudyError(f"{rw}: needs a name and exactly one of arm (on top of its pick) or experiment (standalone)")
+        if "arm" in r and r["arm"] not in arms:
+            raise StudyError(f"{rw}.arm: {r['arm']!r} is not an arm of this study ({', '.join(arms)})")
+        if "experiment" in r and r["experiment"] not in EXPERIMENT_TABLE:
+            raise StudyError(f"{rw}.experiment: {r['experiment']!r} is not an experiment")
+        rows.append(Row(str(r["name"]), r.get("arm"), r.get("experiment"), _strings(r.get("set", {}), f"{rw}.set"),
+                        _seeds(r.get("seeds", [seeds[0]]), f"{rw}.seeds"), r.get("control")))
+    names = [r.name for r in rows]
+    for r in rows:
+        if r.control is not None and r.control not in arms and r.control not in names:
+            raise StudyError(f"{w}rows '{r.name}'.control: {r.control!r} is neither an arm nor a row of this study")
+    if len(set(names)) != len(names):
+        raise StudyError(f"{w}rows: two rows share a name")
+    study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
+                  arms, rows, doc.get("report"), str(doc.get("description", "")), path)
+    study.check_budgets()
+    for name in arms:
+        try:
+            study.trials(name)
+        except StudyError:
+            raise
+        except ValueError as e:  # a config rule, named by the config's own message
+            raise StudyError(f"{w}arms.{name}: {e}") from None
+    return study
+
+
+def load_study(path: str | Path) -> Study:
+    p = Path(path)
+    if not p.is_file():
+        raise StudyError(f"{p}: no such study file")
+    try:
+        doc = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise StudyError(f"{p}: not valid TOML ({e})") from None
+    return parse_study(doc, p)

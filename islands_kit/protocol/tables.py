@@ -1,0 +1,72 @@
+"""A study's markdown tables, rendered from its JSON document alone (protocol/report.py) — so a table in
+benchmarks/RESULTS.md can always be re-made from the file beside it, and a test checks that it is."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ratio(mean: float | None, ci: list[float] | None, n: int) -> str:
+    if mean is None or n == 0:
+        return "-"
+    if ci is None:
+        return f"{mean:.4f} (n = 1, no interval)" if n == 1 else f"{mean:.4f}"
+    tail = "" if (ci[1] < 1.0 or ci[0] > 1.0) else ", not resolved"
+    return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] n={n}{tail}"
+
+
+def _label(d: dict[str, str] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items()) if d else "-"
+
+
+def _bytes(e: dict[str, Any]) -> str:
+    b = e.get("cross_site_bytes")
+    if b is None:
+        return "-"
+    vs = e.get("bytes_vs_ref")
+    return f"{b:,}" + ("" if vs is None else f" ({vs:.3g}x fewer than ref)" if vs >= 1 else f" ({1 / vs:.3g}x more than ref)")
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The markdown block of a study: the arms (pick, bpb per seed, ratios with intervals, bytes), how well the
+    tuning split's picks transfer, the rows, and how many comparisons the table makes."""
+    arms = [e for e in doc["entries"] if e["kind"] == "arm"]
+    rows = [e for e in doc["entries"] if e["kind"] == "row"]
+    out = [f"Study `{doc['study']}` at the `{doc['preset']}` preset; re-made by `{doc['command']}`. Picks on the "
+           f"tuning split (seeds {', '.join(map(str, doc['tune_seeds']))}); ratios paired per seed against each arm's "
+           "reference: geometric mean [95% paired t interval on the log-ratios] n; \"not resolved\" when the interval "
+           "holds 1.", "",
+           "| arm | pick (tuning split) | val bpb per seed | / ref, equal tokens | / ref, equal simulated time | bytes on the link | status |",
+           "|---|---|---|---|---|---|---|"]
+    n_cmp = 0
+    for e in arms:
+        vals = " / ".join(f"{v:.4f}" for v in e.get("val_bpb", [])) or "-"
+        if e["arm"] != e["ref"]:
+            n_cmp += 2 if e.get("ratio_n") else 0
+            tok = _ratio(e.get("ratio_mean"), e.get("ratio_ci95"), e.get("ratio_n", 0))
+            tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
+        else:
+            tok = tim = "1 (reference)"
+        out.append(f"| {e['arm']} | {_label(e.get('label'))} | {vals} | {tok} | {tim} | {_bytes(e)} | {e['status']} |")
+    out += ["", "How the tuning split's pick transfers to the validation bytes (per arm, over its grid at the tuning seeds):",
+            "", "| arm | trials | Spearman rho (tune vs val) | pick's regret on val | pick also best on val |", "|---|---|---|---|---|"]
+    for e in arms:
+        t = e.get("transfer")
+        if t is None:
+            out.append(f"| {e['arm']} | {len(e['grid'])} | - | - | - |")
+            continue
+        rho = "-" if t["spearman"] is None else f"{t['spearman']:.2f}"
+        out.append(f"| {e['arm']} | {len(e['grid'])} | {rho} | {100 * t['regret']:.2f}% | {'yes' if t['pick_wins_on_val'] else 'no'} |")
+    if rows:
+        out += ["", "| row | val bpb per seed | / its arm's pick | / its control | / the reference arm | status |",
+                "|---|---|---|---|---|---|"]
+        for e in rows:
+            vals = " / ".join(f"{v:.4f}" for v in e.get("val_bpb", [])) or "-"
+            cells = []
+            for key in ("vs_arm", "vs_control", "vs_ref"):
+                r = e.get(key)
+                cells.append("-" if r is None else _ratio(r["ratio_mean"], r["ratio_ci95"], r["ratio_n"]))
+                n_cmp += 1 if r is not None and r["ratio_n"] else 0
+            out.append(f"| {e['row']} | {vals} | {' | '.join(cells)} | {e['status']} |")
+    out += ["", f"This table makes {n_cmp} comparisons at 95% each: about {0.05 * n_cmp:.1f} of them would read as "
+            "resolved by chance alone if nothing differed."]
+    return "\n".join(out)

@@ -1,0 +1,171 @@
+"""The protocol's runner and report (islands_kit/protocol): studies as data, equal budgets, the pick on the tuning
+split only, resume, locks, the dry run, and intervals in the report. Fast tests use an in-process fake run that writes
+a result.json; the slow one runs a real smoke study and re-makes a run from its recorded overrides alone."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.presets import get_preset
+from islands_kit.protocol.batch import at_global_batch
+from islands_kit.protocol.report import ReportError, bpb_at_time, make_report
+from islands_kit.protocol.runner import run_study, take_lock
+from islands_kit.protocol.runs import Run, pick
+from islands_kit.protocol.study import StudyError, load_study, parse_study
+from islands_kit.protocol.tables import render
+
+TINY = Path(__file__).parent / "studies" / "tiny.toml"
+MACHINE = "torch x | AVX512 | test box"
+
+
+def study_doc(**over):
+    doc = {"name": "t", "preset": "smoke", "seeds": [0, 1, 2], "tune_seeds": [0], "set": {"data.tune_fraction": "0.05"},
+           "arms": {"baseline": {"experiment": "baseline", "grid": {"optim.lr": ["1e-3", "2e-3", "3e-3"]}},
+                    "two_site": {"experiment": "two_site", "ref": "baseline",
+                                 "grid": {"optim.lr": ["1e-3", "2e-3", "3e-3"]}}}}
+    doc.update(over)
+    return doc
+
+
+def fake_executor(val_of, tune_of=None, machine=MACHINE, calls=None):
+    """An in-process run: writes the result.json a real run would (the figures a function of the trial and seed)."""
+    def execute(run: Run):
+        if calls is not None:
+            calls.append((run.trial.arm, run.trial.describe(), run.seed))
+        label = dict(run.trial.label)
+        val = val_of(run.trial.arm, label, run.seed)
+        tune = (tune_of or val_of)(run.trial.arm, label, run.seed)
+        res = {"final_val_bpb": val, "final_tune_bpb": tune, "sim_wall_clock_s": 100.0 if run.trial.arm == "baseline" else 50.0,
+               "cross_site_bytes": 1000 if run.trial.arm == "baseline" else 10, "ddp_equivalent_bytes": 1000,
+               "versions": {"machine": machine}}
+        run.dir.mkdir(parents=True, exist_ok=True)
+        (run.dir / "result.json").write_text(json.dumps(res))
+        (run.dir / "history.jsonl").write_text("\n".join(json.dumps(h) for h in (
+            {"sim_time_s": 25.0, "val_bpb": val + 1.0}, {"sim_time_s": res["sim_wall_clock_s"], "val_bpb": val})))
+        return res
+    return execute
+
+
+def test_the_global_batch_moves_every_step_counted_key_at_equal_tokens():
+    cfg = get_preset("two_site", "demo")
+    sets = at_global_batch(cfg, 20)
+    assert sets["islands.0.batch_size"] == "12" and sets["islands.1.batch_size"] == "8"
+    assert sets["islands.0.micro_batch_size"] == "6" and sets["islands.1.micro_batch_size"] == "4"
+    assert sets["steps"] == "2400" and sets["optim.warmup_steps"] == "240" and sets["eval_every"] == "300"
+    assert sets["sync.H"] == "100"  # as many outer steps per fragment (and bytes) as at batch 40
+    assert int(sets["steps"]) * 20 == cfg.steps * 40  # equal tokens, exactly
+    with pytest.raises(ConfigError, match=r"^batch: 20 does not split .*islands.0.batch_size 5"):
+        at_global_batch(get_preset("eight_cell", "demo"), 20)
+    with pytest.raises(ConfigError, match=r"^batch: 80 would train 12.5 steps .* divides 1000"):
+        at_global_batch(apply_overrides(get_preset("baseline", "smoke"), {"steps": 25}), 80)
+
+
+def test_study_files_are_checked_before_any_run(tmp_path):
+    assert load_study(TINY).check_budgets() == {"baseline": 2, "two_site": 2}
+    bad = study_doc()
+    bad["arms"]["two_site"]["grid"]["optim.lr"] = ["1e-3", "2e-3"]
+    with pytest.raises(StudyError, match=r"arms.two_site.grid: 2 trials against 3 for its reference baseline"):
+        parse_study(bad)
+    with pytest.raises(StudyError, match=r"arms.x.experiment: 'nope' is not an experiment"):
+        parse_study(study_doc(arms={"x": {"experiment": "nope"}}))
+    with pytest.raises(StudyError, match=r"preset: '../../escape' is not a preset"):
+        parse_study(study_doc(preset="../../escape"))
+    with pytest.raises(StudyError, match=r"seeds: a seed is listed twice"):
+        parse_study(study_doc(seeds=[0, 0]))
+    with pytest.raises(StudyError, match=r"unknown field\(s\) gird"):
+        parse_study(study_doc(arms={"baseline": {"experiment": "baseline", "gird": {}}}))
+    with pytest.raises(StudyError, match=r"arms.baseline: .*optim.lr"):
+        parse_study(study_doc(arms={"baseline": {"experiment": "baseline", "grid": {"optim.lr": ["-1"]}}}))
+    (tmp_path / "s.toml").write_text("name = [")
+    with pytest.raises(StudyError, match="not valid TOML"):
+        load_study(tmp_path / "s.toml")
+
+
+def test_the_pick_follows_the_tuning_split_when_validation_disagrees(tmp_path):
+    study = parse_study(study_doc())
+    # validation prefers lr 1e-3, the tuning split prefers 3e-3: the pick must be 3e-3
+    val = lambda arm, label, seed: {"1e-3": 2.0, "2e-3": 2.1, "3e-3": 2.2}[label["optim.lr"]]  # noqa: E731
+    tune = lambda arm, label, seed: {"1e-3": 2.3, "2e-3": 2.2, "3e-3": 2.1}[label["optim.lr"]]  # noqa: E731
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_executor(val, tune))
+    assert dict(pick(study, "baseline", tmp_path).label) == {"optim.lr": "3e-3"}
+    doc = make_report(study, tmp_path, "cmd")
+    base = next(e for e in doc["entries"] if e["arm"] == "baseline")
+    assert base["picked_on"] == "tune" and base["label"] == {"optim.lr": "3e-3"}
+    assert base["transfer"]["spearman"] == pytest.approx(-1.0) and base["transfer"]["pick_wins_on_val"] is False
+    assert base["transfer"]["regret"] == pytest.approx(2.2 / 2.0 - 1)
+
+
+def test_equal_budgets_resume_and_intervals(tmp_path):
+    study = parse_study(study_doc())
+    val = lambda arm, label, seed: (2.0 if arm == "baseline" else 2.06 + 0.01 * seed) + float(label["optim.lr"])  # noqa: E731
+    calls: list = []
+    made = run_study(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_executor(val, calls=calls))
+    # 3 trials per arm at seed 0, then the pick at seeds 1 and 2: 3 + 2 per arm
+    assert len(made) == 10 and len(calls) == 10
+    assert sum(1 for a, _, _ in calls if a == "baseline") == sum(1 for a, _, _ in calls if a == "two_site")
+    again: list = []
+    assert run_study(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_executor(val, calls=again)) == []
+    assert again == []  # a finished run is never run again
+    doc = make_report(study, tmp_path, "cmd")
+    ts = next(e for e in doc["entries"] if e["arm"] == "two_site")
+    ratios = [(2.061 + 0.01 * s) / 2.001 for s in range(3)]
+    assert ts["ratios"] == pytest.approx(ratios) and ts["ratio_n"] == 3 and ts["seeds"] == [0, 1, 2]
+    lo, hi = ts["ratio_ci95"]
+    assert lo < ts["ratio_mean"] < hi and ts["resolved"] is True
+    assert ts["bytes_vs_ref"] == 100.0 and ts["bytes_vs_ddp"] == 100.0
+    # equal simulated time: two_site finishes at 50 s, where the baseline's curve is 2/3 of the way from 25 s to 100 s
+    assert ts["time_ratio_n"] == 3
+    table = render(doc)
+    assert "n=3" in table and "±" not in table and "comparisons" in table
+
+
+def test_runs_from_other_machines_are_never_paired(tmp_path):
+    study = parse_study(study_doc(seeds=[0]))
+    val = lambda arm, label, seed: 2.0  # noqa: E731
+    run_study(study, tmp_path, jobs=1, say=lambda s: None, execute_run=fake_executor(val))
+    ts_pick = pick(study, "two_site", tmp_path)
+    d = Run(ts_pick, 0, "smoke", tmp_path, "score").dir
+    res = json.loads((d / "result.json").read_text())
+    res["versions"]["machine"] = "torch x | AVX2 | another box"
+    (d / "result.json").write_text(json.dumps(res))
+    with pytest.raises(ReportError, match="different machines or kernel sets"):
+        make_report(study, tmp_path, "cmd")
+
+
+def test_a_run_held_by_a_live_process_is_skipped_and_a_dead_ones_lock_taken(tmp_path):
+    d = tmp_path / "run"
+    assert take_lock(d)
+    assert not take_lock(d)  # held by this (live) process
+    (d / "run.lock").write_text(json.dumps({"pid": 2 ** 22 + 12345, "host": os.uname().nodename}))
+    assert take_lock(d)  # a dead holder's lock is taken over
+
+
+def test_bpb_at_time_interpolates_between_evaluations():
+    res = {"final_val_bpb": 2.0, "history": [{"sim_time_s": 10.0, "val_bpb": 4.0}, {"sim_time_s": 30.0, "val_bpb": 2.0}]}
+    assert bpb_at_time(res, 20.0) == pytest.approx(3.0)
+    assert bpb_at_time(res, 99.0) == 2.0 and bpb_at_time(res, 5.0) is None
+
+
+@pytest.mark.slow
+def test_a_real_study_runs_resumably_and_a_run_is_remade_from_its_overrides(tmp_path):
+    import subprocess
+    import sys
+
+    study = load_study(TINY)
+    made = run_study(study, tmp_path / "runs", jobs=2, say=lambda s: None)
+    assert len(made) == 7
+    doc = make_report(study, tmp_path / "runs", "cmd")
+    ts = next(e for e in doc["entries"] if e["arm"] == "two_site")
+    assert ts["status"] == "done" and ts["ratio_n"] == 2 and len(ts["ratio_ci95"]) == 2
+    # the recorded overrides alone re-make seed 0's validation bpb exactly (same machine)
+    cmd = [sys.executable, "-m", "islands_kit", "run", "two_site", "--preset", "smoke", "--out", str(tmp_path / "again")]
+    for k, v in {**ts["overrides"], "seed": "0"}.items():
+        cmd += ["--set", f"{k}={v}"]
+    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"})
+    again = json.loads((tmp_path / "again" / "result.json").read_text())
+    assert again["final_val_bpb"] == ts["val_bpb"][0]
+    assert run_study(study, tmp_path / "runs", jobs=2, say=lambda s: None) == []
