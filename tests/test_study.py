@@ -169,3 +169,13 @@ def test_a_real_study_runs_resumably_and_a_run_is_remade_from_its_overrides(tmp_
     again = json.loads((tmp_path / "again" / "result.json").read_text())
     assert again["final_val_bpb"] == ts["val_bpb"][0]
     assert run_study(study, tmp_path / "runs", jobs=2, say=lambda s: None) == []
+
+
+def test_arms_restrict_a_run_to_their_own_runs(tmp_path):
+    study = parse_study(study_doc())
+    calls: list = []
+    run_study(study, tmp_path, jobs=1, say=lambda s: None, execute_run=fake_executor(lambda a, l, s: 2.0, calls=calls),
+              arms=["baseline"])
+    assert {a for a, _, _ in calls} == {"baseline"} and len(calls) == 5
+    with pytest.raises(StudyError, match=r"--arms: nope not an arm"):
+        run_study(study, tmp_path, arms=["nope"])

@@ -91,7 +91,12 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.dry_run:
             dry_run(study, root)
             return 0
-        made = run_study(study, root, jobs=args.jobs)
+        arms = [a for a in args.arms.split(",") if a] if args.arms else None
+        try:
+            made = run_study(study, root, jobs=args.jobs, arms=arms)
+        except StudyError as e:
+            print(f"islands-kit study: {e}")
+            return 2
         print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
@@ -110,6 +115,7 @@ def add_study_command(sub: Any) -> None:
     p.add_argument("study", help="a study file (benchmarks/studies/*.toml)")
     p.add_argument("--out", default=None, help="the runs' folder (default runs/studies/NAME)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--arms", default=None, help="run: only these arms (comma-separated): their tuning, scoring and rows")
     p.add_argument("--dry-run", action="store_true", help="say how many runs, how many finished, the CPU-hours; run none")
     p.add_argument("--write", action="store_true", help="report: write the study's JSON and its table in RESULTS.md")
     p.set_defaults(fn=_cmd)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.protocol.runs import Run, pick
-from islands_kit.protocol.study import Study, Trial
+from islands_kit.protocol.study import Study, StudyError, Trial
 
 _HOST = socket.gethostname()
 
@@ -115,17 +115,29 @@ def known_runs(study: Study, root: Path) -> tuple[list[Run], dict[str, Trial]]:
     return unique, picks
 
 
+def _arm_of(study: Study, run: Run) -> str:
+    """The arm a run belongs to (a row's: the arm it changes, or the study's first arm for a standalone row)."""
+    if run.trial.arm in study.arms:
+        return run.trial.arm
+    row = next(r for r in study.rows if r.name == run.trial.arm)
+    return row.arm if row.arm is not None else next(iter(study.arms))
+
+
 def run_study(study: Study, root: Path, jobs: int = 2, say: Callable[[str], None] = print,
-              execute_run: Callable[[Run], dict[str, Any] | None] = execute) -> list[Run]:
-    """Run every run of ``study`` under ``root``, ``jobs`` at a time, until nothing is left that this invocation can
-    start; the runs it made. Rows and scoring runs join as soon as their arm's pick is known."""
+              execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None) -> list[Run]:
+    """Run every run of ``study`` under ``root`` (only those of ``arms`` when given: an arm's tuning, scoring and rows),
+    ``jobs`` at a time, until nothing is left that this invocation can start; the runs it made. Rows and scoring runs
+    join as soon as their arm's pick is known."""
+    unknown = sorted(set(arms or []) - set(study.arms))
+    if unknown:
+        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {study.name} ({', '.join(study.arms)})")
     made: list[Run] = []
     started: set[Path] = set()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         running: dict[Future[dict[str, Any] | None], Run] = {}
         while True:
             runs, _ = known_runs(study, root)
-            todo = [r for r in runs if r.dir not in started and r.result() is None]
+            todo = [r for r in runs if r.dir not in started and r.result() is None and (arms is None or _arm_of(study, r) in arms)]
             while todo and len(running) < max(1, jobs):
                 r = todo.pop(0)
                 started.add(r.dir)
