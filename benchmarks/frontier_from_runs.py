@@ -1,6 +1,6 @@
 """A bpb-vs-bytes frontier file from finished runs: each point's ``--set`` overrides are read back from its
-result.json (its config against its experiment's preset), so ``benchmarks/protocol.py --remake-point LABEL`` (or
-``islands-kit run EXP --preset P --set ...``) makes it again.
+result.json (its config against its experiment's preset), so ``islands-kit run EXP --preset P --set ...`` makes it
+again.
 
     python benchmarks/frontier_from_runs.py --out benchmarks/frontier-demo.json \\
         --baseline runs/demo1200/baseline/seed0 runs/demo1200/baseline/seed1 \\

@@ -88,7 +88,7 @@ plots.show(plots.butterfly_timeline(exchanges, s.n_fragments, s.H, s.tau, shown)
 
 # %% [markdown]
 # ## Why these settings: quality against bytes on the link
-# The demo's eight_cell settings come from the comparison protocol (`benchmarks/protocol.py`): the inner lr tuned with
+# The demo's eight_cell settings come from the comparison protocol (`benchmarks/studies/protocol-demo.toml`): the inner lr tuned with
 # the baseline's budget on a tuning split (the butterfly wants about twice the data-parallel lr); delay-aware merges
 # and a final complete butterfly, so the deployed model is the exact cell mean; fp32 fragments exchanged `E = 16`
 # times per window (each fragment about every 3 steps), which beat `E = 6` (the cadence the lr grid was tuned at) at

@@ -98,7 +98,7 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 
 # %% [markdown]
 # ## Why these settings: quality against bytes on the link
-# The demo's two_site settings come from the comparison protocol (`benchmarks/protocol.py`; every arm tuned with the
+# The demo's two_site settings come from the comparison protocol (`benchmarks/studies/protocol-demo.toml`; every arm tuned with the
 # same budget on a tuning split, scored on the untouched validation bytes). Each point below is one setting of the
 # 1200-step demo against the synchronous baseline at the same seed (seed 0, or the mean of seeds 0-2 where the file
 # lists three), measured once for benchmarks/RESULTS.md: the same figure whatever preset this notebook ran. The star
@@ -119,7 +119,7 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   `benchmarks/merge_agreement.py`), so the mean shrinks each step to ~0.77 of the sites' norm while the
 #   radial-directional merge restores it, a ~1.3x larger step along noisy directions that pays in a short run only.
 # * the outer step is plain averaging (outer lr 1, no momentum), not DiLoCo's Nesterov 0.7 / 0.9, and the reason is
-#   measured on one site (SNOO: the same Nesterov step on one model's pseudo-gradient, `benchmarks/outer_rows.py`):
+#   measured on one site (SNOO: the same Nesterov step on one model's pseudo-gradient, `benchmarks/studies/outer-demo.toml`):
 #   consecutive pseudo-gradients are nearly orthogonal here (cosine ~0.2 from one 25-step window to the next), so a
 #   momentum of 0.9 sums directions that do not persist, steps ~2x the pseudo-gradient each window and inflates the
 #   weights (norm 272 against the baseline's 75, the experts' matrices 5x): 1.096x the baseline. With an effective step

@@ -248,7 +248,7 @@ def test_show_frontier_draws_the_measured_points_or_says_how_to_measure_them(tmp
     assert "the demo preset's measured points (f.json, benchmarks/RESULTS.md), not this smoke run's" in capsys.readouterr().out
     assert "the demo preset's measured points" in shown[0].axes[0].get_title() and "not this run" in shown[0].axes[0].get_title()
     assert show_frontier(tmp_path / "missing.json", tmp_path / "out2") is False
-    assert "missing.json not found: run benchmarks/protocol.py --write-results" in capsys.readouterr().out
+    assert "missing.json not found: the frontier files ship in a checkout's benchmarks/" in capsys.readouterr().out
     assert not (tmp_path / "out2" / "frontier.png").exists()
 
 

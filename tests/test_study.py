@@ -179,3 +179,33 @@ def test_arms_restrict_a_run_to_their_own_runs(tmp_path):
     assert {a for a, _, _ in calls} == {"baseline"} and len(calls) == 5
     with pytest.raises(StudyError, match=r"--arms: nope not an arm"):
         run_study(study, tmp_path, arms=["nope"])
+
+
+STUDIES = sorted((Path(__file__).resolve().parent.parent / "benchmarks" / "studies").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_every_study_file_loads_with_equal_budgets_and_valid_configs(path):
+    study = load_study(path)  # every trial and row expanded against its preset: a bad key or value fails here
+    budgets = study.check_budgets()
+    assert all(budgets[a] == budgets[arm.ref] for a, arm in study.arms.items())
+
+
+def test_every_results_table_is_the_rendering_of_its_json():
+    """benchmarks/RESULTS.md's study tables are made from the studies' JSON reports, never edited by hand."""
+    from islands_kit.protocol.tables import render
+
+    root = Path(__file__).resolve().parent.parent
+    results = (root / "benchmarks" / "RESULTS.md").read_text()
+    checked = 0
+    for path in STUDIES:
+        study = load_study(path)
+        if not study.report or not (root / study.report).is_file():
+            continue
+        doc = json.loads((root / study.report).read_text())
+        begin, end = f"<!-- study:{study.name}:begin -->", f"<!-- study:{study.name}:end -->"
+        assert begin in results and end in results, f"{study.report} has no table in RESULTS.md"
+        block = results[results.index(begin) + len(begin):results.index(end)].strip("\n")
+        assert block == render(doc), f"RESULTS.md's {study.name} table is not the rendering of {study.report}"
+        checked += 1
+    assert checked == sum(1 for p in STUDIES if (lambda s: s.report and (root / s.report).is_file())(load_study(p)))

@@ -18,7 +18,7 @@ class DataConfig:
     streaming: bool = False  # hub: stream the rows instead of downloading the dataset; needs max_bytes
     max_bytes: int = 0  # use only the first max_bytes bytes of the corpus (0 = all)
     # the tuning split: held out of training; hyperparameters are chosen on its score (final_tune_bpb) when a tuner
-    # (benchmarks/protocol.py) asks for it with score_tune; otherwise the final evaluation spares that pass
+    # (benchmarks/studies/protocol-demo.toml) asks for it with score_tune; otherwise the final evaluation spares that pass
     tune_fraction: float = 0.0  # fraction of the bytes just before the validation tail held out for tuning (0 = none)
     score_tune: bool = False  # score the tuning split at the end (final_tune_bpb); off: held out, never scored
 

@@ -77,7 +77,7 @@ _TABLE: tuple[ExperimentRow, ...] = (
                   # bytes at every seed, and a weaker baseline would flatter every ratio the demo shows
                   demo={"optim": {"lr": 3e-3}},
                   color="#1f77b4", marker="D", notebook="baseline", reference=True),
-    # the tuned method (benchmarks/protocol.py, RESULTS): outer SGD lr 1.0 without momentum (Nesterov matches it only
+    # the tuned method (benchmarks/studies/protocol-demo.toml, RESULTS): outer SGD lr 1.0 without momentum (Nesterov matches it only
     # with a momentum warm-up), the two sites' outer gradients merged by radial-directional averaging (their mean norm
     # along their mean direction), the tau overlap steps kept on top of the new global state (keep_local) and the
     # final flush at int8; demo-long merges by the plain token-weighted mean, the tuning split's pick at 2400 steps
@@ -91,7 +91,7 @@ _TABLE: tuple[ExperimentRow, ...] = (
                   color="#d62728", marker="o", notebook="two_site"),
     # routing statistics travel along the butterfly too (pairwise, no collective among all cells); tau = the merge
     # delay; delay-aware merges keep the steps taken during it, and a final complete butterfly deploys the cell mean.
-    # The demo's inner lr is the protocol's winner (benchmarks/protocol.py), and each fragment mixes 16 times per
+    # The demo's inner lr is the protocol's winner (benchmarks/studies/protocol-demo.toml), and each fragment mixes 16 times per
     # window instead of 6 (ahead on the tuning split at every seed, for 2.6x the bytes: RESULTS, "The protocol at the
     # 1200-step demo")
     ExperimentRow("eight_cell", "butterfly mixing between eight cells", cells(8),

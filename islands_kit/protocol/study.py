@@ -248,13 +248,19 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
                   arms, rows, doc.get("report"), str(doc.get("description", "")), path)
     study.check_budgets()
+    stand_in = {}
     for name in arms:
         try:
-            study.trials(name)
+            stand_in[name] = study.trials(name)[0]
         except StudyError:
             raise
         except ValueError as e:  # a config rule, named by the config's own message
             raise StudyError(f"{w}arms.{name}: {e}") from None
+    for row in rows:  # on its arm's first trial until the pick is known: a bad key fails now, not hours in
+        try:
+            study.row_trial(row, stand_in)
+        except ValueError as e:
+            raise StudyError(f"{w}rows '{row.name}': {e}") from None
     return study
 
 
