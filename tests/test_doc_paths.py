@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "islands_kit"
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.(?:py|md|ipynb|json|toml|yaml))\b")
 PLACEHOLDERS = ("runs/", "OUT/", "out_dir/", "x/")
-WRITTEN = {"benchmarks/headline-demo.json": "islands-kit study report benchmarks/studies/headline-demo.toml --write"}  # outputs a named command writes
+# outputs a named command writes
+WRITTEN = {"benchmarks/headline-demo.json": "islands-kit study report benchmarks/studies/headline-demo.toml --write"}
 
 
 def _texts(f: Path) -> list[str]:

@@ -43,7 +43,8 @@ def ddp_bytes_per_step(result: Mapping[str, Any]) -> float:
 def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: str = "two_site",
                   run_preset: str | None = None) -> bool:
     """Draw the protocol's measured bpb-vs-bytes points of ``experiment`` (``benchmarks/frontier-*.json``, written by
-    the retired protocol runner at the demo, kept as data; their rows are ``benchmarks/studies/protocol-demo.toml``); a relative path is read from the installed wheel, which carries them,
+    the retired protocol runner at the demo, kept as data; their rows are ``benchmarks/studies/protocol-demo.toml``);
+    a relative path is read from the installed wheel, which carries them,
     or the checkout) with ``plots.frontier``, saved as OUT_DIR/frontier.png. The title says whose points they are (the
     preset they were measured at, not the run beside them); when that is not ``run_preset`` a line says so too. Without
     the file, say how to measure it and return False."""
