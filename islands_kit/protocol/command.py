@@ -15,7 +15,8 @@ from typing import Any
 from islands_kit.config import apply_overrides
 from islands_kit.estimate import estimate_run
 from islands_kit.io import replace_marked_block
-from islands_kit.protocol.report import ReportError, make_report
+from islands_kit.protocol.ledger import ledger_path, read_ledger, restore, write_ledger
+from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import known_runs, run_study
 from islands_kit.protocol.runs import Run
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
@@ -54,8 +55,10 @@ def _cost_key(t: Trial) -> str:
 
 def dry_run(study: Study, root: Path, say: Any = print) -> dict[str, Any]:
     runs = all_runs(study, root)
-    done = [r for r in runs if r.result() is not None]
-    left = [r for r in runs if r.result() is None]
+    ledger = ledger_path(study)
+    stored = read_ledger(ledger) if ledger is not None else {}
+    done = [r for r in runs if r.result() is not None or r.key in stored]
+    left = [r for r in runs if r.result() is None and r.key not in stored]
     seconds: dict[str, float] = {}
     total = 0.0
     for r in left:
@@ -76,6 +79,9 @@ def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str,
     doc = finite(make_report(study, root, cmd))
     if study.report:
         Path(study.report).write_text(dumps_strict(doc, indent=1) + "\n")
+        ledger = ledger_path(study)
+        assert ledger is not None
+        write_ledger(study, root, ledger)
     replace_marked_block(results, f"study:{study.name}", render(doc))
     return doc
 
@@ -91,6 +97,9 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.dry_run:
             dry_run(study, root)
             return 0
+        ledger = ledger_path(study)
+        if ledger is not None and (n := restore(study, root, ledger)):
+            print(f"study {study.name}: {n} finished runs restored from {ledger}")
         arms = [a for a in args.arms.split(",") if a] if args.arms else None
         try:
             made = run_study(study, root, jobs=args.jobs, arms=arms)
@@ -100,11 +109,7 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
-    try:
-        doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))
-    except ReportError as e:
-        print(f"islands-kit study: {e}")
-        return 2
+    doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))
     print(render(doc))
     return 0
 

@@ -5,7 +5,7 @@ benchmarks/RESULTS.md from its JSON and fails on any difference).
 Per arm: its pick (made on the tuning split), the whole grid with both splits' bpb, the pick's validation bpb per seed,
 and against its reference arm, paired per seed: the ratio at equal tokens and at equal simulated wall-clock (its
 validation curve read at the reference's finishing time), each with a paired t interval (protocol/stats.py), and the
-bytes it sent. Runs made on different machines or kernel sets are never paired (ReportError names them).
+bytes it sent. Runs made on different machines or kernel sets are never paired (the entry's ``unpaired`` names them).
 """
 from __future__ import annotations
 
@@ -19,10 +19,6 @@ from islands_kit.protocol.stats import RatioStat, paired_ratio, pick_regret, ran
 from islands_kit.protocol.study import Study, Trial
 
 SCHEMA = 1
-
-
-class ReportError(ValueError):
-    """Runs that must not be compared (another machine or kernel set) or a report that cannot be made."""
 
 
 def machine_of(res: dict[str, Any]) -> str:
@@ -62,13 +58,16 @@ def _scored(study: Study, trial: Trial, seeds: list[int], root: Path) -> dict[in
     return out
 
 
-def _pair(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], what: str) -> list[int]:
-    seeds = sorted(set(a) & set(b))
-    for s in seeds:
+def _pair(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], unpaired: list[str]) -> list[int]:
+    """The seeds both have, made on one machine and kernel set; the others are named in ``unpaired`` (never paired:
+    a 1200-step run moves by up to a seed's spread between kernel sets)."""
+    seeds = []
+    for s in sorted(set(a) & set(b)):
         ma, mb = machine_of(a[s]), machine_of(b[s])
         if ma != mb or ma == "unknown":
-            raise ReportError(f"{what}, seed {s}: made on different machines or kernel sets ({ma!r} vs {mb!r}); "
-                              "pair only runs made on one machine and kernel set (re-run both there)")
+            unpaired.append(f"seed {s}: made on different machines or kernel sets ({ma} vs {mb})")
+        else:
+            seeds.append(s)
     return seeds
 
 
@@ -124,12 +123,14 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial]) -> di
     mine = _scored(study, chosen, study.seeds, root)
     ref_pick = picks.get(a.ref)
     ref = _scored(study, ref_pick, study.seeds, root) if ref_pick is not None else {}
-    seeds = _pair(mine, ref, f"arm {arm} against {a.ref}")
+    unpaired: list[str] = []
+    seeds = _pair(mine, ref, unpaired)
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
                   "sim_wall_clock_s": [mine[s]["sim_wall_clock_s"] for s in sorted(mine)],
                   "machine": machine_of(mine[min(mine)]) if mine else None,
-                  "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds"})
+                  "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",
+                  "unpaired": unpaired})
     entry.update(_ratio_fields(mine, ref, seeds) if arm != a.ref else
                  {"ratio_mean": 1.0, "ratio_ci95": None, "ratio_n": len(mine), "resolved": False})
     entry.update(_bytes(mine, ref if arm != a.ref else {}))
@@ -164,10 +165,11 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
     base_arm = study.arms[row.arm].ref if row.arm is not None else next(iter(study.arms))
     if base_arm in picks:
         refs["vs_ref"] = picks[base_arm]
+    unpaired: list[str] = []
     for key, trial in refs.items():
         other = _scored(study, trial, row.seeds, root)
-        seeds = _pair(mine, other, f"row {row.name!r} {key}")
-        entry[key] = _ratio_fields(mine, other, seeds)
+        entry[key] = _ratio_fields(mine, other, _pair(mine, other, unpaired))
+    entry["unpaired"] = sorted(set(unpaired))
     entry.update(_bytes(mine, {}))
     return entry
 

@@ -25,10 +25,16 @@ class Run:
     phase: str  # tune | score | row
 
     @property
-    def dir(self) -> Path:
+    def key(self) -> str:
+        """``<arm>/<hash of experiment, preset and overrides>/seed<k>``: the run's folder under the study's root and its
+        line in the ledger."""
         key = json.dumps([self.trial.experiment, self.preset, sorted(self.trial.sets)])
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.trial.arm)[:60]
-        return self.root / safe / hashlib.sha256(key.encode()).hexdigest()[:12] / f"seed{self.seed}"
+        return f"{safe}/{hashlib.sha256(key.encode()).hexdigest()[:12]}/seed{self.seed}"
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.key
 
     def result(self) -> dict[str, Any] | None:
         p = self.dir / "result.json"

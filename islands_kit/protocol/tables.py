@@ -46,7 +46,8 @@ def render(doc: dict[str, Any]) -> str:
             tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
         else:
             tok = tim = "1 (reference)"
-        out.append(f"| {e['arm']} | {_label(e.get('label'))} | {vals} | {tok} | {tim} | {_bytes(e)} | {e['status']} |")
+        status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
+        out.append(f"| {e['arm']} | {_label(e.get('label'))} | {vals} | {tok} | {tim} | {_bytes(e)} | {status} |")
     out += ["", "How the tuning split's pick transfers to the validation bytes (per arm, over its grid at the tuning seeds):",
             "", "| arm | trials | Spearman rho (tune vs val) | pick's regret on val | pick also best on val |", "|---|---|---|---|---|"]
     for e in arms:
@@ -66,7 +67,8 @@ def render(doc: dict[str, Any]) -> str:
                 r = e.get(key)
                 cells.append("-" if r is None else _ratio(r["ratio_mean"], r["ratio_ci95"], r["ratio_n"]))
                 n_cmp += 1 if r is not None and r["ratio_n"] else 0
-            out.append(f"| {e['row']} | {vals} | {' | '.join(cells)} | {e['status']} |")
+            status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
+            out.append(f"| {e['row']} | {vals} | {' | '.join(cells)} | {status} |")
     out += ["", f"This table makes {n_cmp} comparisons at 95% each: about {0.05 * n_cmp:.1f} of them would read as "
             "resolved by chance alone if nothing differed."]
     return "\n".join(out)
