@@ -72,7 +72,7 @@ def _lines(obj: Any, indent: str) -> list[str]:
         if dataclasses.is_dataclass(v):
             out.append(f"{indent}{f.name}:" + (f"  # {helps[f.name]}" if helps[f.name] else ""))
             out.extend(_lines(v, indent + "  "))
-        elif typing.get_origin(hints[f.name]) is list and all(dataclasses.is_dataclass(x) for x in v):
+        elif typing.get_origin(hints[f.name]) is list and dataclasses.is_dataclass(typing.get_args(hints[f.name])[0]):
             out.append(f"{indent}{f.name}:" + (f"  # {helps[f.name]}" if helps[f.name] else ""))
             for item in v:
                 sub = _lines(item, indent + "    ")

@@ -16,16 +16,21 @@
 # %% [markdown]
 # # Orbital islands: a small model pre-trained across satellites with contact windows
 #
-# The seed's first step towards training in orbit: four satellites evenly spaced in one low Earth orbit (550 km,
-# 53°, a period of ~95.5 minutes) and a ground station (ESA's Redu, 25° elevation mask) whose island holds the
-# global model. A satellite talks to the ground only during its passes, a few minutes each, ~4 a day; in the Earth's
-# shadow (37% of each orbit) its compute runs at half speed, so the islands run at different paces and sync with
-# **decoupled DiLoCo**: each steps on its own clock, and the ground's synchroniser merges what has arrived.
+# The seed's first step towards training in orbit: four training satellites in a ring of nine evenly spaced in one
+# low Earth orbit (550 km, 53°, a period of ~95.5 minutes; the other five only relay) and a ground station (ESA's
+# Redu, 10° elevation mask) whose island holds the global model. A satellite talks to the ground only during its
+# passes, up to ~8 minutes each, 4-6 a day; in the Earth's shadow (37% of each orbit) its compute runs at half
+# speed, so the islands run at different paces and sync with **decoupled DiLoCo**: each steps on its own clock, and
+# the ground's synchroniser merges what has arrived.
 #
 # Two ways to reach the ground (`isl`): (a) `False`, each satellite through its own passes only; (b) `True`,
-# over optical inter-satellite links to whichever satellite of the ring is in a pass. The orbit runs
-# `time_compression` times faster than the compute, so that a run spans days of passes (docs/methods.md says why
-# and what the model leaves out: power, thermal, radiation beyond bit flips, orbital perturbations).
+# over optical inter-satellite links (nine satellites are the fewest whose neighbours see each other over the Earth
+# and its atmosphere) to whichever satellite of the ring is in a pass. The orbit runs `time_compression` times
+# faster than the compute, so that a run spans days of passes (docs/methods.md says why and what the model leaves
+# out: power, thermal, radiation beyond bit flips, orbital perturbations). The controls that take the orbit apart
+# one effect at a time (the same islands on the ground, then eclipses, then passes, then links) are `overrides`:
+# `islands_kit.orbital.settings.CONTROLS`. Real orbits: `overrides={"link.orbit.tle_file":
+# "starlink-plane-2025-07-19.tle", "link.orbit.n_satellites": 5}` (the `orbit` extra).
 #
 # ```bash
 # islands-kit notebook orbital -p preset smoke --out runs/orbital-smoke
@@ -46,7 +51,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 baseline_dir = ""  # a finished ground baseline run (islands-kit run baseline --preset PRESET); empty: no comparison
 overrides = {}  # any other config field by its --set key, e.g. {"link.orbit.beta_deg": 60.0, "threads": 1}
-# orbital knobs; None means the preset value (islands_kit.presets, config/orbital.py)
+# orbital knobs; None means the preset value (islands_kit.presets, islands_kit/orbital/settings.py)
 isl = None  # link.orbit.isl: False for (a) ground passes only, True for (b) relayed over inter-satellite links
 time_compression = None  # link.orbit.time_compression: orbital seconds per simulated second
 eclipse_throttle = None  # link.orbit.eclipse_throttle: compute speed in shadow (1: no throttle)
@@ -58,7 +63,7 @@ corrupt_prob = None  # link.corrupt_prob: chunks hit by an upset in flight (CRC-
 from islands_kit import plots
 from islands_kit.figures import standard_figures
 from islands_kit.notebooks import config_summary, load_run, notebook_config, resolve_out_dir, result_summary
-from islands_kit.orbital import orbit_summary
+from islands_kit.orbital.experiment import orbit_summary
 
 cfg = notebook_config("orbital", preset, seed, steps, {
     "data.corpus": corpus, "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "islands_kit"
 
@@ -93,3 +96,15 @@ def test_the_checker_sees_a_circle_hidden_inside_a_function(tmp_path, monkeypatc
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import islands_kit.a\n")
     monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
     assert import_cycles() == [["islands_kit.a", "islands_kit.sub.b"]]
+
+
+@pytest.mark.slow  # starts a fresh interpreter per module
+@pytest.mark.parametrize("module", ["islands_kit.orbital.config", "islands_kit.orbital.settings",
+                                    "islands_kit.orbital.geometry", "islands_kit.orbital.windows",
+                                    "islands_kit.config"])
+def test_the_config_and_the_orbits_settings_import_first_and_torch_free(module: str) -> None:
+    """``config/link.py`` and the experiment table import the orbit's settings, which use the config's rules: either
+    side imported first must load (the package loads the config first), and neither pulls in torch."""
+    code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
+    run = subprocess.run([sys.executable, "-c", code], cwd=PKG.parent, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]

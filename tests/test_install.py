@@ -64,6 +64,8 @@ def test_wheel_carries_the_notebooks_and_data_cards(installed):
     frontiers = sorted((ROOT / "benchmarks").glob("frontier-*.json"))
     assert frontiers and all(f"islands_kit/_resources/benchmarks/{f.name}" in names for f in frontiers)
     assert not any(n.startswith("islands_kit/_resources/benchmarks/") and n.endswith(".py") for n in names)
+    for sets in (ROOT / "islands_kit" / "orbital").glob("*.tle"):  # the shipped element sets, found by name
+        assert f"islands_kit/orbital/{sets.name}" in names
 
 
 def test_installed_wheel_finds_the_frontiers_the_notebooks_draw(installed, tmp_path):

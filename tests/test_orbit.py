@@ -1,6 +1,7 @@
-"""The orbit model (islands_kit/orbit.py) against closed forms: Kepler's period, the pass length of an overhead pass
-from the Earth central angle at the elevation mask, the cylindrical-shadow eclipse fraction; and the per-link plan it
-gives the link model."""
+"""The analytic orbit model (islands_kit/orbital/circular.py) against closed forms: Kepler's period, the pass length
+of an overhead pass from the Earth central angle at the elevation mask, the cylindrical-shadow eclipse fraction; and
+the per-link plan it gives the link model (islands_kit/orbital/windows.py). Line of sight between satellites:
+tests/test_sight.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,10 +9,11 @@ import math
 
 import pytest
 
-from islands_kit import orbit
 from islands_kit.comm.link import LinkModel, Windows, link_config
 from islands_kit.config import ConfigError, ExperimentConfig, IslandConfig, apply_overrides
-from islands_kit.config.orbit import OrbitConfig, StationConfig
+from islands_kit.orbital import circular as orbit
+from islands_kit.orbital import geometry, windows
+from islands_kit.orbital.config import OrbitConfig, StationConfig
 
 MU, R = 398600.4418, 6371.0088  # km^3/s^2, km: written out here, not read from the library
 EQUATOR = [StationConfig("equator", 0.0, 0.0)]
@@ -37,37 +39,45 @@ def _central_angle(h: float, mask_deg: float) -> float:
 
 
 @pytest.mark.parametrize("rotation", [0.0, 7.292115e-5])
-def test_an_overhead_pass_lasts_two_central_angles_over_the_relative_rate(rotation: float) -> None:
+@pytest.mark.parametrize("mask,deg,minutes", [("ground_station", 10.0, (8, 9)), ("user_terminal", 25.0, (4, 5)),
+                                              ("5", 5.0, (10, 11))])
+def test_an_overhead_pass_lasts_two_central_angles_over_the_relative_rate(rotation: float, mask: str, deg: float,
+                                                                          minutes: tuple[float, float]) -> None:
     """Equatorial orbit over an equatorial station: every pass is overhead; it lasts 2θ / (n − ω_E) and passes recur
-    every synodic period 2π / (n − ω_E), the satellites a quarter of it apart."""
+    every synodic period 2π / (n − ω_E), the satellites 1/N of it apart. A pass above a station's 10° lasts ~8.5
+    minutes, above 5° ~10.5, above a user terminal's 25° ~4.7."""
     cfg = OrbitConfig(inclination_deg=0.0, stations=EQUATOR, earth_rotation_rad_s=rotation, horizon_s=30000.0,
-                      step_s=5.0)
-    theta = _central_angle(550.0, 25.0)
+                      step_s=5.0, elevation_mask=mask)
+    assert cfg.mask_deg() == deg
+    theta = _central_angle(550.0, deg)
     assert orbit.mask_central_angle(cfg) == pytest.approx(theta, rel=1e-12)
     rel = 2 * math.pi / orbit.period_s(cfg) - rotation
     want = 2 * theta / rel
     assert orbit.overhead_pass_s(cfg) == pytest.approx(want, rel=1e-12)
-    assert 4 * 60 < want < 5 * 60  # a few minutes per pass (about 4.7)
+    if rotation:
+        assert minutes[0] * 60 < want < minutes[1] * 60
     starts = []
     for k in range(cfg.n_satellites):
-        inner = [(a, b) for a, b in orbit.visibility_windows(cfg, 0, k) if 0 < a and b < cfg.horizon_s]
+        inner = [(a, b) for a, b in windows.visibility_windows(cfg, 0, k) if 0 < a and b < cfg.horizon_s]
         assert len(inner) >= 4
         for a, b in inner:
             assert b - a == pytest.approx(want, abs=1e-4)
             assert math.degrees(orbit.elevation_rad(cfg, 0, k, (a + b) / 2)) == pytest.approx(90.0, abs=1e-4)
-            assert math.degrees(orbit.elevation_rad(cfg, 0, k, a)) == pytest.approx(25.0, abs=1e-4)
+            assert math.degrees(orbit.elevation_rad(cfg, 0, k, a)) == pytest.approx(deg, abs=1e-4)
         gaps = [b[0] - a[0] for a, b in zip(inner, inner[1:])]
         assert gaps == pytest.approx([2 * math.pi / rel] * len(gaps), abs=1e-4)
         starts.append(inner[0][0])
-    # satellite k is 90° further along, so it meets the station a quarter of a synodic period earlier
+    # satellite k is 360°/N further along, so it meets the station 1/N of a synodic period earlier
     assert sorted(starts, reverse=True) == starts
+    assert [a - b for a, b in zip(starts, starts[1:])] == pytest.approx([2 * math.pi / rel / cfg.n_satellites] * 8,
+                                                                         abs=1e-4)
 
 
 def test_inclined_orbit_without_rotation_passes_over_the_node() -> None:
     """ω_E = 0, a station at the ascending node: every pass of an inclined orbit is overhead, 2θ/n long."""
     cfg = OrbitConfig(stations=EQUATOR, earth_rotation_rad_s=0.0, horizon_s=20000.0)
     want = 2 * orbit.mask_central_angle(cfg) / (2 * math.pi / orbit.period_s(cfg))
-    inner = [(a, b) for k in range(4) for a, b in orbit.visibility_windows(cfg, 0, k) if 0 < a and b < 20000.0]
+    inner = [(a, b) for k in range(9) for a, b in windows.visibility_windows(cfg, 0, k) if 0 < a and b < 20000.0]
     assert inner and all(b - a == pytest.approx(want, abs=1e-4) for a, b in inner)
 
 
@@ -75,12 +85,12 @@ def test_default_passes_are_a_few_minutes_and_never_longer_than_overhead() -> No
     cfg = OrbitConfig()
     # the slowest the satellite can cross the station's sky: the ground moving with it at the full ω_E
     longest = 2 * orbit.mask_central_angle(cfg) / (2 * math.pi / orbit.period_s(cfg) - cfg.earth_rotation_rad_s)
-    plan = orbit.contact_plan(cfg)
+    plan = windows.contact_plan(cfg)
     lengths = [b - a for (g, s), c in plan.links.items() if g == 0 and c.windows for a, b in c.windows
                if 0 < a and b < cfg.horizon_s]
-    assert len(lengths) >= 4 * 3  # every satellite passes over Redu several times a day
-    assert max(lengths) < longest and max(lengths) > 3 * 60
-    assert plan.cycle_s == cfg.horizon_s and plan.n_islands == 5
+    assert len(lengths) >= 9 * 3  # every satellite passes over Redu several times a day
+    assert max(lengths) < longest and max(lengths) > 7 * 60  # up to ~8 minutes above the 10° mask
+    assert plan.cycle_s == cfg.horizon_s and plan.n_islands == 10
 
 
 @pytest.mark.parametrize("h", [400.0, 550.0, 1200.0])
@@ -99,7 +109,7 @@ def test_eclipse_fraction_at_beta_zero_is_asin_r_over_a_over_pi(h: float) -> Non
         x, y, z = orbit.satellite_position(cfg, 1, t)
         shade = x < 0 and math.hypot(y, z) < R
         if abs(math.hypot(y, z) - R) > 1e-3:  # not on the shadow's edge
-            assert orbit.compute_factor(cfg, 1, t) == (cfg.eclipse_throttle if shade else 1.0)
+            assert windows.compute_factor(cfg, 1, t) == (cfg.eclipse_throttle if shade else 1.0)
             assert any(a <= t < b for a, b in orbit.eclipse_windows(cfg, 1)) == shade  # the listed windows agree
 
 
@@ -116,20 +126,20 @@ def test_eclipse_shrinks_with_beta_and_vanishes_beyond_the_critical_angle() -> N
 def test_time_compression_scales_the_windows() -> None:
     base = OrbitConfig(horizon_s=20000.0)
     fast = dataclasses.replace(base, time_compression=10.0)
-    p0, p1 = orbit.contact_plan(base), orbit.contact_plan(fast)
+    p0, p1 = windows.contact_plan(base), windows.contact_plan(fast)
     assert p1.cycle_s == 2000.0
     for pair, c in p0.links.items():
         if c.windows:
             assert [x for w in p1.links[pair].windows for x in w] == pytest.approx([x / 10 for w in c.windows for x in w])
     t_shade = orbit.eclipse_windows(base, 0)[0][0] + 1.0
-    assert orbit.compute_factor(base, 0, t_shade) == 0.5 == orbit.compute_factor(fast, 0, t_shade / 10)
+    assert windows.compute_factor(base, 0, t_shade) == 0.5 == windows.compute_factor(fast, 0, t_shade / 10)
 
 
 def test_plan_pairs_island_ids_and_inter_satellite_links() -> None:
     cfg = OrbitConfig(stations=[StationConfig(), StationConfig("equator", 0.0, 0.0)], isl=True, horizon_s=6000.0)
-    plan = orbit.contact_plan(cfg)
-    G, N = 2, 4
-    assert orbit.satellite_id(cfg, 0) == G and plan.n_islands == G + N
+    plan = windows.contact_plan(cfg)
+    G, N = 2, 9
+    assert windows.satellite_id(cfg, 0) == G and plan.n_islands == G + N
     assert plan.links[(0, 1)] == plan.links[(1, 0)] == (None, None)  # stations: over the ground, always
     for k in range(N):
         nxt = G + (k + 1) % N
@@ -148,11 +158,15 @@ def test_leo_orbit_link_uses_the_orbit_windows() -> None:
     assert cfg.schedule == "orbit" and cfg.orbit == OrbitConfig()
     sched = LinkModel(cfg).contacts.schedule(0, 1)
     assert isinstance(sched, Windows) and sched.cycle_s == 86400.0
-    assert sched.up == orbit.contact_plan(cfg.orbit).links[(0, 1)].windows
+    assert sched.up == windows.contact_plan(cfg.orbit).links[(0, 1)].windows
+    assert cfg.rtt_s == pytest.approx(2 * geometry.slant_range_km(R, R + 550.0, 10.0) / 299792.458, rel=0.01)
 
 
 @pytest.mark.parametrize("field,value,rule", [
-    ("altitude_km", 0.0, "must be > 0"), ("n_satellites", 0, "must be >= 1"), ("min_elevation_deg", 90.0, "in \\[0, 90\\)"),
+    ("altitude_km", 0.0, "must be > 0"), ("n_satellites", 0, "must be >= 1"),
+    ("elevation_mask", "90", "ground_station\\|user_terminal or a number of degrees in \\[0, 90\\)"),
+    ("elevation_mask", "ground", "ground_station\\|user_terminal"), ("eclipse", "always", "auto\\|on\\|off"),
+    ("isl_grazing_km", -1.0, "in \\[0, 1000\\)"), ("tle_start_utc", "yesterday", "ISO 8601"),
     ("eclipse_throttle", 0.0, "in \\(0, 1\\]"), ("beta_deg", 91.0, "in \\[-90, 90\\]"), ("step_s", 0.0, "must be > 0"),
     ("time_compression", -1.0, "must be > 0"), ("mu_km3_s2", math.inf, "finite"), ("stations", [], "at least one"),
 ])

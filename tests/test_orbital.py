@@ -1,35 +1,39 @@
-"""The orbital experiment (its row of the experiment table, islands_kit/orbital.py): satellites that relay over
-inter-satellite links, eclipse throttling on the simulated clock, and a smoke run whose transfers all move inside
-their link's contact windows, with result.json's orbit section and its figure."""
+"""The orbital experiment (its row of the experiment table, islands_kit/orbital/experiment.py and settings.py):
+satellites that relay over inter-satellite links, eclipse throttling on the simulated clock, the controls that take
+the orbit apart one effect at a time, and smoke runs whose transfers all move inside their link's contact windows,
+with result.json's orbit section and its figure."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from islands_kit import orbit, plots
+from islands_kit import plots
 from islands_kit.comm.clock import SimClock
+from islands_kit.comm.link import LinkModel
 from islands_kit.comm.link.contact import contact_plan, up_windows
 from islands_kit.config import apply_overrides
 from islands_kit.config.experiment_table import experiment_row
-from islands_kit.config.orbit import OrbitConfig
-from islands_kit.orbital import install_eclipse, on_orbit
+from islands_kit.orbital import windows
+from islands_kit.orbital.config import OrbitConfig
+from islands_kit.orbital.experiment import eclipses, install_eclipse, on_orbit
+from islands_kit.orbital.settings import CONTROLS, N_TRAINING, RING
 from islands_kit.presets import PRESETS, get_preset
 from islands_kit.run import run_experiment
 
 
 def test_inter_satellite_links_relay_every_satellite_through_any_pass() -> None:
     cfg = OrbitConfig(horizon_s=20000.0)
-    alone = orbit.contact_plan(cfg)
-    ring = orbit.contact_plan(OrbitConfig(horizon_s=20000.0, isl=True))
-    union = orbit.relayed([list(alone.links[(0, 1 + k)].windows or ()) for k in range(4)])
-    for k in range(4):
+    alone = windows.contact_plan(cfg)
+    ring = windows.contact_plan(OrbitConfig(horizon_s=20000.0, isl=True))
+    union = windows.union([list(alone.links[(0, 1 + k)].windows or ()) for k in range(9)])
+    for k in range(9):
         assert ring.links[(1 + k, 0)].windows == tuple(union)  # one schedule for the whole ring
         for a, b in alone.links[(0, 1 + k)].windows or ():  # ... that holds each satellite's own passes
             assert any(x <= a and b <= y for x, y in union)
     assert sum(b - a for a, b in union) > max(sum(b - a for a, b in alone.links[(0, 1 + k)].windows or ())
-                                              for k in range(4))
-    assert orbit.relayed([[(0.0, 2.0)], [(1.0, 3.0), (5.0, 6.0)]]) == [(0.0, 3.0), (5.0, 6.0)]
+                                              for k in range(9))
+    assert windows.union([[(0.0, 2.0)], [(1.0, 3.0), (5.0, 6.0)]]) == [(0.0, 3.0), (5.0, 6.0)]
 
 
 def test_eclipse_throttles_the_satellites_only_and_only_on_the_orbit() -> None:
@@ -39,12 +43,12 @@ def test_eclipse_throttles_the_satellites_only_and_only_on_the_orbit() -> None:
     install_eclipse(clock, cfg)
     assert sorted(clock.speed) == [1, 2, 3, 4]  # the ground island (0) is never throttled
     o = cfg.link.orbit
-    shade = orbit.eclipse_windows(o, 0)[0][0] / o.time_compression  # satellite 0 (island 1) enters the shadow
+    shade = windows.eclipse_windows(o, 0)[0][0] / o.time_compression  # satellite 0 (island 1) enters the shadow
     clock.now[1] = shade + 1e-12
     clock.compute(1, 0.01)
     assert clock.busy[1] == pytest.approx(0.02)  # half speed in shadow
     sunlit = shade - 1e-6  # just before the shadow
-    assert orbit.compute_factor(o, 0, sunlit) == 1.0
+    assert windows.compute_factor(o, 0, sunlit) == 1.0
     clock.now[1], before = sunlit, clock.busy[1]
     clock.compute(1, 0.01)  # a step that starts in sunlight runs at full speed (the rate at its start)
     assert clock.busy[1] - before == pytest.approx(0.01)
@@ -62,22 +66,57 @@ def test_every_cpu_preset_flies_the_leo_orbit_link(preset: str) -> None:
     assert experiment_row("orbital").notebook == "orbital"
 
 
+def test_the_controls_change_one_thing_each() -> None:
+    """(i) ground: same islands, link always up, no eclipse; (ii) + eclipse; (iii) + ground passes (the orbit);
+    (iv) + the inter-satellite links that exist. Each row differs from the one before it in one setting's effect."""
+    assert list(CONTROLS) == ["ground", "ground+eclipse", "passes", "passes+isl"]
+    base = get_preset("orbital", "smoke")
+    cfgs = {name: apply_overrides(get_preset("orbital", "smoke"), o) for name, o in CONTROLS.items()}
+    for cfg in cfgs.values():  # the same islands, batches, sync settings and budget in every row
+        assert cfg.islands == base.islands and cfg.sync == base.sync and cfg.steps == base.steps
+        assert cfg.link.bandwidth_bps == base.link.bandwidth_bps and cfg.link.rtt_s == base.link.rtt_s
+    ground, lit, passes, isl = cfgs.values()
+    assert (on_orbit(ground), eclipses(ground)) == (False, False)
+    assert (on_orbit(lit), eclipses(lit)) == (False, True)
+    assert (on_orbit(passes), eclipses(passes), passes.link.orbit.isl) == (True, True, False)
+    assert (on_orbit(isl), eclipses(isl), isl.link.orbit.isl) == (True, True, True)
+    for cfg in (ground, lit):  # off the orbit every link is up at every time
+        sched = LinkModel(cfg.link).contacts.schedule(0, 1)
+        assert sched.always_up and sched.next_up(1234.5) == (1234.5, float("inf"))
+    clock = SimClock(list(range(5)))
+    install_eclipse(clock, lit)
+    assert sorted(clock.speed) == [1, 2, 3, 4]  # (ii) throttles the satellites' islands as (iii) and (iv) do
+    assert len(base.islands) == 1 + N_TRAINING and base.link.orbit.n_satellites == RING
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[dict, list]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, list]]:
+    """One smoke run of each control (CONTROLS)."""
     out = {}
-    for isl in (False, True):
-        cfg = apply_overrides(get_preset("orbital", "smoke"), {"link.orbit.isl": str(isl).lower()})
-        d = tmp_path_factory.mktemp(f"orbital-isl-{isl}")
+    for name, o in CONTROLS.items():
+        cfg = apply_overrides(get_preset("orbital", "smoke"), o)
+        d = tmp_path_factory.mktemp(f"orbital-{name.replace('+', '-')}")
         run_experiment(cfg, d)
         tl = [json.loads(line) for line in (d / "link_timeline.jsonl").read_text().splitlines()]
-        out[isl] = (json.loads((d / "result.json").read_text()), tl)
+        out[name] = (json.loads((d / "result.json").read_text()), tl)
     return out
+
+
+@pytest.mark.slow  # trains for seconds
+def test_the_ground_controls_train_without_windows(runs: dict) -> None:
+    ground, lit = runs["ground"][0], runs["ground+eclipse"][0]
+    assert "orbit" not in ground and "orbit" not in lit  # no contact windows to report
+    steps = {k: ground["inner_steps"][str(k)] for k in range(5)}
+    assert len(set(steps.values())) == 1  # (i): every island at the same pace
+    lit_steps = lit["inner_steps"]
+    assert all(lit_steps[str(i)] < lit_steps["0"] for i in range(1, 5))  # (ii): the eclipse slows the satellites
+    assert lit["tokens"] < ground["tokens"] == sum(ground["tokens_per_island"].values())
 
 
 @pytest.mark.slow  # trains for seconds
 @pytest.mark.parametrize("isl", [False, True])
 def test_a_smoke_run_moves_bytes_only_inside_contact_windows(runs: dict, isl: bool) -> None:
-    res, timeline = runs[isl]
+    res, timeline = runs["passes+isl" if isl else "passes"]
     cfg = apply_overrides(get_preset("orbital", "smoke"), {"link.orbit.isl": str(isl).lower()})
     plan = contact_plan(cfg.link)
     o = res["orbit"]
@@ -95,7 +134,7 @@ def test_a_smoke_run_moves_bytes_only_inside_contact_windows(runs: dict, isl: bo
 
 @pytest.mark.slow
 def test_the_relay_gives_every_satellite_more_windows(runs: dict) -> None:
-    alone, ring = runs[False][0]["orbit"], runs[True][0]["orbit"]
+    alone, ring = runs["passes"][0]["orbit"], runs["passes+isl"][0]["orbit"]
     span = min(alone["ground_windows"]["1"][-1][1], ring["ground_windows"]["1"][-1][1])
     for s in "1234":
         assert sum(b - a for a, b in ring["ground_windows"][s] if b <= span) >= \
@@ -104,7 +143,7 @@ def test_the_relay_gives_every_satellite_more_windows(runs: dict) -> None:
 
 @pytest.mark.slow
 def test_the_contact_window_figure_draws(runs: dict) -> None:
-    res, timeline = runs[False]
+    res, timeline = runs["passes"]
     fig = plots.contact_windows(res, timeline)
     ax = fig.axes[0]
     assert ax.get_xlabel() == "simulated time (s)" and len(ax.get_yticklabels()) == 4

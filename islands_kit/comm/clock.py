@@ -14,7 +14,7 @@ from typing import Any, Callable
 class SimClock:
     """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals. ``speed[i]``, when set,
     is island i's compute speed at a time (1 = its nominal step time): a step that starts at t takes
-    ``seconds / speed[i](t)`` (an orbiting island throttled in eclipse: ``islands_kit/orbital.py``)."""
+    ``seconds / speed[i](t)`` (an orbiting island throttled in eclipse: ``islands_kit/orbital/experiment.py``)."""
 
     def __init__(self, islands: list[int]) -> None:
         self.now = {i: 0.0 for i in islands}

@@ -7,7 +7,8 @@ work starts, with a message that names the field and the rule it broke (``Config
   model.py       model.*, optim.*
   sync.py        sync.* (what every strategy shares), with diloco.py (sync.diloco.*, sync.decoupled.*) and
                  butterfly.py (sync.butterfly.*)
-  link.py        link.* and the named links, with orbit.py (link.orbit.*: the orbit behind link.schedule=orbit)
+  link.py        link.* and the named links; link.orbit.* (the orbit behind link.schedule=orbit) is
+                 islands_kit/orbital/config.py, torch-free like this package
   data.py, faults.py   data.*, faults.*
   experiment.py  islands, top-level fields and the rules that span sections
   coerce.py      mappings -> dataclasses;  keys.py  did-you-mean;  overrides.py  --set key=value
@@ -28,7 +29,6 @@ from islands_kit.config.faults import ATTACKS, DEFENSES, FaultConfig
 from islands_kit.config.keys import MOVED_KEYS, SYNONYMS
 from islands_kit.config.link import LINK_PRESETS, LinkConfig, link_config
 from islands_kit.config.model import ModelConfig, OptimConfig, SnooConfig
-from islands_kit.config.orbit import OrbitConfig, StationConfig
 from islands_kit.config.overrides import apply_overrides, parse_set
 from islands_kit.config.rules import (
     INT_MAX,
@@ -42,6 +42,7 @@ from islands_kit.config.rules import (
     _check,
 )
 from islands_kit.config.sync import SyncConfig
+from islands_kit.orbital.config import OrbitConfig, StationConfig
 
 __all__ = [
     "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from islands_kit.config import orbital
 from islands_kit.config.rules import ConfigError
+from islands_kit.orbital import settings as orbital
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        butterfly=dict(exchanges_per_window=6, merge="delay_aware", final_average=True)),
                   demo={"optim": {"lr": 7.14e-3}, "sync": {"butterfly": {"exchanges_per_window": 16}}},
                   color="#2ca02c", marker="s", notebook="eight_cell"),
-    # a ground station's island and four satellites (config/orbital.py: islands, time compression, tokens),
+    # a ground station's island and four satellites of a ring of nine (orbital/settings.py: islands, time compression, tokens),
     # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings, the
     # synchroniser's grace about one demo tick, and an outer gradient that waited for a pass past its merge carried
     # into the fragment's next one; link.orbit.isl=true relays over inter-satellite links (docs/methods.md)

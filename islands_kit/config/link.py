@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from islands_kit.config.orbit import OrbitConfig
 from islands_kit.config.rules import MAX_CHUNK_FAILURE, MAX_SENDS_PER_CHUNK, _check, _check_fields
+from islands_kit.orbital.config import OrbitConfig
 
 SCHEDULES = ("periodic", "orbit")
 
@@ -103,11 +103,11 @@ LINK_PRESETS: dict[str, dict[str, Any]] = {
     "leo-satellite": dict(bandwidth_bps=200e6, rtt_s=0.040, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
                           tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
                           contact_period_s=60.0, contact_fraction=0.5),
-    # Ground links of satellites in low Earth orbit (link.orbit: 4 satellites at 550 km, one station, 25° mask): up
-    # only while a satellite is above the station's elevation mask, per satellite and station (a few minutes a pass).
-    # 520 Mbit/s is Sentinel-2's X-band downlink (ESA); a round trip over the 25° slant range (~1,100 km) is ~7.5 ms;
+    # Ground links of satellites in low Earth orbit (link.orbit: satellites at 550 km, one station, 10° mask): up
+    # only while a satellite is above the station's elevation mask, per satellite and station (minutes a pass).
+    # 520 Mbit/s is Sentinel-2's X-band downlink (ESA); a round trip over the 10° slant range (1,815 km) is ~12.1 ms;
     # the noise figures are leo-satellite's. Sources: docs/methods.md.
-    "leo-orbit": dict(bandwidth_bps=520e6, rtt_s=0.0075, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
+    "leo-orbit": dict(bandwidth_bps=520e6, rtt_s=0.0121, jitter_sigma=0.4, tail_prob=0.02, tail_alpha=1.5,
                       tail_scale_s=0.1, loss_prob=0.015, corrupt_prob=0.001, n_connections=4, chunk_bytes=1 << 20,
                       schedule="orbit", contact_period_s=0.0, contact_fraction=1.0),
 }

@@ -31,8 +31,8 @@ from islands_kit.faults.seu import install_upset
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
-from islands_kit.orbital import install_eclipse
-from islands_kit.orbital import result_fields as orbit_fields
+from islands_kit.orbital.experiment import install_eclipse
+from islands_kit.orbital.experiment import result_fields as orbit_fields
 from islands_kit.progress import Progress
 from islands_kit.sync.ddp import ddp_equivalent_bytes
 from islands_kit.tracking import Tracker
@@ -76,7 +76,7 @@ class Experiment:
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
         self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
-        install_eclipse(self.transport.clock, cfg)  # satellites compute slower in shadow (a run on the orbit only)
+        install_eclipse(self.transport.clock, cfg)  # satellites compute slower in shadow (link.orbit.eclipse)
         # -- islands: identical initial weights, separate data streams -------------------------------------------
         torch.manual_seed(cfg.seed)
         base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device

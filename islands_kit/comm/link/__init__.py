@@ -18,7 +18,7 @@ Model (one ``LinkModel`` per link; all times in seconds on the simulated clock)
   already sent still arrive (propagation is not gated). ``link.schedule`` says where the schedules come from:
   ``periodic`` (the default) gives every pair the same windows, the first ``contact_fraction`` of each period
   ``[k·P, k·P + f·P)`` when ``contact_period_s > 0`` (always up otherwise); ``orbit`` gives each link its own list of
-  windows, and possibly its own rate, from the orbit geometry of ``link.orbit`` (``islands_kit/orbit.py``: ground
+  windows, and possibly its own rate, from the orbit geometry of ``link.orbit`` (``islands_kit/orbital/windows.py``: ground
   passes, inter-satellite links). A ``ContactPlan`` passed to ``LinkModel`` replaces the config's (any windows per
   link). Every transport prices transfers with a ``LinkModel`` built from the same config, so the same schedule
   decides delivery in the simulator and under torch.distributed. A direction that is never up again stops the run

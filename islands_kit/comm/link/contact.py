@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-from islands_kit import orbit
 from islands_kit.config import LinkConfig
+from islands_kit.orbital import windows as orbit
 
 
 class Schedule(Protocol):
@@ -149,7 +149,7 @@ NEVER_UP = Windows(())
 
 def contact_plan(cfg: LinkConfig) -> ContactPlan:
     """The plan a link config describes: ``periodic`` — ``Periodic(contact_period_s, contact_fraction)`` for every
-    pair (today's rule; always up when the period is 0); ``orbit`` — ``islands_kit.orbit.contact_plan(cfg.orbit)``,
+    pair (today's rule; always up when the period is 0); ``orbit`` — ``orbital.windows.contact_plan(cfg.orbit)``,
     per link (a pair the orbit does not join is never up)."""
     if cfg.schedule == "periodic":
         return ContactPlan(Periodic(cfg.contact_period_s, cfg.contact_fraction))
@@ -158,7 +158,9 @@ def contact_plan(cfg: LinkConfig) -> ContactPlan:
         pair: (ALWAYS_UP if c.windows is None else Windows(c.windows, plan.cycle_s), c.rate_bps)
         for pair, c in plan.links.items()}
     G = len(cfg.orbit.stations)
+    never = ", ".join(f"{G + k}-{G + j}" for k, j in plan.isl_never)
     why = (f"link.schedule=orbit joins ground stations 0..{G - 1} to satellites {G}..{plan.n_islands - 1} during "
-           "passes" + (" and in-plane neighbours over inter-satellite links" if cfg.orbit.isl else
-                       "; satellites talk to each other only with link.orbit.isl=true (neighbours)"))
+           "passes" + ((" and ring neighbours over inter-satellite links while they see each other" +
+                        (f" ({never}: never in sight)" if never else "")) if cfg.orbit.isl else
+                       "; satellites talk to each other only with link.orbit.isl=true (ring neighbours)"))
     return ContactPlan(NEVER_UP, links, why)

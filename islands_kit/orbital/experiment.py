@@ -1,16 +1,18 @@
 """The ``orbital`` experiment's own pieces: eclipse throttling of the satellites' compute and what its run reports
 about the contact windows (bytes per link and per window, time spent waiting for a window).
 
-The experiment (its row of ``config/experiment_table.py``, islands from ``config/orbital.py``): a ground station's
-island (island 0, where the decoupled synchroniser and the global model sit) and N satellites (islands 1..N) in
-one low Earth orbit (``islands_kit.orbit``), decoupled DiLoCo between them. A satellite's outer gradients reach the
-station only during its passes (``link.orbit.isl=false``) or, with ``link.orbit.isl=true``, whenever some
-satellite of the ring is in a pass (relayed over the inter-satellite links). Both apply whenever
-``link.schedule=orbit``, the orbital experiment's link; every other run has no orbit and nothing here acts on it.
+The experiment (its row of ``config/experiment_table.py``, islands from ``settings.py``): a ground station's
+island (island 0, where the decoupled synchroniser and the global model sit) and training satellites (islands 1..4)
+in a ring of low Earth orbit (``windows.py``), decoupled DiLoCo between them. A satellite's outer gradients reach the
+station only during its passes (``link.orbit.isl=false``) or, with ``link.orbit.isl=true``, whenever a satellite
+joined to it by inter-satellite links that are up is in a pass (relayed). Both apply whenever
+``link.schedule=orbit``, the orbital experiment's link; every other run has no orbit section.
 
 Eclipse. A satellite in the Earth's shadow computes at ``link.orbit.eclipse_throttle`` of its sunlit speed
-(``orbit.compute_factor``): an inner step that starts in shadow takes ``step / throttle`` on its clock
-(``SimClock.speed``), so the satellites run at different paces — what decoupled mode is for.
+(``windows.compute_factor``): an inner step that starts in shadow takes ``step / throttle`` on its clock
+(``SimClock.speed``), so the satellites run at different paces — what decoupled mode is for. It applies when the
+link flies (``link.orbit.eclipse=auto``, the default) or, with ``eclipse=on``, on an always-up ground link too (the
+control that separates the eclipse from the passes: ``settings.CONTROLS``).
 
 Waiting for a window. A transfer posted at ``s`` that arrives at ``e`` waited ``down_time_s(schedule, s, e)`` of
 that span for its link to come up (the rest is serialisation, latency and resends). Nobody idles for it in
@@ -22,10 +24,10 @@ import functools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from islands_kit import orbit
 from islands_kit.comm.clock import SimClock
 from islands_kit.comm.link.contact import ContactPlan, contact_plan, down_time_s, up_windows
 from islands_kit.config import ExperimentConfig
+from islands_kit.orbital import windows
 
 Transfer = Sequence[Any]  # a ledger timeline row: (start_s, end_s, bytes, src, dst, channel)
 
@@ -35,15 +37,21 @@ def on_orbit(cfg: ExperimentConfig) -> bool:
     return cfg.link.schedule == "orbit"
 
 
-def install_eclipse(clock: SimClock, cfg: ExperimentConfig) -> None:
-    """Throttle every satellite island's compute in eclipse (module doc); nothing unless the run flies."""
+def eclipses(cfg: ExperimentConfig) -> bool:
+    """Are the satellites' islands throttled in shadow (``link.orbit.eclipse``: auto when the run flies, on, off)?"""
     o = cfg.link.orbit
-    if not on_orbit(cfg) or o.eclipse_throttle >= 1.0:
+    return o.eclipse_throttle < 1.0 and (o.eclipse == "on" or (o.eclipse == "auto" and on_orbit(cfg)))
+
+
+def install_eclipse(clock: SimClock, cfg: ExperimentConfig) -> None:
+    """Throttle every satellite island's compute in eclipse (module doc); nothing when ``eclipses`` says no."""
+    if not eclipses(cfg):
         return
+    o = cfg.link.orbit
     G = len(o.stations)
     for i in clock.now:
         if G <= i < G + o.n_satellites:
-            clock.speed[i] = functools.partial(orbit.compute_factor, o, i - G)
+            clock.speed[i] = functools.partial(windows.compute_factor, o, i - G)
 
 
 def _window_of(schedule: Any, start: float, end: float) -> tuple[float, float] | None:
@@ -82,15 +90,15 @@ def contact_report(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: 
         wait_by_link[key] = wait_by_link.get(key, 0.0) + waited
         longest = max(longest, waited)
     G = len(cfg.link.orbit.stations)
-    windows = {str(i): [[round(a, 9), round(b, 9)] for a, b in up_windows(plan.schedule(i, 0), 0.0, span_s)]
-               for i in range(G, n)}
+    ground = {str(i): [[round(a, 9), round(b, 9)] for a, b in up_windows(plan.schedule(i, 0), 0.0, span_s)]
+              for i in range(G, n)}
     per_window = [{"link": k, "start_s": round(a, 9), "end_s": round(b, 9), "bytes": v}
                   for (k, a, b), v in sorted(by_window.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
     wait_total = sum(wait_by_link.values())
     return {
-        "orbit_period_s": orbit.period_s(cfg.link.orbit) / cfg.link.orbit.time_compression,
+        "orbit_period_s": windows.period_s(cfg.link.orbit) / cfg.link.orbit.time_compression,
         "time_compression": cfg.link.orbit.time_compression,
-        "eclipse_fraction": orbit.eclipse_fraction(cfg.link.orbit),
+        "eclipse_fraction": windows.eclipse_fraction(cfg.link.orbit),
         "isl": cfg.link.orbit.isl,
         "bytes_per_link": by_link,
         "bytes_per_window": per_window,
@@ -99,7 +107,7 @@ def contact_report(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: 
         "window_wait_s": wait_total,
         "window_wait_s_per_link": {k: round(v, 9) for k, v in sorted(wait_by_link.items())},
         "longest_window_wait_s": longest,
-        "ground_windows": windows,
+        "ground_windows": ground,
     }
 
 
@@ -110,9 +118,9 @@ def result_fields(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: f
     return {"orbit": contact_report(cfg, timeline, span_s)}
 
 
-def up_share(windows: Sequence[Sequence[float]], span_s: float) -> float:
+def up_share(wins: Sequence[Sequence[float]], span_s: float) -> float:
     """Share of ``[0, span_s)`` a satellite's ground link is up, from ``contact_report``'s ``ground_windows``."""
-    return sum(b - a for a, b in windows) / span_s if span_s > 0 and math.isfinite(span_s) else 0.0
+    return sum(b - a for a, b in wins) / span_s if span_s > 0 and math.isfinite(span_s) else 0.0
 
 
 def orbit_summary(result: Mapping[str, Any]) -> str:
