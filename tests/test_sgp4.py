@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from islands_kit.config import ConfigError, apply_overrides
-from islands_kit.orbital import circular, geometry, sgp4, tle, windows
+from islands_kit.orbital import circular, geometry, sgp4_orbit, tle, windows
 from islands_kit.orbital.config import OrbitConfig
 from islands_kit.presets import get_preset
 
@@ -62,9 +62,9 @@ def test_bad_element_sets_are_refused_naming_the_line() -> None:
 
 
 def test_without_the_extra_element_sets_ask_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sgp4, "HAVE_SGP4", False)
+    monkeypatch.setattr(sgp4_orbit, "HAVE_SGP4", False)
     with pytest.raises(ConfigError, match=r"link\.orbit\.tle_file: .*pip install 'islands_kit\[orbit\]'"):
-        sgp4.Sgp4Orbit(OrbitConfig(tle_file=SHIPPED, n_satellites=5))
+        sgp4_orbit.Sgp4Orbit(OrbitConfig(tle_file=SHIPPED, n_satellites=5))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_the_analytic_model_agrees_with_sgp4_on_a_near_circular_orbit(extra: Non
     the node and phase at time 0, the mean Sun angle): the same passes, each starting within a minute (J2 turns the
     real plane ~5° a day, which the analytic model leaves out), contact and eclipse within a few percent."""
     real = OrbitConfig(tle_file=SHIPPED, n_satellites=1)
-    twin = sgp4.circular_twin(real)
+    twin = sgp4_orbit.circular_twin(real)
     assert twin.altitude_km == pytest.approx(550.0, abs=5.0) and twin.inclination_deg == pytest.approx(53.05, abs=0.05)
     H = real.horizon_s
     p_real, p_twin = _inner(windows.visibility_windows(real, 0, 0), H), _inner(windows.visibility_windows(twin, 0, 0), H)
@@ -100,7 +100,7 @@ def test_the_sidereal_angle_is_sgp4s(extra: None) -> None:
     from sgp4.propagation import gstime
 
     for jd in (2451545.0, 2460875.70992115, 2470000.25):
-        assert float(sgp4.gmst_rad(jd)) == pytest.approx(gstime(jd), abs=1e-12)
+        assert float(sgp4_orbit.gmst_rad(jd)) == pytest.approx(gstime(jd), abs=1e-12)
 
 
 def test_links_between_real_orbits_come_and_go_with_their_line_of_sight(extra: None) -> None:

@@ -6,13 +6,13 @@ experiment does with it.
   config.py      link.orbit.* (``OrbitConfig``, ``StationConfig``): torch-free, a section of the experiment config
   tle.py         two-line element sets as text: where they are, a format check (no propagator needed)
   circular.py    the analytic model: N satellites in one circular orbit (the default, and the teaching version)
-  sgp4.py        real orbits: element sets propagated by SGP4 (skyfield; the optional ``orbit`` extra)
+  sgp4_orbit.py  real orbits: element sets propagated by SGP4 (the optional ``orbit`` extra)
   windows.py     schedules: each link's contact windows, relaying over inter-satellite links, eclipses, the plan
                  the link model reads (``comm/link/contact.py``)
   settings.py    the orbital experiment's islands, link, time compression and controls (the experiment table's row)
   experiment.py  the run's side: eclipse throttling on the simulated clock, result.json's ``orbit`` section
 
-Imports point one way: geometry <- config <- circular, sgp4 <- windows <- comm <- experiment; config and settings
+Imports point one way: geometry <- config <- circular, sgp4_orbit <- windows <- comm <- experiment; config and settings
 sit under ``islands_kit.config`` (which imports them), so this package loads the config first: whichever of the
 two a program imports first, the other is complete when it is used.
 """

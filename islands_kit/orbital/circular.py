@@ -1,6 +1,6 @@
 """The analytic orbit model (the default, and the teaching version): N satellites evenly spaced in one circular low
 Earth orbit, ground stations on a rotating spherical Earth, a cylindrical shadow. Pure ``math``; the constants are
-``OrbitConfig`` fields (``link.orbit.*``), sourced in docs/methods.md. ``sgp4.py`` is the same interface for real
+``OrbitConfig`` fields (``link.orbit.*``), sourced in docs/methods.md. ``sgp4_orbit.py`` is the same interface for real
 orbits (TLEs).
 
 Model

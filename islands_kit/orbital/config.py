@@ -5,7 +5,7 @@ gives the source of each.
 
 Two models of where the satellites are: the analytic one (the default: ``n_satellites`` evenly spaced in one
 circular orbit, ``circular.py``) and real orbits (``tle_file`` or ``tle``: element sets propagated by SGP4,
-``sgp4.py``, the optional ``orbit`` extra). With element sets the circular orbit's fields (``altitude_km``,
+``sgp4_orbit.py``, the optional ``orbit`` extra). With element sets the circular orbit's fields (``altitude_km``,
 ``inclination_deg``, ``raan_deg``, ``phase_deg``, ``beta_deg``) do not apply: SGP4 places the satellites and the
 ephemeris the Sun.
 """

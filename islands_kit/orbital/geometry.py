@@ -127,7 +127,7 @@ def sample_times(horizon_s: float, step_s: float) -> list[float]:
 class OrbitSource(Protocol):
     """Where the satellites and stations are (km, one frame for both) at orbital time ``t`` (seconds from the start),
     and what follows from it that a model can give in closed form. ``circular.CircularOrbit`` (the analytic model) and
-    ``sgp4.Sgp4Orbit`` (TLEs propagated by SGP4) implement it; ``windows.py`` derives the contact windows."""
+    ``sgp4_orbit.Sgp4Orbit`` (TLEs propagated by SGP4) implement it; ``windows.py`` derives the contact windows."""
 
     n_satellites: int
     tolerance_s: float  # how finely window edges are bisected (the analytic model is cheap to ask, SGP4 is not)

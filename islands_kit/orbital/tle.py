@@ -1,6 +1,6 @@
 """Two-line element sets as text: where a configured set is (``link.orbit.tle_file``, or the lines themselves in
 ``link.orbit.tle``), and a check of their format, so a bad file is refused when the config is read — before any
-work, and without the propagator (``sgp4.py``, the optional ``orbit`` extra).
+work, and without the propagator (``sgp4_orbit.py``, the optional ``orbit`` extra).
 
 The format is NORAD's, as CelesTrak and Space-Track publish it: each set is two 69-character lines starting "1 " and
 "2 ", optionally after a name line (the "3LE" form); column 69 of each line is a checksum, the sum of its digits

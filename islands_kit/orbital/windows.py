@@ -1,5 +1,5 @@
 """Schedules: when each link is up and when each satellite is in shadow, from whichever orbit model the config
-names (``circular.py`` by default, ``sgp4.py`` with element sets) — the plan the link model reads
+names (``circular.py`` by default, ``sgp4_orbit.py`` with element sets) — the plan the link model reads
 (``comm/link/contact.py``) and the eclipse the simulated clock reads (``experiment.py``).
 
 Windows are found by sampling a sign (elevation above the mask, line of sight above the grazing floor, shadow) every
@@ -28,7 +28,7 @@ from islands_kit.config.rules import ConfigError
 from islands_kit.orbital import circular, geometry
 from islands_kit.orbital.config import OrbitConfig
 from islands_kit.orbital.geometry import OrbitSource, Window
-from islands_kit.orbital.sgp4 import Sgp4Orbit
+from islands_kit.orbital.sgp4_orbit import Sgp4Orbit
 
 
 class LinkContacts(NamedTuple):
