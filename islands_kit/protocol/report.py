@@ -152,6 +152,7 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
     mine = _scored(study, t, row.seeds, root)
     entry.update({"experiment": t.experiment, "overrides": t.overrides, "seeds": sorted(mine),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "tokens": [mine[s].get("tokens") for s in sorted(mine)],
                   "status": "done" if len(mine) == len(row.seeds) else f"{len(mine)}/{len(row.seeds)} seeds"})
     # against the arm it changes one thing of (or its control), and against the study's reference arm
     refs: dict[str, Trial] = {}

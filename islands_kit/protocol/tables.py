@@ -58,8 +58,8 @@ def render(doc: dict[str, Any]) -> str:
         rho = "-" if t["spearman"] is None else f"{t['spearman']:.2f}"
         out.append(f"| {e['arm']} | {len(e['grid'])} | {rho} | {100 * t['regret']:.2f}% | {'yes' if t['pick_wins_on_val'] else 'no'} |")
     if rows:
-        out += ["", "| row | val bpb per seed | / its arm's pick | / its control | / the reference arm | status |",
-                "|---|---|---|---|---|---|"]
+        out += ["", "| row | val bpb per seed | tokens | / its arm's pick | / its control | / the reference arm | status |",
+                "|---|---|---|---|---|---|---|"]
         for e in rows:
             vals = " / ".join(f"{v:.4f}" for v in e.get("val_bpb", [])) or "-"
             cells = []
@@ -68,7 +68,9 @@ def render(doc: dict[str, Any]) -> str:
                 cells.append("-" if r is None else _ratio(r["ratio_mean"], r["ratio_ci95"], r["ratio_n"]))
                 n_cmp += 1 if r is not None and r["ratio_n"] else 0
             status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
-            out.append(f"| {e['row']} | {vals} | {' | '.join(cells)} | {status} |")
+            toks = sorted({t for t in e.get("tokens", []) if t is not None})
+            tok = "-" if not toks else f"{toks[0]:,}" if len(toks) == 1 else f"{toks[0]:,}-{toks[-1]:,}"
+            out.append(f"| {e['row']} | {vals} | {tok} | {' | '.join(cells)} | {status} |")
     out += ["", f"This table makes {n_cmp} comparisons at 95% each: about {0.05 * n_cmp:.1f} of them would read as "
             "resolved by chance alone if nothing differed."]
     return "\n".join(out)
