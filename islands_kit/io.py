@@ -63,7 +63,7 @@ def sweep_stale_temporaries(folder: str | Path, target: str | None = None) -> li
         if m is None or (target is not None and m["target"] != target) or m["host"] != _HOST:
             continue
         pid = int(m["pid"])
-        if pid == os.getpid() or _alive(pid) or not e.is_file(follow_symlinks=False):
+        if pid == os.getpid() or pid_alive(pid) or not e.is_file(follow_symlinks=False):
             continue
         with contextlib.suppress(OSError):
             os.unlink(e.path)
@@ -71,7 +71,8 @@ def sweep_stale_temporaries(folder: str | Path, target: str | None = None) -> li
     return gone
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)  # signal 0: existence check only
     except ProcessLookupError:

@@ -20,20 +20,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from islands_kit.io import pid_alive
 from islands_kit.protocol.runs import Run, pick
 from islands_kit.protocol.study import Study, StudyError, Trial
 
 _HOST = socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def take_lock(d: Path) -> bool:
@@ -49,7 +40,7 @@ def take_lock(d: Path) -> bool:
                 holder = json.loads(lock.read_text() or "{}")
             except (OSError, ValueError):
                 holder = {}
-            if holder.get("host") == _HOST and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+            if holder.get("host") == _HOST and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"]):
                 with contextlib.suppress(FileNotFoundError):
                     lock.unlink()
                 continue
