@@ -43,7 +43,8 @@ def _parse_help(cls: type) -> dict[str, str]:
         head = line.strip().split(":", 1)[0]
         if head in names and head not in out and i in comments and not line.strip().startswith("#"):
             out[head] = comments[i]
-    return {n: out.get(n, "") for n in (f.name for f in dataclasses.fields(cls))}
+    # a field added to the class after its source was written (a strategy's section of SyncConfig) brings its help
+    return {f.name: out.get(f.name) or f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
 def _yaml_scalar(v: Any) -> str:

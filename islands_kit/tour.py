@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import DiLoCoConfig, SyncConfig, _check
+from islands_kit.config import SyncConfig, _check
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.diloco_spec import DiLoCoConfig
 
 
 def _as_u8(data: Any, name: str) -> np.ndarray:

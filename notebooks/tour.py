@@ -50,9 +50,10 @@ sample_prompt = "ROMEO:"  # the text the samples continue
 # %%
 from islands_kit import plots, tour
 from islands_kit.comm.link import link_config
-from islands_kit.config import ButterflyConfig, SyncConfig
+from islands_kit.config import SyncConfig
 from islands_kit.notebooks import resolve_out_dir
 from islands_kit.sync.butterfly import check_power_of_two
+from islands_kit.sync.butterfly_spec import ButterflyConfig
 
 # validate the parameters first, through the kit's own checks (a bad one stops here, naming it)
 for name in links:

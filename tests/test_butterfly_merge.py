@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ButterflyConfig, SyncConfig
+from islands_kit.config import SyncConfig
 from islands_kit.sync.butterfly import Butterfly, butterfly_schedule, mixing_matrix
+from islands_kit.sync.butterfly_spec import ButterflyConfig
 
 N, P, H, E, D = 8, 2, 12, 3, 2  # exchanges of a fragment are H/E = 4 steps apart > D
 

@@ -10,8 +10,9 @@ from torch import nn
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ButterflyConfig, ConfigError, SyncConfig
+from islands_kit.config import ConfigError, SyncConfig
 from islands_kit.sync.butterfly import Butterfly, butterfly_schedule
+from islands_kit.sync.butterfly_spec import ButterflyConfig
 
 N, P, K, H, E, D = 8, 2, 300, 12, 3, 2  # K values per fragment: several codec blocks (block size 128), one partial
 

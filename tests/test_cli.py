@@ -14,9 +14,12 @@ from islands_kit.cli import build_parser, main
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.configfile import config_rows, field_help
 from islands_kit.presets import PRESETS, get_preset
+from islands_kit.sync.butterfly_spec import ButterflyConfig
+from islands_kit.sync.decoupled_spec import DecoupledConfig
+from islands_kit.sync.diloco_spec import DiLoCoConfig
 
 CONFIG_CLASSES = (config.ExperimentConfig, config.DataConfig, config.ModelConfig, config.OptimConfig,
-                  config.SyncConfig, config.DiLoCoConfig, config.ButterflyConfig, config.LinkConfig, config.IslandConfig,
+                  config.SyncConfig, DiLoCoConfig, ButterflyConfig, DecoupledConfig, config.LinkConfig, config.IslandConfig,
                   config.FaultConfig, config.SnooConfig, config.OrbitConfig, config.StationConfig)
 
 

@@ -10,8 +10,8 @@ from islands_kit.config.experiment_table import EXPERIMENTS
 from islands_kit.config.strategies import MODES, STRATEGY_TRAITS
 
 PKG = Path(__file__).resolve().parent.parent / "islands_kit"
-HOMES = {"sync/ddp.py", "sync/diloco.py", "sync/butterfly.py", "sync/decoupled.py", "sync/registry.py",
-         "config/strategies.py", "config/experiment_table.py"}
+HOMES = {f"sync/{name}{part}.py" for name in ("ddp", "diloco", "butterfly", "decoupled") for part in ("", "_spec")} | {
+    "sync/__init__.py", "sync/registry.py", "config/strategies.py", "config/experiment_table.py"}
 # the routing channel's own setting (all_reduce | butterfly: how expert loads travel), not a strategy
 NOT_A_STRATEGY = {"routing_sync_mode"}
 NAMES = set(EXPERIMENTS) | set(MODES) | set(STRATEGY_TRAITS) | {t.strategy for t in STRATEGY_TRAITS.values()}

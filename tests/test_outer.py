@@ -13,13 +13,14 @@ from test_sync import batches, flat, make_replicas, train
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ConfigError, DiLoCoConfig, SyncConfig, apply_overrides
+from islands_kit.config import ConfigError, SyncConfig, apply_overrides
 from islands_kit.optim.build import snoo_params
 from islands_kit.optim.outer import OuterStep, Snoo, nesterov_sgd
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.diloco_spec import DiLoCoConfig
 from islands_kit.sync.schedule import fragment_offsets
 
 

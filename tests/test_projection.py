@@ -9,7 +9,7 @@ import pytest
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, link_config, transfer_time_stats
-from islands_kit.config import DecoupledConfig, DiLoCoConfig, SyncConfig, apply_overrides
+from islands_kit.config import SyncConfig, apply_overrides
 from islands_kit.islands import HARDWARE
 from islands_kit.model import MoETransformer
 from islands_kit.presets import get_preset
@@ -25,6 +25,8 @@ from islands_kit.projection import (
     summary,
 )
 from islands_kit.run import run_experiment
+from islands_kit.sync.decoupled_spec import DecoupledConfig
+from islands_kit.sync.diloco_spec import DiLoCoConfig
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
 

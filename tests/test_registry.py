@@ -52,7 +52,7 @@ TOY_ROW = ExperimentRow("four_cell", "periodic averaging between four cells", ce
 
 @pytest.fixture
 def toy() -> Iterator[None]:
-    register_strategy(StrategySpec(TOY_TRAITS, None, PeriodicMean))
+    register_strategy(StrategySpec(TOY_TRAITS, PeriodicMean))
     register_experiment(TOY_ROW)
     try:
         yield

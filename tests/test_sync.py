@@ -10,11 +10,13 @@ import torch
 from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ButterflyConfig, DiLoCoConfig, SyncConfig
+from islands_kit.config import SyncConfig
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.butterfly import Butterfly, butterfly_schedule, check_power_of_two, mixing_matrix, window_positions
+from islands_kit.sync.butterfly_spec import ButterflyConfig
 from islands_kit.sync.ddp import DDP, ddp_equivalent_bytes
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.diloco_spec import DiLoCoConfig
 from islands_kit.sync.schedule import fragment_offsets, streaming_schedule
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from islands_kit.config import DiLoCoConfig, SyncConfig
+from islands_kit.config import SyncConfig
+from islands_kit.sync.diloco_spec import DiLoCoConfig
 
 
 def sync(**kw) -> SyncConfig:

@@ -5,8 +5,8 @@ work starts, with a message that names the field and the rule it broke (``Config
 
   rules.py       ConfigError, the scalar type check, shared bounds
   model.py       model.*, optim.*
-  sync.py        sync.* (what every strategy shares), with diloco.py (sync.diloco.*, sync.decoupled.*) and
-                 butterfly.py (sync.butterfly.*)
+  sync.py        sync.* (what every strategy shares) and the registered strategies' own sections (sync.<key>.*),
+                 strategies.py  their traits; a strategy declares both beside its code (sync/*_spec.py)
   link.py        link.* and the named links; link.orbit.* (the orbit behind link.schedule=orbit) is
                  islands_kit/orbital/config.py, torch-free like this package
   data.py, faults.py   data.*, faults.*
@@ -14,10 +14,8 @@ work starts, with a message that names the field and the rule it broke (``Config
   coerce.py      mappings -> dataclasses;  keys.py  did-you-mean;  overrides.py  --set key=value
 """
 from islands_kit.codec_registry import CODECS
-from islands_kit.config.butterfly import ButterflyConfig
 from islands_kit.config.coerce import from_dict
 from islands_kit.config.data import DataConfig
-from islands_kit.config.diloco import DecoupledConfig, DiLoCoConfig
 from islands_kit.config.experiment import (
     PRECISIONS,
     ExperimentConfig,
@@ -41,14 +39,14 @@ from islands_kit.config.rules import (
     ConfigError,
     _check,
 )
-from islands_kit.config.sync import SyncConfig
+from islands_kit.config.sync import Section, SyncConfig
 from islands_kit.orbital.config import OrbitConfig, StationConfig
 
 __all__ = [
     "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",
-    "MAX_SENDS_PER_CHUNK", "MAX_THREADS", "MOVED_KEYS", "PRECISIONS", "SYNONYMS", "SEED_MAX", "STEPS_MAX", "ButterflyConfig",
-    "ConfigError", "DataConfig", "DecoupledConfig", "DiLoCoConfig", "ExperimentConfig", "FaultConfig", "IslandConfig",
-    "LinkConfig", "ModelConfig", "OptimConfig", "OrbitConfig", "SnooConfig", "StationConfig", "SyncConfig", "_check",
+    "MAX_SENDS_PER_CHUNK", "MAX_THREADS", "MOVED_KEYS", "PRECISIONS", "SYNONYMS", "SEED_MAX", "STEPS_MAX",
+    "ConfigError", "DataConfig", "ExperimentConfig", "FaultConfig", "IslandConfig",
+    "LinkConfig", "ModelConfig", "OptimConfig", "OrbitConfig", "Section", "SnooConfig", "StationConfig", "SyncConfig", "_check",
     "apply_overrides",
     "check_device_spelling", "from_dict", "link_config", "parse_set",
 ]

@@ -13,7 +13,7 @@ from islands_kit.config.link import LinkConfig
 from islands_kit.config.model import ModelConfig, OptimConfig
 from islands_kit.config.rules import MAX_THREADS, SEED_MAX, STEPS_MAX, _check, _check_fields
 from islands_kit.config.strategies import strategies_that
-from islands_kit.config.sync import SyncConfig
+from islands_kit.config.sync import SECTIONS, SyncConfig
 
 
 @dataclass
@@ -104,9 +104,6 @@ class ExperimentConfig:
             _check(traits.takes_faults, "faults.attack" if f.attack != "none" else "faults.defense",
                    f"attacks and defences need sync.strategy={strategies_that('takes_faults')} (a strategy with an "
                    "aggregation step)", f.attack if f.attack != "none" else f.defense)
-        if f.defense != "none" and not traits.own_clocks:  # own clocks: the checks only, the quorum merges
-            _check(self.sync.diloco.average == "mean", "sync.diloco.average",
-                   "must be mean with faults.defense (the defence's robust rule replaces the mean)", self.sync.diloco.average)
         if f.preempt_island >= 0 and f.preempt_steps > 0:
             _check(traits.global_state, "faults.preempt_island",
                    f"preemption needs sync.strategy={strategies_that('global_state')} (a global state to rejoin from, "
@@ -123,23 +120,23 @@ class ExperimentConfig:
         if EXPERIMENT_TABLE[self.experiment].reference:
             _check(traits.synchronous, "sync.strategy", f"the {self.experiment} experiment is synchronous: must be "
                    f"{strategies_that('synchronous')}", self.sync.strategy)
+        for section in SECTIONS.values():  # the rules a strategy's own settings add (config/sync.py: Section)
+            if section.check_run is not None:
+                section.check_run(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
-        """A config as ``to_dict`` wrote it — also in a result.json or checkpoint that still holds
-        ``sync.decoupled.average``, the decoupled mode's own averaging key before both modes shared
-        ``sync.diloco.average``: its value moves there."""
+        """A config as ``to_dict`` wrote it — also in a result.json or checkpoint from before a section's keys moved
+        (each section upgrades the ``sync`` mapping it knows: ``Section.upgrade``)."""
         sync = d.get("sync")
-        if isinstance(sync, dict) and isinstance(sync.get("decoupled"), dict) and "average" in sync["decoupled"]:
-            decoupled = dict(sync["decoupled"])
-            average = decoupled.pop("average")
-            diloco = dict(sync.get("diloco") or {})
-            if average != "mean":
-                diloco["average"] = average
-            d = {**d, "sync": {**sync, "decoupled": decoupled, "diloco": diloco}}
+        if isinstance(sync, dict):
+            for section in SECTIONS.values():
+                if section.upgrade is not None:
+                    sync = section.upgrade(sync)
+            d = {**d, "sync": sync}
         return build(cls, d, "")
 
 

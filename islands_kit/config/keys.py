@@ -16,14 +16,9 @@ def dotted_keys(d: Any, prefix: str = "") -> list[str]:
     return out
 
 
-# Keys of the flat SyncConfig before the per-strategy sub-configs -> where each lives now, so old files still resolve.
-MOVED_KEYS: dict[str, str] = {
-    **{f"sync.{k}": f"sync.diloco.{k}" for k in ("alpha", "outer_lr", "outer_momentum", "nesterov", "merge", "final_codec",
-                                                 "warm_start_steps", "outer_momentum_warmup", "eager")},
-    **{f"sync.{k}": f"sync.butterfly.{k}" for k in ("exchanges_per_window", "exact_average_every", "final_average")},
-    "sync.decoupled.average": "sync.diloco.average",  # one averaging rule for both modes
-    "sync.butterfly_merge": "sync.butterfly.merge", "sync.butterfly_eval": "sync.butterfly.eval", "sync.delay": "sync.tau",
-}
+# Keys that moved -> where each lives now, so old files still resolve. A strategy's section adds the keys that moved
+# into it when it registers (config/sync.py: Section.moved).
+MOVED_KEYS: dict[str, str] = {"sync.delay": "sync.tau"}
 
 
 # names other training code uses for the kit's fields (the last part of a dotted key)

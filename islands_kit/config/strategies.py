@@ -1,10 +1,11 @@
-"""The sync strategies' names and capabilities, torch-free: what validation reads (``sync.strategy``, ``sync.mode``).
+"""What validation knows of the sync strategies, torch-free and without one name of its own: a row of traits per
+registered strategy (``sync.strategy``, ``sync.mode``, capabilities), and validation asks the rows for capabilities.
 
-Each strategy module (``sync/ddp.py``, ``sync/diloco.py``, ``sync/butterfly.py``, ``sync/decoupled.py``) registers
-one ``StrategySpec`` (``sync/registry.py``) around one row of this table: the row says what the strategy *can do*,
-and validation asks for those capabilities instead of comparing names. A row answers one pair (``sync.strategy``,
-``sync.mode``): the decoupled synchroniser is DiLoCo run on the islands' own clocks, so it answers
-(``diloco``, ``decoupled``) under its own name.
+The rows come from the strategies: each one registers its spec (``sync/registry.py``) with its traits and its own
+settings sections (``config/sync.py``: ``Section``), and the built-ins declare theirs beside their code
+(``sync/ddp_spec.py``, ``sync/diloco_spec.py``, ``sync/butterfly_spec.py``, ``sync/decoupled_spec.py``; importing
+``islands_kit`` registers them). A row answers one pair (``sync.strategy``, ``sync.mode``): the decoupled
+synchroniser is DiLoCo run on the islands' own clocks, so it answers (``diloco``, ``decoupled``) under its own name.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class StrategyTraits:
     """What one strategy is and can do. ``mode`` names its driver: ``lockstep`` (every island takes inner step t
     together) or ``decoupled`` (islands on their own clocks, a synchroniser merging what arrives)."""
 
-    name: str  # the registry's key (tables, wandb): ddp | diloco | butterfly | decoupled
+    name: str  # the registry's key (tables, wandb)
     strategy: str  # the sync.strategy value it answers
     mode: str  # the sync.mode value it answers (its driver)
     description: str  # one line, for tables and wandb
@@ -40,28 +41,32 @@ class StrategyTraits:
         return self.summary.format(s=sync) if self.summary else self.description
 
 
-_DILOCO_SUMMARY = ("H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, outer lr {s.diloco.outer_lr} "
-                   "(Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), codec {s.codec}, routing sync {s.routing_sync}")
-STRATEGY_TRAITS: dict[str, StrategyTraits] = {t.name: t for t in (
-    StrategyTraits("ddp", "ddp", "lockstep", "ddp (gradients all-reduced every step, fp32)",
-                   synchronous=True, global_state=True, projection="every_step"),
-    StrategyTraits("diloco", "diloco", "lockstep", "streaming DiLoCo (fragments synced every H steps, outer step)",
-                   takes_faults=True, global_state=True, projection="fragments",
-                   summary="streaming DiLoCo " + _DILOCO_SUMMARY),
-    StrategyTraits("butterfly", "butterfly", "lockstep", "butterfly mixing (pairwise fragment exchanges, no all-reduce)",
-                   own_replica=True, pairwise=True,
-                   summary="butterfly H={s.H}, P={s.n_fragments} fragments, {s.butterfly.exchanges_per_window} exchanges per "
-                   "window, merge delay tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}"),
-    StrategyTraits("decoupled", "diloco", "decoupled",
-                   "decoupled DiLoCo (own clocks, a quorum merges what arrives in time)",
-                   takes_faults=True, global_state=True, own_clocks=True, quorum=True, checkpoints=False,
-                   projection="quorum", summary="decoupled streaming DiLoCo (quorum {s.quorum}, grace {s.grace_s} s) " + _DILOCO_SUMMARY),
-)}
+STRATEGY_TRAITS: dict[str, StrategyTraits] = {}  # by name, in registration order (sync/registry.py fills it)
+
+
+def add_traits(traits: StrategyTraits) -> None:
+    """A new row (a ValueError if its name, or its (sync.strategy, sync.mode) pair, is taken by another row)."""
+    if traits.mode not in MODES:
+        raise ValueError(f"strategy {traits.name!r}: mode must be one of {'|'.join(MODES)} (got {traits.mode!r})")
+    for t in STRATEGY_TRAITS.values():
+        if t.name == traits.name:
+            raise ValueError(f"strategy {traits.name!r} is already registered")
+        if (t.strategy, t.mode) == (traits.strategy, traits.mode):
+            raise ValueError(f"strategy {traits.name!r}: {t.name!r} already answers sync.strategy={t.strategy}, "
+                             f"sync.mode={t.mode}")
+    STRATEGY_TRAITS[traits.name] = traits
 
 
 def strategy_names() -> tuple[str, ...]:
     """The valid values of ``sync.strategy`` (registered ones included)."""
     return tuple(dict.fromkeys(t.strategy for t in STRATEGY_TRAITS.values()))
+
+
+def default_strategy() -> str:
+    """``sync.strategy`` when a config names none: the first synchronous strategy registered (data parallelism
+    among the built-ins), else the first registered; "" when none is."""
+    rows = list(STRATEGY_TRAITS.values())
+    return next((t.strategy for t in rows if t.synchronous), rows[0].strategy if rows else "")
 
 
 def traits_of(strategy: str, mode: str) -> StrategyTraits:

@@ -69,9 +69,9 @@ from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.comm.transport import Transport
-from islands_kit.config import ButterflyConfig, SyncConfig
+from islands_kit.config import SyncConfig
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue
-from islands_kit.sync.registry import StrategySpec, register_strategy
+from islands_kit.sync.registry import BuildArgs
 
 
 def check_power_of_two(n: int) -> int:
@@ -280,5 +280,6 @@ class Butterfly(LockstepStrategy):
         self.refs = refs
 
 
-register_strategy(StrategySpec.of("butterfly", ButterflyConfig, lambda a: Butterfly(
-    a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed)))
+def build(a: BuildArgs) -> Butterfly:
+    """The strategy of ``sync/butterfly_spec.py``'s spec."""
+    return Butterfly(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed)

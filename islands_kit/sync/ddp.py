@@ -11,7 +11,7 @@ from torch import nn
 
 from islands_kit.comm.transport import Transport, ring_bytes
 from islands_kit.sync.base import FragmentView, LockstepStrategy
-from islands_kit.sync.registry import StrategySpec, register_strategy
+from islands_kit.sync.registry import BuildArgs
 
 
 def ddp_equivalent_bytes(n_params: int, n_islands: int, steps: int) -> int:
@@ -48,4 +48,6 @@ class DDP(LockstepStrategy):
         return {k: v for k, v in self.models[self.ids[0]].state_dict().items()}
 
 
-register_strategy(StrategySpec.of("ddp", None, lambda a: DDP(a.models, a.transport)))
+def build(a: BuildArgs) -> DDP:
+    """The strategy of ``sync/ddp_spec.py``'s spec."""
+    return DDP(a.models, a.transport)

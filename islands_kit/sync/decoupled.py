@@ -63,11 +63,11 @@ from islands_kit.comm.messages import (
     read_decision,
 )
 from islands_kit.comm.transport import Transport, decode
-from islands_kit.config import DecoupledConfig, SyncConfig
+from islands_kit.config import SyncConfig
 from islands_kit.sync.base import ClockedStrategy
 from islands_kit.sync.diloco import DiLoCoCore, custom_schedule
 from islands_kit.sync.quorum import Broadcast, Contribution, Merge, QuorumRule
-from islands_kit.sync.registry import StrategySpec, register_strategy
+from islands_kit.sync.registry import BuildArgs
 
 
 class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
@@ -395,5 +395,6 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         return {"decoupled": self.report()}
 
 
-register_strategy(StrategySpec.of("decoupled", DecoupledConfig, lambda a: DecoupledDiLoCo(
-    a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, a.tick_s, custom_schedule(a.cfg))))
+def build(a: BuildArgs) -> DecoupledDiLoCo:
+    """The strategy of ``sync/decoupled_spec.py``'s spec."""
+    return DecoupledDiLoCo(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, a.tick_s, custom_schedule(a.cfg))

@@ -61,11 +61,11 @@ from torch import nn
 
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
-from islands_kit.config import DiLoCoConfig, ExperimentConfig, SyncConfig
+from islands_kit.config import ExperimentConfig, SyncConfig
 from islands_kit.optim.outer import OuterFactory, OuterStep, nesterov_sgd
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
-from islands_kit.sync.registry import StrategySpec, register_strategy
+from islands_kit.sync.registry import BuildArgs
 from islands_kit.sync.schedule import diloco_schedule, fragment_offsets
 
 
@@ -353,5 +353,6 @@ def custom_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]] | None:
     return diloco_schedule(cfg) if cfg.sync.diloco.h_schedule != "constant" else None
 
 
-register_strategy(StrategySpec.of("diloco", DiLoCoConfig, lambda a: DiLoCo(
-    a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, custom_schedule(a.cfg))))
+def build(a: BuildArgs) -> DiLoCo:
+    """The strategy of ``sync/diloco_spec.py``'s spec."""
+    return DiLoCo(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, custom_schedule(a.cfg))

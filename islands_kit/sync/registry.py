@@ -1,22 +1,31 @@
-"""The one registry of sync strategies, as ``codec_registry.py`` is the codecs': a spec per strategy.
+"""The one registry of sync strategies, as ``codec_registry.py`` is the codecs': a spec per strategy, registered once.
 
-A spec is the strategy's row of ``config/strategies.py`` (name, the ``sync.strategy`` and ``sync.mode`` it answers,
-its driver, a one-line description, its capabilities), its sub-config type and how to build it. Each strategy module
-registers its own spec when imported (``sync/ddp.py``, ``sync/diloco.py``, ``sync/butterfly.py``,
-``sync/decoupled.py``; the ``islands_kit.sync`` package imports all four); ``train/strategies.py`` builds through
-``strategy_spec``, and callers ask the spec's traits what a strategy can do instead of comparing its name.
+A spec is everything the kit needs to know of a strategy: its traits (``config/strategies.py``: the
+``sync.strategy`` and ``sync.mode`` it answers, its driver, a one-line description, its capabilities), its own
+settings sections (``config/sync.py``: ``sync.<key>.*``, their rules) and its builder. ``register_strategy`` hands
+the traits and sections to config/ (validation then knows them) and keeps the builder for ``train/strategies.py``;
+callers ask the traits what a strategy can do instead of comparing its name.
+
+Torch-free, so that registering a strategy imports no wire: the built-ins register in their ``*_spec.py`` modules
+when ``islands_kit`` is imported (``sync/__init__.py``), each naming its builder by import path
+(``"islands_kit.sync.diloco:build"``), imported when a run builds that strategy. A strategy of one's own passes the
+builder itself (``tests/test_extend.py``).
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from torch import nn
-
-from islands_kit.comm.transport import Transport
 from islands_kit.config import ConfigError, ExperimentConfig, SyncConfig
-from islands_kit.config.strategies import STRATEGY_TRAITS, StrategyTraits
-from islands_kit.sync.base import SyncStrategy
+from islands_kit.config.strategies import STRATEGY_TRAITS, StrategyTraits, add_traits
+from islands_kit.config.sync import Section, add_section, remove_section
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from islands_kit.comm.transport import Transport
+    from islands_kit.sync.base import SyncStrategy
 
 
 @dataclass(frozen=True)
@@ -31,19 +40,17 @@ class BuildArgs:
     tick_s: float
 
 
+Builder = Callable[[BuildArgs], "SyncStrategy"]
+
+
 @dataclass(frozen=True)
 class StrategySpec:
-    """One strategy: its traits (``config/strategies.py``), its sub-config type (None: it has no knobs of its own)
-    and its builder."""
+    """One strategy: its traits, its builder (a callable, or ``"module:function"`` imported when first built) and
+    the settings sections it owns (``sync.<key>.*``; none when it has no knobs of its own)."""
 
     traits: StrategyTraits
-    config: type | None
-    build: Callable[[BuildArgs], SyncStrategy]
-
-    @classmethod
-    def of(cls, name: str, config: type | None, build: Callable[[BuildArgs], SyncStrategy]) -> StrategySpec:
-        """The spec of a strategy whose traits are a row of ``config/strategies.py`` already (the built-ins)."""
-        return cls(STRATEGY_TRAITS[name], config, build)
+    builder: Builder | str
+    sections: tuple[Section, ...] = ()
 
     @property
     def name(self) -> str:
@@ -58,23 +65,42 @@ class StrategySpec:
     def description(self) -> str:
         return self.traits.description
 
+    def build(self, args: BuildArgs) -> SyncStrategy:
+        """The strategy over ``args``; a builder named by path is imported from its module first."""
+        if not isinstance(self.builder, str):
+            return self.builder(args)
+        module, _, attr = self.builder.partition(":")
+        made: SyncStrategy = getattr(importlib.import_module(module), attr)(args)
+        return made
+
 
 _SPECS: dict[str, StrategySpec] = {}
 
 
 def register_strategy(spec: StrategySpec) -> None:
-    """Add a strategy: its builder here, its traits to the torch-free table validation reads (a ValueError if the
-    name is taken by another spec or by different traits)."""
-    known = STRATEGY_TRAITS.get(spec.name)
-    if spec.name in _SPECS or (known is not None and known != spec.traits):
+    """Add a strategy: its traits and sections to config/, its spec here (a ValueError if its name, its
+    (sync.strategy, sync.mode) pair or one of its section keys is taken; nothing is registered then)."""
+    if spec.name in _SPECS or spec.name in STRATEGY_TRAITS:
         raise ValueError(f"strategy {spec.name!r} is already registered")
-    STRATEGY_TRAITS[spec.name] = spec.traits
+    add_traits(spec.traits)
+    added: list[str] = []
+    try:
+        for section in spec.sections:
+            add_section(section)
+            added.append(section.key)
+    except ValueError:
+        for key in added:
+            remove_section(key)
+        STRATEGY_TRAITS.pop(spec.name, None)
+        raise
     _SPECS[spec.name] = spec
 
 
 def unregister_strategy(name: str) -> None:
-    """Take a strategy away again, builder and traits (a test's clean-up)."""
-    _SPECS.pop(name, None)
+    """Take a strategy away again, builder, traits and sections (a test's clean-up)."""
+    spec = _SPECS.pop(name, None)
+    for section in spec.sections if spec is not None else ():
+        remove_section(section.key)
     STRATEGY_TRAITS.pop(name, None)
 
 

@@ -1,10 +1,17 @@
-"""DiLoCo's knobs (``sync.diloco.*``) and decoupled DiLoCo's (``sync.decoupled.*``)."""
+"""Streaming DiLoCo's home beside its algorithm (``sync/diloco.py``): its settings ``sync.diloco.*``
+(``DiLoCoConfig``), the rules they obey, the strategy's traits and its spec. Torch-free, so that validation
+knows them without the wire (``sync/registry.py``); decoupled DiLoCo shares the section (``sync/decoupled_spec.py``).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from islands_kit.codec_registry import CODECS
 from islands_kit.config.rules import MAX_LR, _check, _check_fields
+from islands_kit.config.strategies import StrategyTraits
+from islands_kit.config.sync import Section
+from islands_kit.sync.registry import StrategySpec
 
 
 @dataclass
@@ -57,20 +64,37 @@ class DiLoCoConfig:
                self.error_feedback_decay)
 
 
-@dataclass
-class DecoupledConfig:
-    """Decoupled-DiLoCo knobs (``sync.decoupled.*``; Douillard et al. 2026, arXiv 2604.21428), used with
-    ``sync.mode=decoupled``: how a merge weighs the outer gradients that made it (``sync.diloco.average`` averages them,
-    in both modes), and what happens to one
-    that arrived after the merge (``sync.quorum`` and ``sync.grace_s`` decide which arrive in time)."""
+def check_sync(sync: Any) -> None:
+    """The rules between ``sync.diloco`` and the shared sync fields (``sync`` a SyncConfig)."""
+    d = sync.diloco
+    _check(sync.error_feedback or d.error_feedback_decay == 1.0, "sync.diloco.error_feedback_decay",
+           "needs sync.error_feedback=true (it decays the error-feedback buffer)", d.error_feedback_decay)
+    _check(not d.eager or sync.tau >= 1, "sync.diloco.eager", "needs sync.tau >= 1 (with tau = 0 nothing overlaps)",
+           d.eager)
+    if sync.traits.own_clocks:
+        _check(not d.eager and d.warm_start_steps == 0, "sync.diloco",
+               f"eager updates and the warm start are lock-step schedules: not with sync.mode={sync.mode}",
+               "eager" if d.eager else "warm_start_steps")
 
-    weighting: str = "tokens"  # tokens: w = tokens since the island's last contribution | efficiency: w = tokens x
-    #   (tokens per inner step / the largest tokens per step among the contributors), the paper's efficiency weighting
-    late: str = "carry"  # carry: a late outer gradient joins the fragment's next merge | drop: it is discarded
 
-    def __post_init__(self) -> None:
-        p = "sync.decoupled."
-        _check_fields(self, p)
-        _check(self.weighting in ("tokens", "efficiency"), p + "weighting", "must be one of tokens|efficiency",
-               self.weighting)
-        _check(self.late in ("carry", "drop"), p + "late", "must be one of carry|drop", self.late)
+def check_run(cfg: Any) -> None:
+    """A defence's robust rule replaces the lock-step merge's mean (``cfg`` an ExperimentConfig; on the islands' own
+    clocks the defence only checks, and the quorum merges)."""
+    if cfg.faults.defense != "none" and not cfg.sync.traits.own_clocks:
+        _check(cfg.sync.diloco.average == "mean", "sync.diloco.average",
+               "must be mean with faults.defense (the defence's robust rule replaces the mean)", cfg.sync.diloco.average)
+
+
+SECTION = Section(
+    "diloco", DiLoCoConfig, "DiLoCo-only knobs (outer optimizer, merge, improvements)", check_sync, check_run,
+    # the flat SyncConfig's keys before the per-strategy sections
+    moved={f"sync.{k}": f"sync.diloco.{k}" for k in ("alpha", "outer_lr", "outer_momentum", "nesterov", "merge",
+                                                      "final_codec", "warm_start_steps", "outer_momentum_warmup",
+                                                      "eager")})
+
+SUMMARY = ("H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, outer lr {s.diloco.outer_lr} "
+           "(Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), codec {s.codec}, routing sync {s.routing_sync}")
+TRAITS = StrategyTraits("diloco", "diloco", "lockstep", "streaming DiLoCo (fragments synced every H steps, outer step)",
+                        takes_faults=True, global_state=True, projection="fragments",
+                        summary="streaming DiLoCo " + SUMMARY)
+SPEC = StrategySpec(TRAITS, "islands_kit.sync.diloco:build", (SECTION,))

@@ -1,9 +1,15 @@
-"""Butterfly mixing's knobs (``sync.butterfly.*``)."""
+"""Butterfly mixing's home beside its algorithm (``sync/butterfly.py``): its settings ``sync.butterfly.*``
+(``ButterflyConfig``), the keys that moved into them, the strategy's traits and its spec. Torch-free
+(``sync/registry.py``).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from islands_kit.config.rules import _check, _check_fields
+from islands_kit.config.strategies import StrategyTraits
+from islands_kit.config.sync import Section
+from islands_kit.sync.registry import StrategySpec
 
 
 @dataclass
@@ -27,3 +33,14 @@ class ButterflyConfig:
                self.exact_average_every)
         _check(self.eval in ("cell0", "mean"), p + "eval", "must be one of cell0|mean", self.eval)
         _check(self.payload in ("weights", "delta"), p + "payload", "must be one of weights|delta", self.payload)
+
+
+SECTION = Section(
+    "butterfly", ButterflyConfig, "butterfly-only knobs (exchanges, merge, eval)",
+    moved={**{f"sync.{k}": f"sync.butterfly.{k}" for k in ("exchanges_per_window", "exact_average_every", "final_average")},
+           "sync.butterfly_merge": "sync.butterfly.merge", "sync.butterfly_eval": "sync.butterfly.eval"})
+TRAITS = StrategyTraits("butterfly", "butterfly", "lockstep", "butterfly mixing (pairwise fragment exchanges, no all-reduce)",
+                        own_replica=True, pairwise=True,
+                        summary="butterfly H={s.H}, P={s.n_fragments} fragments, {s.butterfly.exchanges_per_window} exchanges "
+                        "per window, merge delay tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}")
+SPEC = StrategySpec(TRAITS, "islands_kit.sync.butterfly:build", (SECTION,))
