@@ -14,8 +14,16 @@ from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, SyncConfig, apply_overrides
+from islands_kit.config.model import OUTER_OPTIMIZERS
 from islands_kit.optim.build import snoo_params
-from islands_kit.optim.outer import OuterStep, Snoo, nesterov_sgd
+from islands_kit.optim.outer import (
+    OUTER_MAKERS,
+    OuterStep,
+    Snoo,
+    nesterov_sgd,
+    register_outer_optimizer,
+    unregister_outer_optimizer,
+)
 from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
@@ -171,6 +179,57 @@ def test_diloco_takes_its_outer_optimizer_as_an_argument():
     train(models, strat, batches(2, 3))
     moved = (strat.global_params[1].detach() - start[1]).abs()  # fragment 1 synced once, at step 3
     assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], 1e-3), rtol=1e-2)
+
+
+def _diloco_globals(**diloco) -> list[torch.Tensor]:
+    """The global fragments after 6 steps of two replicas (H 3, P 2, fp32, no error feedback), with ``sync.diloco``."""
+    models = make_replicas(2)
+    cfg = SyncConfig(strategy="diloco", H=3, n_fragments=2, tau=0, codec="fp32", error_feedback=False,
+                     diloco=DiLoCoConfig(**diloco))
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 2)
+    strat = DiLoCo(models, LocalTransport(2), frags, cfg, seed=0)
+    train(models, strat, batches(2, 6))
+    return [g.detach().clone() for g in strat.global_params]
+
+
+def test_the_outer_optimizer_is_a_config_choice():
+    """``sync.diloco.outer_optimizer=adam`` builds the same outer steps as torch's Adam handed in as an argument (the
+    seam above); the default is DiLoCo's SGD, and a name nobody registered is refused naming the field."""
+    assert set(OUTER_MAKERS) == set(OUTER_OPTIMIZERS)  # the torch-free names validation reads are the builders'
+    models = make_replicas(2)
+    cfg = SyncConfig(strategy="diloco", H=3, n_fragments=2, tau=0, codec="fp32", error_feedback=False,
+                     diloco=DiLoCoConfig(outer_optimizer="adam", outer_lr=1e-3, outer_momentum=0.8))
+    frags = strided_fragments(models[0].block_param_names(), models[0].extra_param_names(), 2)
+    strat = DiLoCo(models, LocalTransport(2), frags, cfg, seed=0)
+    assert all(isinstance(o.opt, torch.optim.Adam) and o.opt.param_groups[0]["betas"] == (0.8, 0.999)
+               for o in strat.outer)
+    train(models, strat, batches(2, 6))
+    models = make_replicas(2)
+    ref = DiLoCo(models, LocalTransport(2), frags, cfg, seed=0,
+                 outer_optimizer=lambda params: torch.optim.Adam(params, lr=1e-3, betas=(0.8, 0.999)))
+    train(models, ref, batches(2, 6))
+    assert all(torch.equal(a, b) for a, b in zip(strat.global_params, ref.global_params))
+    with pytest.raises(ConfigError, match=r"^sync\.diloco\.outer_optimizer: must be one of sgd\|adam \(got 'lion'\)"):
+        DiLoCoConfig(outer_optimizer="lion")
+    with pytest.raises(ConfigError, match=r"^optim\.snoo\.outer_optimizer: must be one of sgd\|adam"):
+        apply_overrides(get_preset("baseline", "smoke"), {"optim.snoo.outer_optimizer": "lion"})
+
+
+def test_an_outer_optimizer_registered_from_outside_is_a_config_choice():
+    """Anything with torch.optim's interface: plain averaging registered under its own name (SGD at lr 1 without
+    momentum, whatever sync.diloco says) takes exactly the steps of sgd at outer_lr 1, outer_momentum 0."""
+    register_outer_optimizer("average", lambda lr, momentum, nesterov: lambda ps: torch.optim.SGD(ps, lr=1.0),
+                             "the islands' mean becomes the global model (outer lr and momentum not read)")
+    try:
+        got = _diloco_globals(outer_optimizer="average", outer_lr=0.3, outer_momentum=0.9)
+        apply_overrides(get_preset("two_site", "smoke"), {"sync.diloco.outer_optimizer": "average"})
+    finally:
+        unregister_outer_optimizer("average")
+    want = _diloco_globals(outer_lr=1.0, outer_momentum=0.0)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not all(torch.equal(a, b) for a, b in zip(want, _diloco_globals(outer_lr=0.3, outer_momentum=0.9)))
+    with pytest.raises(ConfigError, match="sync.diloco.outer_optimizer"):
+        apply_overrides(get_preset("two_site", "smoke"), {"sync.diloco.outer_optimizer": "average"})
 
 
 def test_snoo_params_selects_the_outer_steps_parameters():

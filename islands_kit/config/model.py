@@ -53,6 +53,16 @@ class ModelConfig:
 
 
 SNOO_PARAMS = ("all", "matrices", "hidden", "dense")
+# the outer optimizers a config may name (sync.diloco.outer_optimizer, optim.snoo.outer_optimizer), one line each; each
+# is built from (lr, momentum, nesterov) by optim/outer.py, where register_outer_optimizer adds one (to both tables)
+OUTER_OPTIMIZERS: dict[str, str] = {
+    "sgd": "SGD at lr with momentum (Nesterov or heavy ball): DiLoCo's and SNOO's; momentum 0, lr 1 = plain averaging",
+    "adam": "Adam at lr, momentum = beta1 (beta2 0.999); the nesterov flag is not read",
+}
+
+
+def check_outer_optimizer(name: str, field_name: str) -> None:
+    _check(name in OUTER_OPTIMIZERS, field_name, "must be one of " + "|".join(OUTER_OPTIMIZERS), name)
 
 
 @dataclass
@@ -66,6 +76,7 @@ class SnooConfig:
     lr: float = 0.5  # η: outer learning rate
     momentum: float = 0.5  # μ: outer momentum
     nesterov: bool = True  # Nesterov (SNOO) or heavy-ball outer momentum
+    outer_optimizer: str = "sgd"  # the outer step's optimizer (OUTER_OPTIMIZERS: sgd | adam, or one registered)
     momentum_warmup: int = 0  # outer steps over which μ ramps linearly from 0 (0 = none)
     weight_decay: float = 0.0  # decoupled decay of the slow weights at each outer step: w <- w (1 - lr x weight_decay)
     params: str = "all"  # which parameters take the outer step: all | matrices (not the norms' gains) | hidden (the
@@ -86,6 +97,7 @@ class SnooConfig:
                self.k)
         _check(0 < self.lr <= 10, p + "lr", "must be > 0 and <= 10", self.lr)
         _check(0 <= self.momentum < 1, p + "momentum", "must be in [0, 1)", self.momentum)
+        check_outer_optimizer(self.outer_optimizer, p + "outer_optimizer")
         _check(isinstance(self.momentum_warmup, int) and 0 <= self.momentum_warmup <= 1_000_000, p + "momentum_warmup",
                "must be an integer in [0, 1e6] (0 = none)", self.momentum_warmup)
         _check(0 <= self.weight_decay and self.lr * self.weight_decay < 1, p + "weight_decay",

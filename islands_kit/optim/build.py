@@ -1,6 +1,6 @@
 """Every optimizer an island steps, built in one place: the inner optimizer (AdamW, Shampoo, SGD) and SNOO's outer
-step around it (``optim/outer.py``); DiLoCo's outer optimizer is built by ``optim.outer.nesterov_sgd`` and handed to
-``sync.diloco.DiLoCoCore``."""
+step around it (``optim/outer.py``); DiLoCo's outer optimizer is built by ``optim.outer.outer_factory`` (the config's
+``sync.diloco.outer_optimizer``) and handed to ``sync.diloco.DiLoCoCore``."""
 from __future__ import annotations
 
 import torch
@@ -8,7 +8,7 @@ from torch import nn
 
 from islands_kit.config import ConfigError, OptimConfig
 from islands_kit.device import use_fused_adamw
-from islands_kit.optim.outer import Snoo, nesterov_sgd
+from islands_kit.optim.outer import Snoo, outer_factory
 from islands_kit.optim.shampoo import Shampoo
 
 
@@ -63,5 +63,5 @@ def build_snoo(model: nn.Module, cfg: OptimConfig, total_steps: int, fragments: 
     named = dict(model.named_parameters())
     groups = ([[p for p in model.parameters() if id(p) in chosen]] if fragments is None else
               [[named[n] for n in names if id(named[n]) in chosen] for names in fragments])
-    return Snoo(groups, c.k, nesterov_sgd(c.lr, c.momentum, c.nesterov), c.momentum_warmup,
+    return Snoo(groups, c.k, outer_factory(c.outer_optimizer, c.lr, c.momentum, c.nesterov), c.momentum_warmup,
                 decay=c.lr * c.weight_decay, fast_at=total_steps if c.final == "fast" else None, offsets=offsets)

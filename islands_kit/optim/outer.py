@@ -12,9 +12,10 @@ become the fast ones and training is the inner optimizer alone. η/(1 − μ) is
 pseudo-gradient (DiLoCo's published 0.7 / 0.9: 7x; the authors' modded-nanogpt record, 0.68 / 0.37: 1.08x).
 
 ``OuterStep`` holds one slow tensor's outer optimizer (``torch.optim.SGD``, or anything an ``OuterFactory`` builds:
-torchft's shape, the optimizer handed in), its momentum ramp and what each step did (``OuterRecord``: ‖s‖/‖w‖,
-the cosine with the previous s, ‖w‖ after the step, the applied step over ‖s‖). ``sync/diloco.py`` gives each
-fragment's global copy one; ``Snoo`` wraps an island's inner optimizer with one over all of its parameters.
+torchft's shape, the optimizer handed in; a config names one of ``OUTER_MAKERS``: sgd, adam, or one registered), its
+momentum ramp and what each step did (``OuterRecord``: ‖s‖/‖w‖, the cosine with the previous s, ‖w‖ after the
+step, the applied step over ‖s‖). ``sync/diloco.py`` gives each fragment's global copy one; ``Snoo`` wraps an
+island's inner optimizer with one over all of its parameters.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from islands_kit.config import ConfigError
+from islands_kit.config.model import OUTER_OPTIMIZERS
+
 # builds the outer optimizer over one list of slow parameters (torchft takes the outer optimizer the same way)
 OuterFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
@@ -34,6 +38,39 @@ def nesterov_sgd(lr: float, momentum: float, nesterov: bool = True) -> OuterFact
     """DiLoCo's and SNOO's outer optimizer: SGD with (Nesterov) momentum μ at learning rate η; μ = 0 is plain SGD
     on the pseudo-gradient (Lookahead)."""
     return lambda params: torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov and momentum > 0)
+
+
+def adam(lr: float, momentum: float, nesterov: bool = False) -> OuterFactory:
+    """Adam on the pseudo-gradient at learning rate η, β1 = μ, β2 = 0.999 (``nesterov`` is not read)."""
+    return lambda params: torch.optim.Adam(params, lr=lr, betas=(momentum, 0.999))
+
+
+# (lr, momentum, nesterov) -> the factory of one outer optimizer; the names a config may choose are
+# config.model.OUTER_OPTIMIZERS (torch-free, for validation), kept equal to these keys by register_outer_optimizer
+OuterMaker = Callable[[float, float, bool], OuterFactory]
+OUTER_MAKERS: dict[str, OuterMaker] = {"sgd": nesterov_sgd, "adam": adam}
+
+
+def outer_factory(name: str, lr: float, momentum: float, nesterov: bool) -> OuterFactory:
+    """The outer optimizer a config names (``sync.diloco.outer_optimizer``, ``optim.snoo.outer_optimizer``)."""
+    if name not in OUTER_MAKERS:
+        raise ConfigError(f"outer_optimizer: must be one of {'|'.join(OUTER_MAKERS)} (got {name!r})")
+    return OUTER_MAKERS[name](lr, momentum, nesterov)
+
+
+def register_outer_optimizer(name: str, make: OuterMaker, help: str) -> None:
+    """Let configs name another outer optimizer (anything with ``torch.optim.Optimizer``'s interface, built from
+    (lr, momentum, nesterov)); ``help`` is its one line. A ValueError if the name is taken."""
+    if name in OUTER_MAKERS or name in OUTER_OPTIMIZERS:
+        raise ValueError(f"outer optimizer {name!r} is already registered")
+    OUTER_MAKERS[name] = make
+    OUTER_OPTIMIZERS[name] = help
+
+
+def unregister_outer_optimizer(name: str) -> None:
+    """Take a registered outer optimizer away again (a test's clean-up)."""
+    OUTER_MAKERS.pop(name, None)
+    OUTER_OPTIMIZERS.pop(name, None)
 
 
 @dataclass

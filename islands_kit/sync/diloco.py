@@ -62,17 +62,17 @@ from torch import nn
 from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig, SyncConfig
-from islands_kit.optim.outer import OuterFactory, OuterStep, nesterov_sgd
+from islands_kit.optim.outer import OuterFactory, OuterStep, outer_factory
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
 from islands_kit.sync.registry import BuildArgs
 from islands_kit.sync.schedule import diloco_schedule, fragment_offsets
 
 
-def outer_factory(cfg: SyncConfig) -> OuterFactory:
-    """The outer optimizer ``sync.diloco`` names: SGD at outer_lr with (Nesterov) momentum outer_momentum."""
+def diloco_outer(cfg: SyncConfig) -> OuterFactory:
+    """The outer optimizer ``sync.diloco`` names (``outer_optimizer``; SGD by default) at outer_lr, outer_momentum."""
     c = cfg.diloco
-    return nesterov_sgd(c.outer_lr, c.outer_momentum, c.nesterov)
+    return outer_factory(c.outer_optimizer, c.outer_lr, c.outer_momentum, c.nesterov)
 
 
 class DiLoCoCore(SyncStrategy):
@@ -87,8 +87,8 @@ class DiLoCoCore(SyncStrategy):
                  outer_optimizer: OuterFactory | None = None) -> None:
         """``schedule``: the (step, fragment) syncs when they do not follow the constant H (``sync_schedule`` with
         the QSR windows); None = fragment p syncs after every step t ≡ offset_p (mod H). ``outer_optimizer`` builds
-        each global fragment's outer optimizer (torchft's shape: the optimizer is handed in); None = SGD with
-        ``sync.diloco``'s outer lr, momentum and Nesterov flag (``outer_factory``)."""
+        each global fragment's outer optimizer (torchft's shape: the optimizer is handed in); None = the one
+        ``sync.diloco`` names (``diloco_outer``)."""
         super().__init__(models, transport)
         if len(fragments) != cfg.n_fragments:
             raise ValueError(f"sync.n_fragments: got {cfg.n_fragments} but {len(fragments)} fragment name lists")
@@ -104,7 +104,7 @@ class DiLoCoCore(SyncStrategy):
         first = self.views[self.ids[0]]
         # the global (outer) parameters, one flat fp32 vector per fragment, identical on every process
         self.global_params = [nn.Parameter(v.flat().clone()) for v in first]
-        factory = outer_optimizer or outer_factory(cfg)
+        factory = outer_optimizer or diloco_outer(cfg)
         self.outer = [OuterStep([g], factory, cfg.diloco.outer_momentum_warmup) for g in self.global_params]
         self.outer_log: list[dict[str, Any]] = []  # one record per outer step: step, fragment, OuterRecord fields
         self.now_step = 0  # the inner step of the schedule the strategy last saw (stamps outer_log)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islands_kit.codec_registry import CODECS
+from islands_kit.config.model import check_outer_optimizer
 from islands_kit.config.rules import MAX_LR, _check, _check_fields
 from islands_kit.config.strategies import StrategyTraits
 from islands_kit.config.sync import Section
@@ -17,12 +18,14 @@ from islands_kit.sync.registry import StrategySpec
 @dataclass
 class DiLoCoConfig:
     """DiLoCo-only knobs (``sync.diloco.*``; Douillard et al. 2023/2025): the outer optimizer, the merge and the
-    published improvements. Symbols: alpha = merge weight α, outer_lr = η_out, outer_momentum = μ."""
+    published improvements. Symbols: alpha = merge weight α, outer_lr = η_out, outer_momentum = μ (Adam's β1 with
+    ``outer_optimizer=adam``)."""
 
     alpha: float = 0.0  # α of the merge: θ_local <- α θ_local + (1 − α) θ_global_new
-    outer_lr: float = 0.7  # η_out: outer SGD learning rate
-    outer_momentum: float = 0.9  # μ: outer SGD momentum
+    outer_lr: float = 0.7  # η_out: the outer optimizer's learning rate
+    outer_momentum: float = 0.9  # μ: the outer optimizer's momentum (Adam: β1)
     nesterov: bool = True  # Nesterov outer momentum
+    outer_optimizer: str = "sgd"  # the outer step's optimizer (config/model.py OUTER_OPTIMIZERS: sgd | adam, or one registered)
     # published improvements, each off by default
     merge: str = "alpha"  # alpha: θ_i ← α θ_i + (1−α) θ_g | keep_local: θ_i ← θ_g + (θ_i − θ_i as sent), keeps the τ steps
     final_codec: str = ""  # codec of the final flush sync ("" = sync.codec); fp32 makes the last sync lossless
@@ -45,6 +48,7 @@ class DiLoCoConfig:
         _check(0.0 <= self.alpha <= 1.0, p + "alpha", "must be in [0, 1]", self.alpha)
         _check(0 < self.outer_lr <= MAX_LR, p + "outer_lr", f"must be > 0 and <= {MAX_LR:g}", self.outer_lr)
         _check(0 <= self.outer_momentum < 1, p + "outer_momentum", "must be in [0, 1)", self.outer_momentum)
+        check_outer_optimizer(self.outer_optimizer, p + "outer_optimizer")
         _check(self.merge in ("alpha", "keep_local"), p + "merge", "must be one of alpha|keep_local", self.merge)
         _check(self.merge == "alpha" or self.alpha == 0.0, p + "alpha",
                "must be 0 with sync.diloco.merge=keep_local (alpha blends only in the alpha merge)", self.alpha)
@@ -93,7 +97,8 @@ SECTION = Section(
                                                       "eager")})
 
 SUMMARY = ("H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, outer lr {s.diloco.outer_lr} "
-           "(Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), codec {s.codec}, routing sync {s.routing_sync}")
+           "({s.diloco.outer_optimizer}, Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), "
+           "codec {s.codec}, routing sync {s.routing_sync}")
 TRAITS = StrategyTraits("diloco", "diloco", "lockstep", "streaming DiLoCo (fragments synced every H steps, outer step)",
                         takes_faults=True, global_state=True, projection="fragments",
                         summary="streaming DiLoCo " + SUMMARY)
