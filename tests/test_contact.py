@@ -139,7 +139,7 @@ def test_orbit_link_delivers_only_through_passes_and_the_clock_shows_the_wait() 
     for pair in [(0, k) for k in range(1, 5)] + [(k, 0) for k in range(1, 5)]:
         _assert_only_inside_windows(tr.link, *pair)  # type: ignore[arg-type]
     ex = LocalTransport(5, LinkModel(cfg, seed=0))
-    h = ex.exchange("model", {0: payload, 1: payload}, {0: 1, 1: 0})
+    h = ex.send_recv("model", {0: payload, 1: payload}, {0: 1, 1: 0, 2: 2, 3: 3, 4: 4})
     for i in (0, 1):
         ex.clock.compute(i, 1.0)
         h.wait(i)

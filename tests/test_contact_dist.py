@@ -34,7 +34,7 @@ def script(tr: Transport, island: int | None) -> list[dict]:
         for i in islands:
             tr.clock.compute(i, dt)
         payloads = {i: codec.encode(torch.linspace(-1.0, 1.0, 300_000) * (i + k + 1)) for i in islands}
-        h = tr.exchange("model", payloads, {0: 1, 1: 0})
+        h = tr.send_recv("model", payloads, {0: 1, 1: 0})
         for i in islands:
             got = h.wait(i)
             out.append({"island": i, "now": tr.clock.now[i], "arrival": h.arrival[i],

@@ -125,10 +125,10 @@ for k in range(9):
     codec = get_codec(["int4", "fp32", "fp8_e4m3"][k % 3], 32)
     pay = {i: codec.encode(torch.randn(50 + 7 * k, generator=g), stochastic=True, generator=g) for i in ids}
     w = {i: float(3 * i + k + 1) for i in ids}
-    kind = ["all_reduce", "all_gather", "exchange"][k % 3]
-    if kind == "exchange":
-        hd, hl = dt.exchange("x", {me: pay[me]}, {me: 1 - me}), lt.exchange("x", pay, {0: 1, 1: 0})
-        hi = intact.exchange("x", pay, {0: 1, 1: 0})
+    kind = ["all_reduce", "all_gather", "send_recv"][k % 3]
+    if kind == "send_recv":
+        hd, hl = dt.send_recv("x", {me: pay[me]}, {0: 1, 1: 0}), lt.send_recv("x", pay, {0: 1, 1: 0})
+        hi = intact.send_recv("x", pay, {0: 1, 1: 0})
     else:
         hd, hl = getattr(dt, kind)("c%d" % (k % 2), {me: pay[me]}, {me: w[me]}), getattr(lt, kind)("c%d" % (k % 2), pay, w)
         hi = getattr(intact, kind)("c%d" % (k % 2), pay, w)
@@ -168,7 +168,7 @@ sys.stdout.flush()
 
 @pytest.mark.parametrize("link", ["plain", "lossy"])
 def test_transport_contract_matches_local_transport(tmp_path: Path, link: str) -> None:
-    """all_reduce / all_gather / exchange with three codecs, out-of-order waits, several ranks in one island: results,
+    """all_reduce / all_gather / send_recv (a pairwise exchange) with three codecs, out-of-order waits, several ranks in one island: results,
     arrivals, clocks, ledger (records in the simulator's order) and transfer stats equal LocalTransport's bit for bit;
     also on a lossy link without re-requests, where the payloads' holes change the results the same way on both."""
     script = tmp_path / "contract.py"
@@ -179,6 +179,60 @@ def test_transport_contract_matches_local_transport(tmp_path: Path, link: str) -
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     # the ranks share one stdout pipe, so their lines may interleave: find the marks anywhere
     assert sorted(re.findall(r"contract ok on rank (\d)", proc.stdout)) == ["0", "1", "2"], proc.stdout
+
+
+DIRECTED_WORKER = r"""
+# Runs on 3 ranks, one island each. Directed steps of three topologies' rounds (a ring each way, a pairing that leaves
+# island 2 out) on TorchDistTransport and on LocalTransport: results, arrivals, clocks and the ledger bit for bit.
+import sys
+import torch
+from islands_kit.comm.codecs import get_codec
+from islands_kit.comm.link import LinkModel
+from islands_kit.comm.transport import LocalTransport
+from islands_kit.comm.torch_dist import TorchDistTransport
+from islands_kit.distributed import RankLayout, init_from_env
+from islands_kit.presets import get_preset
+from islands_kit.sync.topology import Topology, ring
+
+init_from_env()
+link = get_preset("two_site", "smoke").link
+dt = TorchDistTransport(RankLayout((1, 1, 1)), LinkModel(link, seed=7))
+lt = LocalTransport(3, LinkModel(link, seed=7))
+me, ids = dt.island, [0, 1, 2]
+rounds = [ring(3).targets(0), ring(3, hop=-1).targets(0), Topology("pair", ((1, 0, 2),)).targets(0)]
+g = torch.Generator().manual_seed(1)
+for k in range(6):
+    codec = get_codec(["int4", "fp32"][k % 2], 32)
+    pay = {i: codec.encode(torch.randn(40 + 5 * k, generator=g), stochastic=True, generator=g) for i in ids}
+    targets = rounds[k % 3]
+    hd, hl = dt.send_recv("ring", {me: pay[me]}, targets), lt.send_recv("ring", pay, targets)
+    got, want = hd.wait(me), [hl.wait(i) for i in ids][me]
+    assert torch.equal(got, want) and hd.arrival[me] == hl.arrival[me], k
+    source = next(i for i, t in targets.items() if t == me)
+    assert torch.equal(want, get_codec(codec.name, 32).decode(pay[source])), k  # what the source sent (fp32/int4 exact)
+    dt.compute(me, 0.02 * (me + 1))
+    for i in ids:
+        lt.compute(i, 0.02 * (i + 1))
+with dt.world_view():
+    assert dt.ledger.to_dict() == lt.ledger.to_dict(), (dt.ledger.to_dict(), lt.ledger.to_dict())
+    assert dt.ledger.timeline == lt.ledger.timeline
+    assert (dt.clock.now, dt.clock.busy, dt.clock.idle) == (lt.clock.now, lt.clock.busy, lt.clock.idle)
+    # two rounds of 3 transfers and one of 2 (island 2 sat out), twice over: every payload once to its target
+    assert len(dt.ledger.timeline) == 16 and dt.ledger.bytes() == sum(r[2] for r in lt.ledger.timeline)
+sys.stdout.write(f"directed ok on rank {dt.rank}\n")
+sys.stdout.flush()
+"""
+
+
+def test_directed_rounds_match_local_transport(tmp_path: Path) -> None:
+    """``send_recv`` with rounds that are not pairwise (a ring each way) and one where an island sits out: the
+    receiver gets its source's payload, and results, arrivals, clocks and the ledger equal LocalTransport's."""
+    script = tmp_path / "directed.py"
+    script.write_text(DIRECTED_WORKER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "--max-restarts=0", str(script)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert sorted(re.findall(r"directed ok on rank (\d)", proc.stdout)) == ["0", "1", "2"], proc.stdout
 
 
 HOSTILE_WORKER = r"""

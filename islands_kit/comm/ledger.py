@@ -12,7 +12,8 @@ transport and by ``sync.ddp.ddp_equivalent_bytes`` alike. Every byte is counted 
   (``weighted_mean``), so all replicas are bit-identical on every transport; the ring prices that exchange.
 * ``all_gather`` (robust aggregation needs every update, not their sum): each island sends its payload directly to
   each of the n - 1 others, n (n - 1) S bytes in all.
-* ``exchange``: one payload per direction between the two partners.
+* ``send_recv`` (``exchange`` in ``COST_MODEL``): one payload from each sender to its target, S per direction (a
+  pairwise exchange sends one each way).
 """
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from islands_kit.comm.codecs import Payload, encode_bytes, fp32_codec, get_codec
 from islands_kit.comm.ledger import COST_MODEL, Ledger, LedgerEntry, ring_bytes
 
 __all__ = ["COST_MODEL", "Delivery", "Handle", "Ledger", "LedgerEntry", "LocalTransport", "SimClock", "Transport",
-           "decode", "read_values", "received_payload", "ring_bytes", "weighted_mean"]
+           "check_round", "decode", "read_values", "received_payload", "ring_bytes", "weighted_mean"]
 
 if TYPE_CHECKING:
     from islands_kit.comm.link import LinkModel
@@ -90,9 +90,11 @@ class Transport(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has no all_gather")
 
     @abc.abstractmethod
-    def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
-        """Pairwise send/recv: island i sends ``payloads[i]`` to ``partner[i]`` and receives its partner's payload
-        (decoded). Partners must be symmetric (partner[partner[i]] == i)."""
+    def send_recv(self, channel: str, payloads: dict[int, Payload], targets: dict[int, int]) -> Handle:
+        """One directed step: island i sends ``payloads[i]`` to ``targets[i]`` and receives (decoded) the payload of
+        the island that targets it. ``targets`` is the whole round, a permutation of every island (a round of
+        ``sync/topology.py``): a symmetric one is a pairwise exchange; an island that targets itself sends nothing
+        and gets its own payload back. Priced per direction: each payload's bytes from its sender to its target."""
 
     def send(self, channel: str, src: int, dst: int, payload: Payload, start_s: float) -> "Delivery":
         """Point to point, off the islands' clocks: ``payload`` leaves island ``src`` at simulated time ``start_s`` (a
@@ -325,18 +327,18 @@ class LocalTransport(Transport):
                 results[dst] = gathered
         return Handle(results, arrival, self.clock)
 
-    def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
-        for i, j in partner.items():
-            if partner.get(j) != i:
-                raise ValueError(f"exchange on {channel!r}: partners must be symmetric, got {i}->{j} but {j}->{partner.get(j)}")
+    def send_recv(self, channel: str, payloads: dict[int, Payload], targets: dict[int, int]) -> Handle:
+        check_round(channel, targets, self.n_islands)
         arrival: dict[int, float] = {}
         results: dict[int, torch.Tensor] = {}
         for src in sorted(payloads):
-            dst = partner[src]
+            dst = targets[src]
+            if dst == src:  # sits this round out: nothing sent, its own payload back
+                arrival[src], results[src] = self.clock.now[src], decode(payloads[src])
+                continue
             arrival[dst], holes = self._send(channel, src, dst, self.wire_nbytes(channel, payloads[src]))
             results[dst] = decode(received_payload(payloads[src], holes))
         return Handle(results, arrival, self.clock)
-
 
     def _post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
         self.post_bytes(src, dst, kind, raw, data)
@@ -369,6 +371,13 @@ class Delivery:
 
     arrival_s: float
     tensor: torch.Tensor
+
+
+def check_round(channel: str, targets: dict[int, int], n_islands: int) -> None:
+    """``targets`` must send each of the ``n_islands`` islands to a different island (``Transport.send_recv``)."""
+    if sorted(targets) != list(range(n_islands)) or sorted(targets.values()) != list(range(n_islands)):
+        raise ValueError(f"send_recv on {channel!r}: targets must map each of the {n_islands} islands to a different "
+                         f"island (a permutation; got {targets})")
 
 
 def decode(p: Payload) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Butterfly mixing of model fragments between 2^k cells, without any all-reduce (Zhao & Canny, 2013).
 
-Schedule. With n = 2^k cells there are R = k rounds; in round r cell i pairs with cell i XOR 2^r. Each fragment p is
+Schedule. With n = 2^k cells there are R = k rounds; in round r cell i pairs with cell i XOR 2^r (``sync/topology.py``:
+``butterfly(n)``, sent as one directed step of the transport per exchange). Each fragment p is
 exchanged E = ``sync.butterfly.exchanges_per_window`` times per H-step window, at window positions
 
     s_{p,j} = (round(j · H / E) + o_p) mod H,  j = 0..E−1,   o_p = round(p · H / (E · P))
@@ -72,17 +73,7 @@ from islands_kit.comm.transport import Transport
 from islands_kit.config import SyncConfig
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue
 from islands_kit.sync.registry import BuildArgs
-
-
-def check_power_of_two(n: int) -> int:
-    """Number of rounds R = log2(n); a cell count that is not a power of two >= 2 is an error."""
-    if n < 2 or n & (n - 1):
-        raise ValueError(f"islands: butterfly mixing needs a power-of-two number of cells >= 2 (got {n})")
-    return n.bit_length() - 1
-
-
-def partner(cell: int, round_: int) -> int:
-    return cell ^ (1 << round_)
+from islands_kit.sync.topology import Topology, butterfly, check_power_of_two, partner
 
 
 def window_positions(H: int, E: int, P: int, p: int) -> list[int]:
@@ -114,17 +105,19 @@ def butterfly_schedule(n_cells: int, H: int, E: int, P: int, steps: int) -> list
     return out
 
 
-def mixing_matrix(n_cells: int, rounds: list[int]) -> torch.Tensor:
-    """W such that x_after = W @ x_before for instantaneous (delay 0) equal-weight merges in the given rounds.
+def mixing_matrix(n_cells: int, rounds: list[int], topology: Topology | None = None) -> torch.Tensor:
+    """W such that x_after = W @ x_before for instantaneous (delay 0) equal-weight merges in the given rounds of
+    ``topology`` (default: the butterfly over ``n_cells``): each cell averages itself with what it received.
 
-    Each round's matrix averages every cell with its partner; the product over rounds 0..R−1 is the uniform matrix."""
-    check_power_of_two(n_cells)
+    Each round's matrix averages every cell with its source; the butterfly's product over rounds 0..R−1 is the
+    uniform matrix."""
+    top = topology or butterfly(n_cells)
     W = torch.eye(n_cells, dtype=torch.float64)
     for r in rounds:
         M = torch.zeros(n_cells, n_cells, dtype=torch.float64)
         for i in range(n_cells):
-            M[i, i] = 0.5
-            M[i, partner(i, r)] = 0.5
+            M[i, i] += 0.5
+            M[i, top.source(i, r)] += 0.5
         W = M @ W
     return W
 
@@ -137,7 +130,8 @@ class Butterfly(LockstepStrategy):
         super().__init__(models, transport)
         self.cfg = cfg
         self.n = transport.n_islands
-        self.R = check_power_of_two(self.n)
+        self.topology = butterfly(self.n)  # round r: cell i with i XOR 2^r
+        self.R = len(self.topology)
         self.P = len(fragments)
         self.pos = [set(window_positions(cfg.H, cfg.butterfly.exchanges_per_window, self.P, p)) for p in range(self.P)]
         self.counter = [0] * self.P
@@ -191,7 +185,7 @@ class Butterfly(LockstepStrategy):
         for p in range(self.P):
             for r in range(self.R):
                 payloads = {i: self.fp32.encode(self.views[i][p].flat()) for i in self.ids}
-                handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
+                handle = self.transport.send_recv("fragments", payloads, self.topology.targets(r))
                 for i in self.ids:
                     v = self.views[i][p]
                     v.assign(0.5 * (v.flat() + handle.wait(i).to(v.device)))
@@ -220,7 +214,7 @@ class Butterfly(LockstepStrategy):
                                               stochastic=self.cfg.stochastic_rounding, generator=self.gens[i])
             if keep_sent:  # delay-aware merges mix the fragment as it was sent
                 self.sent[(i, p, step)] = snapshot
-        handle = self.transport.exchange("fragments", payloads, {i: partner(i, r) for i in self.ids})
+        handle = self.transport.send_recv("fragments", payloads, self.topology.targets(r))
         self.pending.push(step + self.cfg.tau, p, handle, sent_at=step)
 
     def _apply_due(self, step: int) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import Handle, Transport
-from islands_kit.sync.butterfly import check_power_of_two, partner
+from islands_kit.sync import topology
 
 
 class RoutingSync:
@@ -35,7 +35,7 @@ class RoutingSync:
         self.delay = delay
         self.butterfly = butterfly
         if butterfly:
-            self.rounds = check_power_of_two(transport.n_islands)
+            self.topology = topology.butterfly(transport.n_islands)
             self.fp32 = get_codec("fp32")
         self.calls = 0
         self.in_flight: list[tuple[Handle, torch.Size]] = []
@@ -44,10 +44,9 @@ class RoutingSync:
     def _post(self, fracs: dict[int, torch.Tensor], tokens: dict[int, int]) -> Handle:
         if not self.butterfly:
             return self.transport.all_reduce_tensor(self.channel, fracs, {i: float(tokens[i]) for i in fracs})
-        r = self.calls % self.rounds
         self.own.append({i: f.reshape(-1).clone() for i, f in fracs.items()})
-        return self.transport.exchange(self.channel, {i: self.fp32.encode(f.reshape(-1)) for i, f in fracs.items()},
-                                       {i: partner(i, r) for i in fracs})
+        return self.transport.send_recv(self.channel, {i: self.fp32.encode(f.reshape(-1)) for i, f in fracs.items()},
+                                        self.topology.targets(self.calls))
 
     def sync(self, loads: dict[int, torch.Tensor], tokens: dict[int, int]) -> dict[int, torch.Tensor] | None:
         if not self.enabled:

@@ -4,7 +4,7 @@ the rank layout and launch glue live in ``islands_kit/distributed.py``, the cont
 ``comm/control.py``.
 
 The sync strategies run unchanged: each process holds one island (``local_islands == [my island]``) and calls the same
-``all_reduce`` / ``all_gather`` / ``exchange`` / ``all_reduce_tensor`` as in the simulator. The result of an
+``all_reduce`` / ``all_gather`` / ``send_recv`` / ``all_reduce_tensor`` as in the simulator. The result of an
 all-reduce is *defined* as decode-each-payload then ``weighted_mean`` in island-id order, so this transport gives
 bit-identical results to ``LocalTransport`` (tested end to end: the whole result.json — final_val_bpb, ledger,
 simulated clock — equal to the last bit, wall_time_s aside).
@@ -33,8 +33,8 @@ Wire. A message is one uint8 tensor: a 40-byte header (``_META``: op sequence nu
 CRC-32 of the channel name, the sender's simulated time, the all-reduce weight) followed by ``codecs.encode_bytes``
 (24-byte header with codec, numel, block size and CRC-32, then ``payload.data``). all_reduce = ``all_gather`` of the
 messages among leaders (async, completed on first ``Handle.wait``; all_gather is the same message flow, returning
-every island's decoded payload instead of their mean); exchange = ``batch_isend_irecv`` between partner
-leaders; non-leader ranks receive what their leader received by a ``broadcast`` inside ``island_group``. Every island's
+every island's decoded payload instead of their mean); send_recv = ``batch_isend_irecv`` to the target's leader and
+from the source's; non-leader ranks receive what their leader received by a ``broadcast`` inside ``island_group``. Every island's
 payload must have the same byte length in one call (same codec, same fragment: true for every strategy here), because
 gloo's all_gather needs equal sizes (gloo aborts the process on a frame of another size): the leaders exchange their
 frame lengths first and a mismatch raises ``DistributedError`` naming the island before any frame is received. The
@@ -47,7 +47,7 @@ Ledger. Each process records the messages it *receives* (its leader's inbound li
 start, end)``, priced by the cost model stated in ``comm/transport.py`` exactly like ``LocalTransport``: for an
 all_reduce only the ring transfer from its predecessor (``ring_bytes`` of that payload; the wire here really carries
 every payload to every leader, which the ring accounting deliberately does not price: it is what a ring implementation
-would send), for an all_gather each other island's payload, for an exchange the partner's. Senders separately count
+would send), for an all_gather each other island's payload, for a send_recv its source's. Senders separately count
 the payload bytes they hand to torch.distributed (``sent_bytes``), priced the same way; ``world_view()`` checks the two
 agree. The full ledger is assembled by the collective ``world_view()`` (every rank must call it at the same point;
 run.py does around evaluation records and the final result).

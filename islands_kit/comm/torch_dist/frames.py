@@ -22,13 +22,13 @@ class Op:
     """One posted operation; ``results``/``arrival`` are the dicts its Handle reads, filled on completion."""
 
     seq: int
-    kind: str  # "all_reduce" | "all_gather" | "exchange"
+    kind: str  # "all_reduce" | "all_gather" | "send_recv"
     channel: str
     posted_at: float  # my simulated clock when posted
     mine: Payload
-    peer: int  # exchange partner island (-1 for all_reduce)
+    peer: int  # send_recv: the island it receives from (-1 for the collectives)
     works: list[Any]
-    recv: list[torch.Tensor]  # leader: received messages (all_reduce: one per island in id order; exchange: one)
+    recv: list[torch.Tensor]  # leader: received messages (all_reduce: one per island in id order; send_recv: one)
     msg_len: int
     results: dict[int, Any] = field(default_factory=dict)
     arrival: dict[int, float] = field(default_factory=dict)

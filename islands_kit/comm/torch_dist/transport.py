@@ -17,7 +17,18 @@ from islands_kit.comm.torch_dist.errors import DistributedError, dist_timeout_s
 from islands_kit.comm.torch_dist.frames import META, META_BYTES, WORLD_SCHEMA, Op, channel_id
 from islands_kit.comm.torch_dist.mailbox import PairMailbox
 from islands_kit.comm.torch_dist.world import WorldRules, merge_world, share_limit
-from islands_kit.comm.transport import Delivery, Handle, Ledger, SimClock, Transport, decode, received_payload, ring_bytes, weighted_mean
+from islands_kit.comm.transport import (
+    Delivery,
+    Handle,
+    Ledger,
+    SimClock,
+    Transport,
+    check_round,
+    decode,
+    received_payload,
+    ring_bytes,
+    weighted_mean,
+)
 from islands_kit.config import ConfigError
 
 
@@ -92,20 +103,22 @@ class TorchDistTransport(PairMailbox, Transport):
             raise self._error(what, e) from e
 
     # -- wire format ----------------------------------------------------------------------------------------------
-    def _agree_on_length(self, what: str, wire: torch.Tensor, partner: int | None) -> None:
-        """Leaders: the length of every frame of this operation (every island's, or the exchange ``partner``'s),
-        exchanged and checked before a frame is: gloo aborts the process (SIGABRT, no error) on a frame of another
-        size than the buffer posted for it. Honest frames have one size (same codec, same fragment)."""
+    def _agree_on_length(self, what: str, wire: torch.Tensor, peers: tuple[int, int] | None) -> None:
+        """Leaders: the length of every frame of this operation (every island's, or, in a directed step to and from
+        ``peers`` = (target, source), the source's), exchanged and checked before a frame is: gloo aborts the process
+        (SIGABRT, no error) on a frame of another size than the buffer posted for it. Honest frames have one size
+        (same codec, same fragment)."""
         mine = torch.tensor([wire.numel()], dtype=torch.int64, device=wire.device)
-        if partner is None:
+        if peers is None:
             got = [torch.zeros_like(mine) for _ in range(self.n_islands)]
             self._guard(what + " (frame lengths)", lambda: dist.all_gather(got, mine, group=self.cross_group))
             islands = list(range(self.n_islands))
         else:
-            got, rank = [torch.zeros_like(mine)], self.layout.first_rank(partner)
-            ops = [dist.P2POp(dist.isend, mine, rank, self.cross_group), dist.P2POp(dist.irecv, got[0], rank, self.cross_group)]
+            got, (dst, src) = [torch.zeros_like(mine)], peers
+            ops = [dist.P2POp(dist.isend, mine, self.layout.first_rank(dst), self.cross_group),
+                   dist.P2POp(dist.irecv, got[0], self.layout.first_rank(src), self.cross_group)]
             self._guard(what + " (frame lengths)", lambda: [w.wait() for w in dist.batch_isend_irecv(ops)])
-            islands = [partner]
+            islands = [src]
         for j, n in zip(islands, got):
             if int(n) != wire.numel():
                 raise DistributedError(f"islands_kit.distributed: {what}: island {j} (rank {self.layout.first_rank(j)}) "
@@ -171,24 +184,23 @@ class TorchDistTransport(PairMailbox, Transport):
                                     lambda: dist.all_gather(op.recv, wire, group=self.cross_group, async_op=True))]
         return self._post(op)
 
-    def exchange(self, channel: str, payloads: dict[int, Payload], partner: dict[int, int]) -> Handle:
-        p = self._mine("exchange", channel, payloads)
-        j = partner[self.island]
-        if not (0 <= j < self.n_islands) or j == self.island:
-            raise ValueError(f"exchange on {channel!r}: island {self.island}'s partner must be another island in "
-                             f"[0, {self.n_islands}) (got {j})")
-        msg = self._pack(self._seq, j, channel, 0.0, p)
-        op = Op(self._seq, "exchange", channel, self.clock.now[self.island], p, j, [], [], msg.numel())
+    def send_recv(self, channel: str, payloads: dict[int, Payload], targets: dict[int, int]) -> Handle:
+        p = self._mine("send_recv", channel, payloads)
+        check_round(channel, targets, self.n_islands)
+        dst, src = targets[self.island], next(i for i, t in targets.items() if t == self.island)
+        msg = self._pack(self._seq, dst, channel, 0.0, p)
+        op = Op(self._seq, "send_recv", channel, self.clock.now[self.island], p, src, [], [], msg.numel())
         self._seq += 1
         self._widest[channel] = max(self._widest.get(channel, 0), p.nbytes)
-        if self.is_leader:
+        if self.is_leader and dst != self.island:  # an island that targets itself sits the round out
             wire = msg.to(self.device)
-            self._agree_on_length(f"exchange #{op.seq} on {channel!r} with island {j}", wire, j)
+            what = f"send_recv #{op.seq} on {channel!r} to island {dst}, from island {src}"
+            self._agree_on_length(what, wire, (dst, src))
             self.sent_bytes[channel] = self.sent_bytes.get(channel, 0) + p.nbytes
-            op.recv = [torch.empty_like(wire)]  # the partner's message has our length (checked just above)
-            rank = self.layout.first_rank(j)
-            ops = [dist.P2POp(dist.isend, wire, rank, self.cross_group), dist.P2POp(dist.irecv, op.recv[0], rank, self.cross_group)]
-            op.works = self._guard(f"exchange #{op.seq} on {channel!r} with island {j}", lambda: dist.batch_isend_irecv(ops))
+            op.recv = [torch.empty_like(wire)]  # the source's message has our length (checked just above)
+            ops = [dist.P2POp(dist.isend, wire, self.layout.first_rank(dst), self.cross_group),
+                   dist.P2POp(dist.irecv, op.recv[0], self.layout.first_rank(src), self.cross_group)]
+            op.works = self._guard(what, lambda: dist.batch_isend_irecv(ops))
         return self._post(op)
 
     def _post(self, op: Op) -> Handle:
@@ -241,6 +253,8 @@ class TorchDistTransport(PairMailbox, Transport):
             else:
                 op.results[me] = [(i, w, x) for i, (w, x) in enumerate(zip(weights, decoded))]
             op.arrival[me] = arrival
+        elif op.peer == me:  # sat the round out
+            op.arrival[me], op.results[me] = op.posted_at, decode(op.mine)
         else:
             sent_at, _, p = self._unpack(op, msgs[0], op.peer, me)
             op.arrival[me], holes = self._transfer(op, op.peer, me, p.nbytes, sent_at)
@@ -250,8 +264,8 @@ class TorchDistTransport(PairMailbox, Transport):
 
     def _share_in_island(self, op: Op, what: str) -> list[torch.Tensor]:
         """The messages the leader received, on every rank of the island (one broadcast of their concatenation)."""
-        k = 1 if op.kind == "exchange" else self.n_islands
-        if self.island_group is None:
+        k = 1 if op.kind == "send_recv" else self.n_islands
+        if self.island_group is None or (op.kind == "send_recv" and op.peer == self.island):
             return op.recv
         flat = torch.cat(op.recv) if self.is_leader else torch.empty(k * op.msg_len, dtype=torch.uint8, device=self.device)
         self._guard(what + " (island broadcast)", lambda: dist.broadcast(flat, src=self.leader, group=self.island_group))
