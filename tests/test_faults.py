@@ -19,18 +19,20 @@ from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig, SyncC
 from islands_kit.faults import (
     Adversary,
     Defense,
+    attach,
     default_trim,
     detection_summary,
-    install,
     trimmed_mean,
     trimmed_mean_reference,
     weighted_median,
     weighted_median_reference,
 )
 from islands_kit.faults.defense import REPLAY_DISTANCE
-from islands_kit.presets import preset_dict
+from islands_kit.presets import get_preset, preset_dict
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.diloco_spec import DiLoCoConfig
+from islands_kit.sync.hooks import Hooks
 
 # smoke two_site: H=8, two fragments syncing after steps 4, 12, 20 (fragment 0) and 8, 16, 24 (fragment 1), tau=1.
 # Starting at step 9 leaves one honest sync of each fragment (history) and makes 12 and 16 the first attacked syncs;
@@ -326,20 +328,48 @@ def test_state_round_trip_continues_identically():
     assert torch.equal(adv2.tamper_payload(12, 0, 1, get_codec("int4").encode(torch.randn(64))).data, p.data)
 
 
-def test_install_sets_the_hooks_only_when_asked():
+def test_attach_registers_on_the_hook_points_only_when_asked():
     cfg = smoke_cfg()
-    models = {i: torch.nn.Linear(3, 2) for i in range(2)}
-    strategy = DiLoCo(models, LocalTransport(2), [["weight", "bias"]], SyncConfig(strategy="diloco", H=8), seed=0)
-    assert install(strategy, cfg) == (None, None)
-    assert strategy.tamper is None and strategy.aggregator is None
-    adv, dfn = install(strategy, apply_overrides(cfg, {"faults.attack": "scale", "faults.defense": "auto"}))
-    assert strategy.tamper == adv.tamper and strategy.aggregator == dfn.aggregate
+    hooks = Hooks()
+    attach(hooks, cfg, [0, 1])
+    assert not any(hooks.has(p) for p in ("outgoing", "outgoing_payload", "merge", "screen"))
+    assert hooks.state == {"adversary": None, "defense": None} and hooks.result([], 0.0) == {"faults_report": []}
+    hooks = Hooks()
+    attach(hooks, apply_overrides(cfg, {"faults.attack": "scale", "faults.defense": "auto"}), [0, 1])
+    adv, dfn = hooks.state["adversary"], hooks.state["defense"]
+    assert all(hooks.has(p) for p in ("outgoing", "outgoing_payload", "merge", "screen"))
     assert (dfn.rule, dfn.observer) == ("clip", 0)
-    _, dfn = install(strategy, apply_overrides(cfg, {"faults.attack": "sign_flip", "faults.attack_island": "0",
-                                                     "faults.defense": "median"}))
-    assert (dfn.rule, dfn.observer) == ("median", 1)  # the simulator reports the honest site's model
-    with pytest.raises(ConfigError, match="sync.strategy=diloco"):
-        install(object(), apply_overrides(cfg, {"faults.defense": "auto"}))
+    d, t, bad = torch.randn(5), cfg.faults.attack_start, cfg.faults.attack_island
+    sent = hooks.outgoing(t, bad, 0, d)
+    assert torch.equal(sent, adv.tamper(t, bad, 0, d)) and not torch.equal(sent, d)  # the attacker scales its own
+    assert torch.equal(hooks.outgoing(t, 1 - bad, 0, d), d)
+    hooks = Hooks()
+    attach(hooks, apply_overrides(cfg, {"faults.attack": "sign_flip", "faults.attack_island": "0",
+                                        "faults.defense": "median"}), [0, 1])
+    assert (hooks.state["defense"].rule, hooks.state["defense"].observer) == ("median", 1)  # the honest site's model
+    with pytest.raises(ConfigError, match="attacks and defences need sync.strategy=diloco"):
+        apply_overrides(get_preset("eight_cell", "smoke"), {"faults.defense": "auto"})  # no aggregation step
+
+
+def test_diloco_calls_the_merge_hook_points():
+    """What a feature registers is what DiLoCo does: ``outgoing`` sees every island's outer gradient of every sync
+    (and what it returns is sent), ``merge`` replaces the mean (the islands all-gather)."""
+    models = {i: torch.nn.Linear(3, 2) for i in range(2)}
+    with torch.no_grad():
+        models[1].weight.add_(1.0)
+    seen: list[tuple[int, int, int]] = []
+    hooks = Hooks()
+    hooks.on("outgoing", lambda step, i, p, delta: seen.append((step, i, p)) or delta * 0 + i)
+    hooks.on("merge", lambda step, p, gathered: gathered[1][2])  # island 1's, as the islands decoded it
+    cfg = SyncConfig(strategy="diloco", H=2, codec="fp32", error_feedback=False, diloco=DiLoCoConfig(outer_lr=1.0,
+                                                                                                     outer_momentum=0.0))
+    strategy = DiLoCo(models, LocalTransport(2), [["weight", "bias"]], cfg, seed=0, hooks=hooks)
+    before = strategy.global_params[0].detach().clone()
+    strategy.after_inner_step(1, {0: 1, 1: 1})
+    strategy.after_inner_step(2, {0: 1, 1: 1})
+    assert seen == [(2, 0, 0), (2, 1, 0)]
+    assert torch.equal(strategy.global_params[0].detach(), before - 1.0)  # θ − Δ̄ with Δ̄ = island 1's, all ones
+    assert strategy.transport.ledger.bytes("fragments") == 2 * 8 * 4  # all-gathered: each sends its 8 floats once
 
 
 # -- end to end (smoke) ---------------------------------------------------------------------------------------------

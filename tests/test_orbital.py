@@ -9,17 +9,17 @@ import json
 import pytest
 
 from islands_kit import plots
-from islands_kit.comm.clock import SimClock
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.link.contact import contact_plan, up_windows
 from islands_kit.config import apply_overrides
 from islands_kit.config.experiment_table import experiment_row
 from islands_kit.orbital import windows
 from islands_kit.orbital.config import OrbitConfig
-from islands_kit.orbital.experiment import eclipses, install_eclipse, on_orbit
+from islands_kit.orbital.experiment import attach, eclipses, on_orbit
 from islands_kit.orbital.settings import CONTROLS, N_TRAINING, RING
 from islands_kit.presets import PRESETS, get_preset
 from islands_kit.run import run_experiment
+from islands_kit.sync.hooks import Hooks
 
 
 def test_inter_satellite_links_relay_every_satellite_through_any_pass() -> None:
@@ -39,22 +39,18 @@ def test_inter_satellite_links_relay_every_satellite_through_any_pass() -> None:
 def test_eclipse_throttles_the_satellites_only_and_only_on_the_orbit() -> None:
     cfg = get_preset("orbital", "smoke")
     assert on_orbit(cfg) and cfg.link.orbit.eclipse_throttle == 0.5
-    clock = SimClock(list(range(len(cfg.islands))))
-    install_eclipse(clock, cfg)
-    assert sorted(clock.speed) == [1, 2, 3, 4]  # the ground island (0) is never throttled
+    hooks = Hooks()
+    attach(hooks, cfg)
     o = cfg.link.orbit
     shade = windows.eclipse_windows(o, 0)[0][0] / o.time_compression  # satellite 0 (island 1) enters the shadow
-    clock.now[1] = shade + 1e-12
-    clock.compute(1, 0.01)
-    assert clock.busy[1] == pytest.approx(0.02)  # half speed in shadow
+    assert hooks.step_seconds(1, shade + 1e-12, 0.01) == pytest.approx(0.02)  # half speed in shadow
+    assert hooks.step_seconds(0, shade + 1e-12, 0.01) == 0.01  # the ground island (0) is never throttled
     sunlit = shade - 1e-6  # just before the shadow
     assert windows.compute_factor(o, 0, sunlit) == 1.0
-    clock.now[1], before = sunlit, clock.busy[1]
-    clock.compute(1, 0.01)  # a step that starts in sunlight runs at full speed (the rate at its start)
-    assert clock.busy[1] - before == pytest.approx(0.01)
-    ground = SimClock([0, 1])
-    install_eclipse(ground, get_preset("two_site", "smoke"))
-    assert ground.speed == {}
+    assert hooks.step_seconds(1, sunlit, 0.01) == 0.01  # a step that starts in sunlight runs at full speed
+    ground = Hooks()
+    attach(ground, get_preset("two_site", "smoke"))
+    assert not ground.has("step_seconds") and not ground.has("result")
 
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if not p.startswith("gpu")])
@@ -83,9 +79,13 @@ def test_the_controls_change_one_thing_each() -> None:
     for cfg in (ground, lit):  # off the orbit every link is up at every time
         sched = LinkModel(cfg.link).contacts.schedule(0, 1)
         assert sched.always_up and sched.next_up(1234.5) == (1234.5, float("inf"))
-    clock = SimClock(list(range(5)))
-    install_eclipse(clock, lit)
-    assert sorted(clock.speed) == [1, 2, 3, 4]  # (ii) throttles the satellites' islands as (iii) and (iv) do
+    hooks = Hooks()
+    attach(hooks, lit)
+    o = lit.link.orbit
+    for k in range(4):  # (ii) throttles the satellites' islands as (iii) and (iv) do
+        shade = windows.eclipse_windows(o, k)[0][0] / o.time_compression
+        assert hooks.step_seconds(1 + k, shade + 1e-12, 0.01) == pytest.approx(0.02)
+    assert hooks.step_seconds(0, 0.0, 0.01) == 0.01 and not hooks.has("result")  # off the orbit: no orbit section
     assert len(base.islands) == 1 + N_TRAINING and base.link.orbit.n_satellites == RING
 
 

@@ -222,11 +222,12 @@ def test_the_synchroniser_checks_values_and_drops_the_island_naming_it(scale, re
     """Decoupled mode had no value defence: a block scale of 1e15 (valid CRC) was merged and the island kept. With
     faults.defense the synchroniser runs lock-step's checks on each contribution and drops a flagged island."""
     from islands_kit.config import apply_overrides
-    from islands_kit.faults import install
+    from islands_kit.faults import attach
     from islands_kit.presets import get_preset
 
     s, box, tick = synchroniser()
-    install(s, apply_overrides(get_preset("two_site", "smoke"), {"sync.mode": "decoupled", "faults.defense": "auto"}))
+    attach(s.hooks, apply_overrides(get_preset("two_site", "smoke"), {"sync.mode": "decoupled", "faults.defense": "auto"}),
+           s.transport.local_islands)
     body, _ = contribution(s, tick)
     x = torch.full((s.global_params[0].numel(),), 0.01)
     p = s.codec.encode(x)

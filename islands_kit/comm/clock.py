@@ -12,20 +12,16 @@ from typing import Any, Callable
 
 
 class SimClock:
-    """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals. ``speed[i]``, when set,
-    is island i's compute speed at a time (1 = its nominal step time): a step that starts at t takes
-    ``seconds / speed[i](t)`` (an orbiting island throttled in eclipse: ``islands_kit/orbital/experiment.py``)."""
+    """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals. How long a step takes
+    is the caller's to say (the drivers ask the run's ``step_seconds`` hook point: an orbiting island in eclipse is
+    slower, ``islands_kit/orbital/experiment.py``)."""
 
     def __init__(self, islands: list[int]) -> None:
         self.now = {i: 0.0 for i in islands}
         self.busy = {i: 0.0 for i in islands}
         self.idle = {i: 0.0 for i in islands}
-        self.speed: dict[int, Callable[[float], float]] = {}
 
     def compute(self, island: int, seconds: float) -> None:
-        speed = self.speed.get(island)
-        if speed is not None:
-            seconds = seconds / speed(self.now[island])
         self.now[island] += seconds
         self.busy[island] += seconds
 

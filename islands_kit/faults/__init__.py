@@ -1,50 +1,44 @@
 """Faults and attacks on the aggregation (Streaming DiLoCo only): a compromised island (``attacks.py``), the
 defences that check, quarantine and robustly aggregate the islands' updates (``defense.py``, with the rules as pure
-functions in ``robust.py``), and the wiring into a run (:func:`install`, :func:`detection_summary`).
+functions in ``robust.py``), and how they attach to a run's hook points (:func:`attach`; :func:`detection_summary`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from islands_kit.config import ConfigError, ExperimentConfig
+from islands_kit.config import ExperimentConfig
 from islands_kit.faults.attacks import DELTA_ATTACKS, WIRE_ATTACKS, Adversary, inject_non_finite
 from islands_kit.faults.defense import DETECTORS, Defense, FlagReport
 from islands_kit.faults.robust import default_trim, trimmed_mean, trimmed_mean_reference, weighted_median, weighted_median_reference
-from islands_kit.sync.decoupled import DecoupledDiLoCo
-from islands_kit.sync.diloco import DiLoCo
+from islands_kit.sync.hooks import Hooks
 from islands_kit.sync.schedule import diloco_schedule
 
 __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense", "FlagReport", "default_trim",
-           "detection_summary", "inject_non_finite", "install", "trimmed_mean", "trimmed_mean_reference",
+           "attach", "detection_summary", "inject_non_finite", "trimmed_mean", "trimmed_mean_reference",
            "weighted_median", "weighted_median_reference"]
 
 
-def install(strategy: Any, cfg: ExperimentConfig) -> tuple[Adversary | None, Defense | None]:
-    """Set ``strategy.tamper`` / ``tamper_payload`` / ``aggregator`` (lock-step) or ``screen`` (decoupled) as
-    ``cfg.faults`` asks; nothing (and (None, None)) when attack and defense are both 'none'. Only DiLoCo has the hooks
-    (the butterfly has no aggregation step)."""
+def attach(hooks: Hooks, cfg: ExperimentConfig, local_islands: Sequence[int]) -> None:
+    """``cfg.faults``' attack and defence on the run's hook points (``sync/hooks.py``): a compromised island's
+    attack on what it sends (``outgoing``, ``outgoing_payload``), a defence's robust rule in place of the lock-step
+    mean (``merge``; the transport then all-gathers) and its checks before a decoupled merge (``screen``), the state a
+    checkpoint carries (``adversary``, ``defense``: None when off) and result.json's ``faults_report``. The
+    strategies that call those points are the ones with an aggregation step (``traits.takes_faults``: validation
+    refuses an attack or a defence for the others)."""
     f = cfg.faults
-    if f.attack == "none" and f.defense == "none":
-        return None, None
-    if not isinstance(strategy, (DiLoCo, DecoupledDiLoCo)):
-        name = "faults.attack" if f.attack != "none" else "faults.defense"
-        raise ConfigError(f"{name}: attacks and defences need sync.strategy=diloco, the only strategy with an "
-                          f"aggregation step (got sync.strategy={cfg.sync.strategy!r})")
     adversary = defense = None
     if f.attack != "none":
         adversary = Adversary(f, cfg.seed)
-        strategy.tamper = adversary.tamper
-        strategy.tamper_payload = adversary.tamper_payload
+        hooks.on("outgoing", adversary.tamper)
+        hooks.on("outgoing_payload", adversary.tamper_payload)
     if f.defense != "none":
-        local = list(strategy.transport.local_islands)
+        local = list(local_islands)
         honest = [i for i in local if f.attack == "none" or i != f.attack_island] or local
         defense = Defense(f, len(cfg.islands), window=cfg.sync.H, observer=honest[0])
-        if isinstance(strategy, DecoupledDiLoCo):  # the synchroniser checks each contribution, drops a flagged island
-            screen = defense.screen
-            strategy.screen = lambda t, p, fresh: screen(t, p, [(c.island, float(c.tokens), c.delta) for c in fresh])
-        else:
-            strategy.aggregator = defense.aggregate
-    return adversary, defense
+        hooks.on("merge", defense.aggregate)  # lock-step: the robust rule merges
+        hooks.on("screen", defense.screen)  # decoupled: the synchroniser checks each contribution, drops a flagged island
+    hooks.state["adversary"], hooks.state["defense"] = adversary, defense
+    hooks.on("result", lambda timeline, span_s: {"faults_report": defense.report() if defense is not None else []})
 
 
 def detection_summary(report: list[dict[str, Any]], cfg: ExperimentConfig) -> dict[int, dict[str, Any]]:

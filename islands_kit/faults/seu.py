@@ -25,10 +25,12 @@ replica's weights. Two places, two guards:
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
+
+from islands_kit.sync.hooks import Hooks
 
 FLOAT32_BITS = 32
 SIGN_BIT = 31
@@ -67,8 +69,8 @@ def chunk_corrupt_prob(bit_error_rate: float, chunk_bytes: int) -> float:
 class Upset:
     """The fault option ``faults.upset_island`` / ``upset_step`` / ``upset_bit``: after inner step ``upset_step`` of
     the schedule, bit ``upset_bit`` of one weight of that island's replica flips (the weight drawn with the run's
-    seed among all its float32 parameters). ``after_step`` is called by the training loop once per step;
-    ``result_fields`` records what flipped (result.json's ``upsets``; nothing when the option is off)."""
+    seed among all its float32 parameters). ``after_step`` runs on the hook point of that name after every step
+    (``attach``); ``result_fields`` records what flipped (result.json's ``upsets``)."""
 
     def __init__(self, island: int, step: int, bit: int, seed: int) -> None:
         self.island, self.step, self.bit, self.seed = island, step, bit, seed
@@ -95,7 +97,12 @@ class Upset:
         return {"upsets": list(self.log)}
 
 
-def install_upset(cfg: Any) -> Upset | None:
-    """The run's upset (``cfg.faults``: an ExperimentConfig's), or None when ``faults.upset_island`` is -1."""
+def attach(hooks: Hooks, cfg: Any, local_islands: Sequence[int] = ()) -> None:
+    """The run's upset (``cfg.faults``: an ExperimentConfig's) on the hook points ``after_step`` (the flip) and
+    ``result`` (result.json's ``upsets``); nothing when ``faults.upset_island`` is -1."""
     f = cfg.faults
-    return None if f.upset_island < 0 else Upset(f.upset_island, f.upset_step, f.upset_bit, cfg.seed)
+    if f.upset_island < 0:
+        return
+    upset = Upset(f.upset_island, f.upset_step, f.upset_bit, cfg.seed)
+    hooks.on("after_step", upset.after_step)
+    hooks.on("result", lambda timeline, span_s: upset.result_fields())

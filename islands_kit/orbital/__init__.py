@@ -10,7 +10,7 @@ experiment does with it.
   windows.py     schedules: each link's contact windows, relaying over inter-satellite links, eclipses, the plan
                  the link model reads (``comm/link/contact.py``)
   settings.py    the orbital experiment's islands, link, time compression and controls (the experiment table's row)
-  experiment.py  the run's side: eclipse throttling on the simulated clock, result.json's ``orbit`` section
+  experiment.py  the run's side, on its hook points: eclipse throttling of each step, result.json's ``orbit`` section
 
 Imports point one way: geometry <- config <- circular, sgp4_orbit <- windows <- comm <- experiment; config and settings
 sit under ``islands_kit.config`` (which imports them), so this package loads the config first: whichever of the

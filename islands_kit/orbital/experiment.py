@@ -9,10 +9,10 @@ joined to it by inter-satellite links that are up is in a pass (relayed). Both a
 ``link.schedule=orbit``, the orbital experiment's link; every other run has no orbit section.
 
 Eclipse. A satellite in the Earth's shadow computes at ``link.orbit.eclipse_throttle`` of its sunlit speed
-(``windows.compute_factor``): an inner step that starts in shadow takes ``step / throttle`` on its clock
-(``SimClock.speed``), so the satellites run at different paces — what decoupled mode is for. It applies when the
-link flies (``link.orbit.eclipse=auto``, the default) or, with ``eclipse=on``, on an always-up ground link too (the
-control that separates the eclipse from the passes: ``settings.CONTROLS``).
+(``windows.compute_factor``): an inner step that starts in shadow takes ``step / throttle`` on its clock (the
+``step_seconds`` hook point, ``attach``), so the satellites run at different paces — what decoupled mode is for. It
+applies when the link flies (``link.orbit.eclipse=auto``, the default) or, with ``eclipse=on``, on an always-up ground
+link too (the control that separates the eclipse from the passes: ``settings.CONTROLS``).
 
 Waiting for a window. A transfer posted at ``s`` that arrives at ``e`` waited ``down_time_s(schedule, s, e)`` of
 that span for its link to come up (the rest is serialisation, latency and resends). Nobody idles for it in
@@ -20,14 +20,13 @@ decoupled mode: the island goes on training, and the wait shows as staleness (la
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from islands_kit.comm.clock import SimClock
 from islands_kit.comm.link.contact import ContactPlan, contact_plan, down_time_s, up_windows
 from islands_kit.config import ExperimentConfig
 from islands_kit.orbital import windows
+from islands_kit.sync.hooks import Hooks
 
 Transfer = Sequence[Any]  # a ledger timeline row: (start_s, end_s, bytes, src, dst, channel)
 
@@ -43,15 +42,19 @@ def eclipses(cfg: ExperimentConfig) -> bool:
     return o.eclipse_throttle < 1.0 and (o.eclipse == "on" or (o.eclipse == "auto" and on_orbit(cfg)))
 
 
-def install_eclipse(clock: SimClock, cfg: ExperimentConfig) -> None:
-    """Throttle every satellite island's compute in eclipse (module doc); nothing when ``eclipses`` says no."""
-    if not eclipses(cfg):
-        return
+def attach(hooks: Hooks, cfg: ExperimentConfig, local_islands: Sequence[int] = ()) -> None:
+    """The orbit on a run's hook points: every satellite island computes slower in eclipse when ``eclipses`` says so
+    (``step_seconds``, module doc), and a run that flies gets result.json's ``orbit`` section (``result``)."""
     o = cfg.link.orbit
     G = len(o.stations)
-    for i in clock.now:
-        if G <= i < G + o.n_satellites:
-            clock.speed[i] = functools.partial(windows.compute_factor, o, i - G)
+
+    def eclipse(island: int, start_s: float, seconds: float) -> float:
+        return seconds / windows.compute_factor(o, island - G, start_s) if G <= island < G + o.n_satellites else seconds
+
+    if eclipses(cfg):
+        hooks.on("step_seconds", eclipse)
+    if on_orbit(cfg):
+        hooks.on("result", lambda timeline, span_s: result_fields(cfg, timeline, span_s))
 
 
 def _window_of(schedule: Any, start: float, end: float) -> tuple[float, float] | None:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -66,6 +66,7 @@ from islands_kit.comm.transport import Transport, decode
 from islands_kit.config import SyncConfig
 from islands_kit.sync.base import ClockedStrategy
 from islands_kit.sync.diloco import DiLoCoCore, custom_schedule
+from islands_kit.sync.hooks import Hooks
 from islands_kit.sync.quorum import Broadcast, Contribution, Merge, QuorumRule
 from islands_kit.sync.registry import BuildArgs
 
@@ -77,8 +78,9 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
     on island 0's (torch.distributed); the code is the same. Its in-flight merges are not checkpointed."""
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
-                 cfg: SyncConfig, seed: int, tick_s: float, schedule: list[tuple[int, int]] | None = None) -> None:
-        super().__init__(models, transport, fragments, cfg, seed, schedule)
+                 cfg: SyncConfig, seed: int, tick_s: float, schedule: list[tuple[int, int]] | None = None,
+                 hooks: Hooks | None = None) -> None:
+        super().__init__(models, transport, fragments, cfg, seed, schedule, hooks=hooks)
         n = transport.n_islands
         self.all_ids = list(range(n))
         if len(self.ids) not in (1, n):
@@ -103,11 +105,6 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         self.not_ready = 0
         self.last_merge_s = 0.0
         self.lost_at: dict[int, int] = {}  # island -> the step (tick) at whose end the synchroniser knew it lost
-        # fault studies (faults/): an island's attack on its outer gradient (tamper) or its bytes (tamper_payload), as
-        # in lock-step DiLoCo; the synchroniser's value checks of a round's fresh contributions (screen: island -> why)
-        self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
-        self.tamper_payload: Callable[[int, int, int, Payload], Payload] | None = None
-        self.screen: Callable[[int, int, list[Contribution]], dict[int, str]] | None = None
 
     def lost_islands(self) -> set[int]:
         """Islands whose messages the wire refused, or whose process died or stopped answering: absent from every
@@ -161,11 +158,10 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
     def _encode(self, island: int, tick: int, p: int, k: int, codec: Any) -> tuple[Payload, int, int]:
         """Island's outer gradient of fragment p through the codec with error feedback, as sent in round k at
         ``tick``; returns (payload, c^tok, c^steps) and starts its next span."""
-        delta = self.base[island][p] - self.views[island][p].flat()
-        delta = delta if self.tamper is None else self.tamper(tick, island, p, delta)
+        delta = self.hooks.outgoing(tick, island, p, self.base[island][p] - self.views[island][p].flat())
         payload, _ = self.ef.compress((island, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
                                       generator=self.gens[island])
-        payload = payload if self.tamper_payload is None else self.tamper_payload(tick, island, p, payload)
+        payload = self.hooks.outgoing_payload(tick, island, p, payload)  # (an attack on the wire acts here)
         tokens, steps = self.tokens_since[island][p], self.steps_since[island][p]
         self.sent[(island, p)] = self.views[island][p].flat()
         self.awaiting[(island, p)] = k
@@ -273,7 +269,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
                 d = self.transport.send("fragments", i, SYNCER, payload, t)
                 delta = d.tensor.to(self.global_params[p].device)  # a received payload decodes on the CPU
                 fresh.append(Contribution(i, p, k, tokens, steps, delta, d.arrival_s, t))
-        for j, why in (self.screen(tick, p, fresh) if self.screen is not None else {}).items():
+        for j, why in self.hooks.screen(tick, p, [(c.island, float(c.tokens), c.delta) for c in fresh]).items():
             self.transport.drop(j, why)  # named in lost_islands; absent from this round and every later one
             absent.append(j)
         return [c for c in fresh if c.island not in self.lost_islands()], sorted(absent), not_ready
@@ -397,4 +393,5 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
 
 def build(a: BuildArgs) -> DecoupledDiLoCo:
     """The strategy of ``sync/decoupled_spec.py``'s spec."""
-    return DecoupledDiLoCo(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, a.tick_s, custom_schedule(a.cfg))
+    return DecoupledDiLoCo(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, a.tick_s, custom_schedule(a.cfg),
+                           a.hooks)

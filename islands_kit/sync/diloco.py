@@ -54,17 +54,18 @@ Islands absent from a sync (preempted) simply do not contribute; the token-weigh
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from islands_kit.comm.codecs import ErrorFeedback, Payload, get_codec
+from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig, SyncConfig
 from islands_kit.optim.outer import OuterFactory, OuterStep, outer_factory
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import FragmentView, LockstepStrategy, Pending, PendingQueue, SyncStrategy
+from islands_kit.sync.hooks import Hooks
 from islands_kit.sync.registry import BuildArgs
 from islands_kit.sync.schedule import diloco_schedule, fragment_offsets
 
@@ -84,12 +85,14 @@ class DiLoCoCore(SyncStrategy):
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None,
-                 outer_optimizer: OuterFactory | None = None) -> None:
+                 outer_optimizer: OuterFactory | None = None, hooks: Hooks | None = None) -> None:
         """``schedule``: the (step, fragment) syncs when they do not follow the constant H (``sync_schedule`` with
         the QSR windows); None = fragment p syncs after every step t ≡ offset_p (mod H). ``outer_optimizer`` builds
         each global fragment's outer optimizer (torchft's shape: the optimizer is handed in); None = the one
-        ``sync.diloco`` names (``diloco_outer``)."""
+        ``sync.diloco`` names (``diloco_outer``). ``hooks``: the run's hook points around a merge (``outgoing``,
+        ``outgoing_payload``, ``merge``, ``screen``: ``sync/hooks.py``), where faults and defences attach."""
         super().__init__(models, transport)
+        self.hooks = hooks or Hooks()
         if len(fragments) != cfg.n_fragments:
             raise ValueError(f"sync.n_fragments: got {cfg.n_fragments} but {len(fragments)} fragment name lists")
         self.cfg = cfg
@@ -173,19 +176,11 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
 
     def __init__(self, models: dict[int, nn.Module], transport: Transport, fragments: list[list[str]],
                  cfg: SyncConfig, seed: int, schedule: list[tuple[int, int]] | None = None,
-                 outer_optimizer: OuterFactory | None = None) -> None:
-        super().__init__(models, transport, fragments, cfg, seed, schedule, outer_optimizer)
+                 outer_optimizer: OuterFactory | None = None, hooks: Hooks | None = None) -> None:
+        super().__init__(models, transport, fragments, cfg, seed, schedule, outer_optimizer, hooks)
         self.pending = PendingQueue()
         self.keep_local = cfg.diloco.merge == "keep_local" or cfg.diloco.eager
         self.last_mean: list[torch.Tensor | None] = [None] * self.P  # previous averaged outer gradient (eager)
-        # Hooks for fault studies (islands_kit/faults/): ``tamper(step, island, fragment, delta) -> delta`` lets an
-        # adversarial island corrupt what it sends; ``aggregator(step, fragment, [(island, weight, delta)]) -> delta``
-        # replaces the token-weighted mean by a robust rule (then the transport all-gathers instead of all-reducing).
-        self.tamper: Callable[[int, int, int, torch.Tensor], torch.Tensor] | None = None
-        # ``tamper_payload(step, island, fragment, payload) -> payload`` corrupts the encoded bytes (e.g. NaN/Inf
-        # words that a codec would refuse to produce) after encoding, as a compromised site's wire would
-        self.tamper_payload: Callable[[int, int, int, Payload], Payload] | None = None
-        self.aggregator: Callable[[int, int, list[tuple[int, float, torch.Tensor]]], torch.Tensor] | None = None
 
     def after_inner_step(self, step: int, tokens: dict[int, int]) -> None:
         self.now_step = step
@@ -220,17 +215,14 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
         for i in self.ids:
             if not self.present[i]:
                 continue
-            delta = self.outer_gradient(i, p)
-            if self.tamper is not None:
-                delta = self.tamper(step, i, p, delta)
+            delta = self.hooks.outgoing(step, i, p, self.outer_gradient(i, p))  # (an attack acts here)
             deltas[i] = delta
-            payloads[i], _ = self.ef.compress((i, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
-                                              generator=self.gens[i])
-            if self.tamper_payload is not None:
-                payloads[i] = self.tamper_payload(step, i, p, payloads[i])
+            payload, _ = self.ef.compress((i, p), delta, codec, stochastic=self.cfg.stochastic_rounding,
+                                          generator=self.gens[i])
+            payloads[i] = self.hooks.outgoing_payload(step, i, p, payload)
             weights[i] = float(self.tokens_since[i][p])
             self.tokens_since[i][p] = 0
-        if self.aggregator is None and self.cfg.diloco.average == "mean":
+        if not self.hooks.has("merge") and self.cfg.diloco.average == "mean":
             handle = self.transport.all_reduce("fragments", payloads, weights)
         else:  # a robust rule or a non-linear average needs every outer gradient, not their sum
             handle = self.transport.all_gather("fragments", payloads, weights)
@@ -238,9 +230,9 @@ class DiLoCo(DiLoCoCore, LockstepStrategy):
 
     def _merged(self, sent_at: int, p: int, got: Any) -> torch.Tensor:
         """Δ̄ from the collective's result: the all-reduced token-weighted mean as it is, else (gathered
-        ``(island, weight, Δ_i)``) a fault defence's robust rule or ``sync.diloco.average``."""
-        if self.aggregator is not None:
-            return self.aggregator(sent_at, p, got)
+        ``(island, weight, Δ_i)``) the ``merge`` hook (a fault defence's robust rule) or ``sync.diloco.average``."""
+        if self.hooks.has("merge"):
+            return self.hooks.merge(sent_at, p, got)
         if self.cfg.diloco.average == "mean":
             return got
         return combine([d for _, _, d in got], [w for _, w, _ in got], self.cfg.diloco.average)
@@ -355,4 +347,4 @@ def custom_schedule(cfg: ExperimentConfig) -> list[tuple[int, int]] | None:
 
 def build(a: BuildArgs) -> DiLoCo:
     """The strategy of ``sync/diloco_spec.py``'s spec."""
-    return DiLoCo(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, custom_schedule(a.cfg))
+    return DiLoCo(a.models, a.transport, a.fragments, a.cfg.sync, a.cfg.seed, custom_schedule(a.cfg), hooks=a.hooks)

@@ -14,12 +14,13 @@ builder itself (``tests/test_extend.py``).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from islands_kit.config import ConfigError, ExperimentConfig, SyncConfig
 from islands_kit.config.strategies import STRATEGY_TRAITS, StrategyTraits, add_traits
 from islands_kit.config.sync import Section, add_section, remove_section
+from islands_kit.sync.hooks import Hooks
 
 if TYPE_CHECKING:
     from torch import nn
@@ -31,13 +32,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BuildArgs:
     """What a builder gets: the run's config, the local islands' replicas (plain modules), the transport, the
-    fragments' parameter names (``sync.base.strided_fragments``) and the decoupled schedule's step T_ref."""
+    fragments' parameter names (``sync.base.strided_fragments``), the decoupled schedule's step T_ref and the run's
+    hook points (``sync/hooks.py``: a strategy with an aggregation step calls those around a merge)."""
 
     cfg: ExperimentConfig
     models: dict[int, nn.Module]
     transport: Transport
     fragments: list[list[str]]
     tick_s: float
+    hooks: Hooks = field(default_factory=Hooks)
 
 
 Builder = Callable[[BuildArgs], "SyncStrategy"]

@@ -25,6 +25,7 @@ import torch
 from islands_kit.comm.transport import SimClock, Transport
 from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.sync.base import ClockedStrategy, LockstepStrategy, SyncStrategy
+from islands_kit.sync.hooks import Hooks
 from islands_kit.sync.routing import RoutingSync
 
 
@@ -60,11 +61,12 @@ class Driver(abc.ABC):
     strategy: SyncStrategy
 
     def __init__(self, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport,
-                 step_s: dict[int, float]) -> None:
+                 step_s: dict[int, float], hooks: Hooks | None = None) -> None:
         self.cfg = cfg
         self.islands = islands
         self.transport = transport
         self.step_s = step_s  # every island's step time with its straggler factor
+        self.hooks = hooks or Hooks()  # the run's hook points (sync/hooks.py): a step's length on the clock
         self.inner_steps = {j: 0 for j in range(len(cfg.islands))}
         self.settled_lost: set[int] = set()
 
@@ -76,9 +78,14 @@ class Driver(abc.ABC):
 
     @classmethod
     def create(cls, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport, step_s: dict[int, float],
-               strategy: Any) -> Driver:
+               strategy: Any, hooks: Hooks | None = None) -> Driver:
         """The driver over ``strategy`` (a strategy of this driver's kind: ``sync/registry.py``)."""
-        return cls(cfg, islands, transport, step_s, strategy)  # type: ignore[call-arg]
+        return cls(cfg, islands, transport, step_s, strategy, hooks=hooks)  # type: ignore[call-arg,misc]
+
+    def compute(self, island: int, seconds: float) -> None:
+        """``island``'s clock runs one inner step of nominal length ``seconds``, as long as the ``step_seconds`` hook
+        point makes it from where the clock stands (an orbiting island in eclipse computes slower)."""
+        self.transport.compute(island, self.hooks.step_seconds(island, self.transport.clock.now[island], seconds))
 
     @staticmethod
     def check_placement(cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport) -> None:
@@ -136,19 +143,20 @@ class LockstepDriver(Driver):
     """Every island takes inner step t together (module doc)."""
 
     def __init__(self, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport,
-                 step_s: dict[int, float], strategy: LockstepStrategy, routing: RoutingSync) -> None:
-        super().__init__(cfg, islands, transport, step_s)
+                 step_s: dict[int, float], strategy: LockstepStrategy, routing: RoutingSync,
+                 hooks: Hooks | None = None) -> None:
+        super().__init__(cfg, islands, transport, step_s, hooks)
         self.strategy: LockstepStrategy = strategy
         self.routing = routing
 
     @classmethod
     def create(cls, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport, step_s: dict[int, float],
-               strategy: Any) -> Driver:
+               strategy: Any, hooks: Hooks | None = None) -> Driver:
         """With the routing statistics on their own channel (pairwise with ``sync.routing_sync_mode=butterfly``)."""
         s = cfg.sync
         routing = RoutingSync(transport, s.routing_sync and cfg.model.n_experts > 1,
                               butterfly=s.routing_sync_mode == "butterfly")
-        return cls(cfg, islands, transport, step_s, strategy, routing)
+        return cls(cfg, islands, transport, step_s, strategy, routing, hooks)
 
     def stall_for_preemption(self, t: int) -> None:
         """A strategy that needs every island under a preemption: when the preempted island leaves (before inner
@@ -178,7 +186,7 @@ class LockstepDriver(Driver):
                 continue
             active[i] = isl
             losses[i] = isl.forward_backward()
-            self.transport.compute(i, isl.compute_s)
+            self.compute(i, isl.compute_s)
             tokens[i] = isl.tokens_per_step
         for j in range(len(self.cfg.islands)):
             if not self.preempted(j, t):
@@ -219,8 +227,8 @@ class DecoupledDriver(Driver):
     per-step routing collective would lock-step them."""
 
     def __init__(self, cfg: ExperimentConfig, islands: Mapping[int, Replica], transport: Transport,
-                 step_s: dict[int, float], strategy: ClockedStrategy) -> None:
-        super().__init__(cfg, islands, transport, step_s)
+                 step_s: dict[int, float], strategy: ClockedStrategy, hooks: Hooks | None = None) -> None:
+        super().__init__(cfg, islands, transport, step_s, hooks)
         self.strategy: ClockedStrategy = strategy
         self.tick_s = strategy.tick_s
 
@@ -250,7 +258,7 @@ class DecoupledDriver(Driver):
                 clock.wait_until(j, t * self.tick_s)
                 continue
             while clock.now[j] + self.step_s[j] <= end_s:
-                clock.compute(j, self.step_s[j])
+                self.compute(j, self.step_s[j])
                 self.inner_steps[j] += 1
         for i, isl in self.islands.items():
             if i in lost:  # dropped by the synchroniser in this process (the simulator): it stops, as a lost process
@@ -266,7 +274,7 @@ class DecoupledDriver(Driver):
                 with self.writes([isl]):
                     strategy.land(i, clock.now[i])
                 got.append(isl.forward_backward())
-                self.transport.compute(i, isl.compute_s)
+                self.compute(i, isl.compute_s)
                 if self.cfg.model.n_experts > 1 and self.cfg.model.bias_balancing:
                     assert isl.last_loads is not None
                     isl.model.update_expert_bias(isl.last_loads)

@@ -26,17 +26,14 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.device import check_precision, resolve_device
 from islands_kit.device import describe as describe_device
-from islands_kit.faults import install
-from islands_kit.faults.seu import install_upset
 from islands_kit.islands import Island, step_seconds
 from islands_kit.metrics import compressor_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
-from islands_kit.orbital.experiment import install_eclipse
-from islands_kit.orbital.experiment import result_fields as orbit_fields
 from islands_kit.progress import Progress
 from islands_kit.sync.ddp import ddp_equivalent_bytes
 from islands_kit.tracking import Tracker
 from islands_kit.train.evaluation import Evaluator
+from islands_kit.train.features import run_hooks
 from islands_kit.train.result import Diverged, Result, git_sha, versions
 from islands_kit.train.strategies import build_driver, driver_class
 
@@ -76,7 +73,8 @@ class Experiment:
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
         self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
-        install_eclipse(self.transport.clock, cfg)  # satellites compute slower in shadow (link.orbit.eclipse)
+        # faults, a bit flip, the orbit's eclipses and report: each feature on the run's hook points (train/features.py)
+        self.hooks = run_hooks(cfg, self.transport.local_islands)
         # -- islands: identical initial weights, separate data streams -------------------------------------------
         torch.manual_seed(cfg.seed)
         base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device
@@ -104,10 +102,8 @@ class Experiment:
                 self.islands[i].model.compile()  # in place: parameter names (fragments, checkpoints) unchanged
         self.evaluator = Evaluator(base, cfg.precision, (ex, ey), (final_x.to(self.device), final_y.to(self.device)),
                                    tune_windows)
-        self.driver = build_driver(cfg, self.islands, self.transport, self.step_s, self.tick_s)
+        self.driver = build_driver(cfg, self.islands, self.transport, self.step_s, self.tick_s, self.hooks)
         self.strategy = self.driver.strategy
-        self.adversary, self.defense = install(self.strategy, cfg)  # (None, None) unless cfg.faults asks
-        self.upset = install_upset(cfg)  # a bit flip in one replica's weights (faults.upset_island), else None
         self.tokens_per_step = sum(ic.batch_size for ic in cfg.islands) * T
         self.step = 0
         self.elapsed_before = 0.0  # wall seconds spent before a resume
@@ -196,8 +192,7 @@ class Experiment:
         """One step of the global schedule (a decoupled run: one tick); the loss of each local island that stepped."""
         self.step += 1
         losses = self.driver.step(self.step)
-        if self.upset is not None:
-            self.upset.after_step(self.step, {i: isl.model for i, isl in self.islands.items()})
+        self.hooks.after_step(self.step, {i: isl.model for i, isl in self.islands.items()})
         return losses
 
     def run(self, tracker: Tracker | None = None) -> Result:
@@ -320,12 +315,10 @@ class Experiment:
             **describe_device(self.device, cfg.precision),
             versions=versions(), git_sha=git_sha(), config=cfg.to_dict(), n_islands=n, strategy=cfg.sync.strategy,
             link=cfg.link.preset,
-            faults_report=self.defense.report() if self.defense is not None else [],
             diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
             sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
             goodput=self.goodput(), outer_log=self.outer_records(), **self.strategy.result_fields(),
-            **orbit_fields(cfg, led.timeline, max(clock.now.values())),
-            **(self.upset.result_fields() if self.upset is not None else {}),
+            **self.hooks.result(led.timeline, max(clock.now.values())),  # the features' fields (faults, the orbit)
         )
 
     # -- checkpoints --------------------------------------------------------------------------------------------
@@ -336,8 +329,7 @@ class Experiment:
             "config": self.cfg.to_dict(), "step": self.step, "tokens_total": self.tokens_total,
             "islands": {i: isl.state_dict() for i, isl in self.islands.items()},
             **self.driver.state_dict(),
-            "adversary": self.adversary.state_dict() if self.adversary is not None else None,
-            "defense": self.defense.state_dict() if self.defense is not None else None,
+            **{name: owner.state_dict() if owner is not None else None for name, owner in self.hooks.state.items()},
             "history": self.history, "val_curve": self.val_curve,
             "torch_rng": torch.get_rng_state(), "elapsed_s": self.elapsed_s(), "cpu_s": self.cpu_s(),
             "transport": transport,
@@ -352,7 +344,7 @@ class Experiment:
                 isl.load_state_dict(state["islands"][i])
         with part("strategy"):
             self.driver.load_state_dict(state)
-        for name, owner in (("adversary", self.adversary), ("defense", self.defense)):
+        for name, owner in self.hooks.state.items():  # the features' state (the adversary's, the defence's)
             if owner is not None and state.get(name) is not None:
                 with part(name):
                     owner.load_state_dict(state[name])
