@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from islands_kit.config import apply_overrides
+from islands_kit.config import EXPERIMENTS, apply_overrides
 from islands_kit.presets import get_preset
 
 
@@ -103,7 +103,7 @@ def worker(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--experiment", default="two_site", choices=["baseline", "two_site", "eight_cell"])
+    ap.add_argument("--experiment", default="two_site", choices=list(EXPERIMENTS))
     ap.add_argument("--preset", default="smoke")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)

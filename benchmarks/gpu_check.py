@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_kernels.py besid
 import gpu_kernels  # noqa: E402
 
 import islands_kit.kernels as K  # noqa: E402
-from islands_kit.config import apply_overrides  # noqa: E402
+from islands_kit.config import EXPERIMENTS, apply_overrides  # noqa: E402
 from islands_kit.islands import HARDWARE, profile_for_gpu, step_flops  # noqa: E402
 from islands_kit.model.moe import grouped_matmul  # noqa: E402
 from islands_kit.presets import get_preset  # noqa: E402
@@ -95,7 +95,7 @@ BUDGET_S = {"gpu-small": 300.0, "gpu": 600.0}
 
 def training_runs(preset: str, steps: int, out: Path, peak: float | None, overrides: dict[str, Any]) -> dict[str, Any]:
     rows = {}
-    for experiment in ("baseline", "two_site", "eight_cell"):
+    for experiment in (e for e in EXPERIMENTS if not get_preset(e, preset).sync.traits.own_clocks):  # lock-step ones
         cfg = apply_overrides(get_preset(experiment, preset), {"steps": steps, "eval_every": steps, "progress": False,
                                                                "wandb_mode": "disabled", **overrides})
         t0 = time.perf_counter()

@@ -40,12 +40,16 @@ from typing import Callable
 
 import torch
 
-from islands_kit.config import ExperimentConfig
+from islands_kit.config import EXPERIMENTS, ExperimentConfig
 from islands_kit.data import BatchStream
 from islands_kit.presets import get_preset
 from islands_kit.run import Experiment, run_experiment
 
-EXPERIMENTS = ("baseline", "two_site", "eight_cell")
+
+def lockstep_experiments() -> list[str]:
+    """Every experiment of the table whose islands step together: the plain loop is one step of each replica (a
+    decoupled experiment's step is a tick of its islands' own clocks, which no plain loop mirrors)."""
+    return [e for e in EXPERIMENTS if not get_preset(e, "smoke").sync.traits.own_clocks]
 
 
 def _config(experiment: str, preset: str, steps: int | None = None, compile: bool = False) -> ExperimentConfig:
@@ -106,7 +110,7 @@ def _past_opening(exp: Experiment, skip: int) -> float:
 def measure_steps(preset: str, repeats: int, steps: int, warmup: int, skip: int,
                   compile: bool = False) -> list[dict[str, float | str]]:
     rows = []
-    for name in EXPERIMENTS:
+    for name in lockstep_experiments():
         exp = Experiment(_config(name, preset))
         first_s = {"kit": _past_opening(exp, skip)}
         arms: dict[str, Callable[[], object]] = {"kit": exp.train_step, "plain": plain_step(exp, fused=False),
@@ -172,7 +176,7 @@ def profile_steps(preset: str, n_steps: int, skip: int) -> None:
     groups = [g for g, _ in PROFILE_GROUPS] + ["other"]
     print("| experiment | ms/step (profiled) | " + " | ".join(groups) + " |")
     print("|---|---:|" + "---:|" * len(groups))
-    for name in EXPERIMENTS:
+    for name in lockstep_experiments():
         exp = Experiment(_config(name, preset))
         _past_opening(exp, skip)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -196,7 +200,7 @@ def _row_line(row: dict[str, float | str]) -> str:
 def measure_runs(preset: str, run_steps: int) -> list[tuple[str, int, float, float]]:
     """(experiment, tokens, CPU seconds, wall seconds) of a short real run of each experiment."""
     out = []
-    for name in EXPERIMENTS:
+    for name in lockstep_experiments():
         cfg = _config(name, preset, steps=run_steps)
         w, c = time.perf_counter(), time.process_time()
         res = run_experiment(cfg)

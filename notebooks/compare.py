@@ -42,15 +42,16 @@ wandb_mode = "offline"  # offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # empty means compare-<preset>-<date>-<time>: one group per comparison
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite
-experiments = ["baseline", "two_site", "eight_cell"]
+experiments = []  # which experiments; empty means every one on the shared link (baseline, two_site, eight_cell)
 overrides = {}  # any config field by its --set key, for every experiment, e.g. {"optim.lr": 0.003}
 jobs = 0  # notebooks run at once, each in its own process with one torch thread; 0: all, up to 2 per core; 1: in turn
 
 # %%
 from islands_kit import plots
-from islands_kit.notebooks import (comparison_report, comparison_setup, comparison_to_wandb, ddp_bytes_per_step,
-                                   load_run, run_comparison, seed_groups)
+from islands_kit.notebooks import (comparison_experiments, comparison_report, comparison_setup, comparison_to_wandb,
+                                   ddp_bytes_per_step, load_run, run_comparison, seed_groups)
 
+experiments = comparison_experiments(experiments)
 shared, out = comparison_setup(experiments, preset, seed, steps, corpus, link, wandb_mode, wandb_project, wandb_group,
                                out_dir, overrides, seeds)
 print(f"shared parameters: {shared}\noutput: {out}")

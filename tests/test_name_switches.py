@@ -53,3 +53,32 @@ def test_no_name_switch_outside_the_homes() -> None:
     found = [f"{f.relative_to(PKG)}:{line}: {name!r}" for f in sorted(PKG.rglob("*.py"))
              if str(f.relative_to(PKG)) not in HOMES for line, name in name_switches(f.read_text())]
     assert not found, "compare against a name outside its home (ask the registry or the table):\n" + "\n".join(found)
+
+
+ROOT = PKG.parent
+LISTS_IN = [*PKG.rglob("*.py"), *(ROOT / "notebooks").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+# the protocol's arms are named after their experiments (an arm "baseline" tunes the baseline): its phases list arms
+ARM_LABELS = {ROOT / "benchmarks" / "protocol.py"}
+
+
+def name_lists(src: str) -> list[tuple[int, list[str]]]:
+    """(line, names) of every list, tuple or set literal in ``src`` that spells two or more experiment or strategy
+    names: a list the tables should have made."""
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            names = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in NAMES - set(MODES)]
+            if len(names) >= 2:
+                out.append((node.lineno, names))
+    return out
+
+
+def test_the_list_scan_finds_a_list() -> None:
+    assert name_lists('experiments = ["baseline", "two_site"]\nxs = ("baseline", [])') == [(1, ["baseline", "two_site"])]
+
+
+def test_no_hand_written_experiment_or_strategy_list_outside_the_tables() -> None:
+    homes = {PKG / h for h in HOMES} | ARM_LABELS
+    found = [f"{f.relative_to(ROOT)}:{line}: {names}" for f in sorted(LISTS_IN) if f not in homes
+             for line, names in name_lists(f.read_text())]
+    assert not found, "derive the list from the experiment table or the strategy registry:\n" + "\n".join(found)

@@ -10,7 +10,7 @@ Torch-free, like the rest of ``config/``. The preset machinery (model sizes, len
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, overload
 
 from islands_kit.config.rules import ConfigError
 from islands_kit.orbital import settings as orbital
@@ -116,8 +116,41 @@ _TABLE: tuple[ExperimentRow, ...] = (
                   color="#9467bd", marker="^", notebook="orbital", scaling=False),
 )
 EXPERIMENT_TABLE: dict[str, ExperimentRow] = {r.name: r for r in _TABLE}
-EXPERIMENTS: tuple[str, ...] = tuple(EXPERIMENT_TABLE)  # the built-in experiments (the CLI's choices)
-SCALING_EXPERIMENTS: tuple[str, ...] = tuple(r.name for r in _TABLE if r.scaling)  # the scaling study's default
+
+
+class TableNames(Sequence[str]):
+    """The names of the table's rows that ``keep`` selects, read when used: a row registered after import is in
+    every list made from it (``in``, iteration, ``len``, indexing, ``"|".join``)."""
+
+    def __init__(self, keep: Callable[[ExperimentRow], bool] = lambda row: True) -> None:
+        self._keep = keep
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(name for name, row in EXPERIMENT_TABLE.items() if self._keep(row))
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # its value changes as rows register
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+EXPERIMENTS = TableNames()  # every registered experiment (the CLI's choices)
+SCALING_EXPERIMENTS = TableNames(lambda row: row.scaling)  # the scaling study's default
 
 
 def experiment_row(name: str) -> ExperimentRow:

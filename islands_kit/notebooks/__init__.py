@@ -18,6 +18,7 @@ Where each piece lives (import them all from ``islands_kit.notebooks``):
 from __future__ import annotations
 
 from islands_kit.notebooks.comparison import (
+    comparison_experiments,
     comparison_report,
     comparison_setup,
     comparison_to_wandb,
@@ -51,7 +52,7 @@ from islands_kit.notebooks.tables import config_summary, decoupled_table, format
 
 __all__ = [
     "EXPERIMENT_NOTEBOOKS", "KERNEL_QUIET", "NOTEBOOK_DIR", "POISONED_RUNS", "STANDARD_FIGURES", "NotebookError",
-    "check_overrides", "check_parameters", "check_scaling_parameters", "comparison_report", "comparison_setup",
+    "check_overrides", "check_parameters", "check_scaling_parameters", "comparison_experiments", "comparison_report", "comparison_setup",
     "comparison_to_wandb", "config_summary", "ddp_bytes_per_step", "decoupled_pair", "decoupled_table",
     "experiment_setup", "format_rows", "load_run", "notebook_config", "notebook_parameters", "notebook_path",
     "parse_cli_parameters", "poisoned_island_setup", "poisoned_island_table", "result_summary", "resolve_out_dir",

@@ -14,10 +14,17 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.config import _check
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.notebooks.configs import check_overrides, notebook_config, resolve_out_dir
 from islands_kit.notebooks.runner import EXPERIMENT_NOTEBOOKS, NotebookError, run_notebook
 from islands_kit.progress import format_duration
 from islands_kit.tracking import load_result
+
+
+def comparison_experiments(experiments: Sequence[str]) -> list[str]:
+    """``experiments``, or when empty every experiment of the table with a notebook that runs on the link a
+    comparison shares (a row that sets its own link, the orbit's, is compared on its own)."""
+    return list(experiments) or [r.name for r in EXPERIMENT_TABLE.values() if r.notebook and "link" not in r.settings]
 
 
 def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: int, corpus: str, link: str,
