@@ -16,9 +16,9 @@ and resent, they cost time only). The attacks, seeded and deterministic (:class:
 =============  ====================================================================================================
 
 
-sign_flip / scale / noise act on Δ before the codec (``DiLoCo.tamper``); nan / replay act on the encoded payload
-(``DiLoCo.tamper_payload``) because a quantising codec refuses non-finite input and re-encoding a stale Δ would not
-reproduce its bytes: a compromised island writes its wire bytes directly.
+sign_flip / scale / noise act on Δ before the codec (``tamper``, on the hook point ``outgoing``); nan / replay act on
+the encoded payload (``tamper_payload``, on ``outgoing_payload``) because a quantising codec refuses non-finite input
+and re-encoding a stale Δ would not reproduce its bytes: a compromised island writes its wire bytes directly.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import torch
 from islands_kit.comm.codecs import Payload
 from islands_kit.config import ConfigError, FaultConfig
 
-DELTA_ATTACKS = ("sign_flip", "scale", "noise")  # on Δ before the codec (DiLoCo.tamper)
+DELTA_ATTACKS = ("sign_flip", "scale", "noise")  # on Δ before the codec (Adversary.tamper)
 WIRE_ATTACKS = ("nan", "replay")  # on the encoded payload (DiLoCo.tamper_payload)
 INJECT_FRACTION = 0.01  # share of values (or block scales) the nan attack overwrites
 
