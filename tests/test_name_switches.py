@@ -57,8 +57,6 @@ def test_no_name_switch_outside_the_homes() -> None:
 
 ROOT = PKG.parent
 LISTS_IN = [*PKG.rglob("*.py"), *(ROOT / "notebooks").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
-# the protocol's arms are named after their experiments (an arm "baseline" tunes the baseline): its phases list arms
-ARM_LABELS = {ROOT / "benchmarks" / "protocol.py"}
 
 
 def name_lists(src: str) -> list[tuple[int, list[str]]]:
@@ -78,7 +76,7 @@ def test_the_list_scan_finds_a_list() -> None:
 
 
 def test_no_hand_written_experiment_or_strategy_list_outside_the_tables() -> None:
-    homes = {PKG / h for h in HOMES} | ARM_LABELS
+    homes = {PKG / h for h in HOMES}
     found = [f"{f.relative_to(ROOT)}:{line}: {names}" for f in sorted(LISTS_IN) if f not in homes
              for line, names in name_lists(f.read_text())]
     assert not found, "derive the list from the experiment table or the strategy registry:\n" + "\n".join(found)
