@@ -83,8 +83,8 @@ class Driver(abc.ABC):
         return cls(cfg, islands, transport, step_s, strategy, hooks=hooks)  # type: ignore[call-arg,misc]
 
     def compute(self, island: int, seconds: float) -> None:
-        """``island``'s clock runs one inner step of nominal length ``seconds``, as long as the ``step_seconds`` hook
-        point makes it from where the clock stands (an orbiting island in eclipse computes slower)."""
+        """A local ``island`` computes one inner step of nominal length ``seconds``, as long as the ``step_seconds``
+        hook point makes it from where its clock stands (an orbiting island in eclipse computes slower)."""
         self.transport.compute(island, self.hooks.step_seconds(island, self.transport.clock.now[island], seconds))
 
     @staticmethod
@@ -257,8 +257,8 @@ class DecoupledDriver(Driver):
             if self.preempted(j, t):
                 clock.wait_until(j, t * self.tick_s)
                 continue
-            while clock.now[j] + self.step_s[j] <= end_s:
-                self.compute(j, self.step_s[j])
+            while clock.now[j] + self.step_s[j] <= end_s:  # (the clock's mirror, not this process's compute)
+                clock.compute(j, self.hooks.step_seconds(j, clock.now[j], self.step_s[j]))
                 self.inner_steps[j] += 1
         for i, isl in self.islands.items():
             if i in lost:  # dropped by the synchroniser in this process (the simulator): it stops, as a lost process
