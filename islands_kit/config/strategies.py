@@ -26,7 +26,7 @@ class StrategyTraits:
     mode: str  # the sync.mode value it answers (its driver)
     description: str  # one line, for tables and wandb
     synchronous: bool = False  # one model on the global batch: a preempted island stalls the job; the baseline's kind
-    takes_faults: bool = False  # an aggregation step where an attack and a robust defence act (faults.attack/defense)
+    takes_faults: bool = False  # an aggregation step where an attack and a defence act: it calls sync/hooks.py's merge points
     global_state: bool = False  # a global model a preempted island rejoins from
     own_replica: bool = False  # no global model: it deploys a replica (or, with a final average, the replicas' mean)
     pairwise: bool = False  # exchanges with partner i XOR 2^r: needs a power-of-two number of islands
