@@ -26,12 +26,16 @@ LN2 = math.log(2.0)
 _COMPRESSORS_VERSION = 1  # bump when the settings below change, so cached figures are not reused
 
 
+class NonFiniteLoss(ValueError):
+    """The loss summed for bpb is NaN/inf (or negative): the model scored is broken, not the caller's arguments."""
+
+
 def bits_per_byte(nll_nats_sum: float, n_bytes: int) -> float:
     """bpb from a summed negative log-likelihood in nats over ``n_bytes`` predicted bytes: nats/byte / ln 2."""
     if not (isinstance(n_bytes, int) and n_bytes >= 1):
         raise ValueError(f"n_bytes: must be an integer >= 1 (got {n_bytes!r})")
     if not math.isfinite(nll_nats_sum) or nll_nats_sum < 0:
-        raise ValueError(f"nll_nats_sum: must be a finite number >= 0 (got {nll_nats_sum!r})")
+        raise NonFiniteLoss(f"nll_nats_sum: must be a finite number >= 0 (got {nll_nats_sum!r})")
     return float(nll_nats_sum) / n_bytes / LN2
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -470,6 +471,17 @@ def test_a_non_finite_global_model_is_refused_at_evaluation():
     with pytest.raises(Diverged, match="NaN/inf"):
         exp.evaluate()
 
+    class Overflowing(torch.nn.Module):  # finite weights whose forward pass overflows (1e15 x an honest update did)
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.tensor([3e38, 2.0]))
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return type("Out", (), {"logits": (self.w[0] * self.w[1]).expand(*x.shape, 256) * torch.arange(256.0)})
+
+    with pytest.raises(Diverged, match=r"the evaluated model's loss is not finite .*largest \|weight\| 3e\+38 in w$"):
+        exp.evaluator.bpb(Overflowing(), exp.evaluator.eval_windows)  # was a bare ValueError ("nll_nats_sum")
+
 
 @pytest.mark.slow
 def test_poisoned_island_notebook(tmp_path):
@@ -483,3 +495,89 @@ def test_poisoned_island_notebook(tmp_path):
     assert res["attacked"]["final_val_bpb"] > 1.1 * res["clean"]["final_val_bpb"]  # as in the test above
     assert abs(res["defended"]["final_val_bpb"] - res["clean"]["final_val_bpb"]) < 0.01 * res["clean"]["final_val_bpb"]
     assert (tmp_path / "poisoned_island.ipynb").exists() and (tmp_path / "bpb_curves.png").exists()
+
+
+# -- nobody referees itself -----------------------------------------------------------------------------------------
+
+def test_a_contribution_is_never_its_own_referee():
+    """Decoupled, the synchroniser's island absent from a round: island 1 alone used to be judged against itself
+    (min of the pool), so anything passed. Now it is held until fragment 0 has a trusted round, then judged against
+    that round and its own accepted history: 100x is refused, an honest one merged."""
+    dfn = Defense(FaultConfig(defense="auto"), 2, window=8, observer=0)
+    xs, ys, zs = honest(2, seed=11), honest(2, seed=12), honest(2, seed=13)
+    drop, hold = dfn.screen(4, 0, [(1, 16.0, 100 * xs[1])])
+    assert drop == {} and set(hold) == {1} and "is held: nothing trusted to judge it by" in hold[1]
+    assert [(r["island"], r["reason"], r["action"]) for r in dfn.report()] == [(1, "no_reference", "held")]
+    assert dfn.rescreen(5, 0, (1, 16.0, 100 * xs[1])) == ({}, hold | {1: hold[1].replace("step 4", "step 5")})
+    assert dfn.screen(12, 0, [(0, 24.0, ys[0]), (1, 16.0, ys[1])]) == ({}, {})  # a trusted round of fragment 0
+    drop, hold = dfn.rescreen(13, 0, (1, 16.0, 100 * xs[1]))  # the held one, judged now
+    assert hold == {} and "refused: norm_vs_history" in drop[1]
+    assert reasons(dfn, 1) == {"no_reference", "norm_vs_history", "norm_vs_trusted"}
+    fresh = Defense(FaultConfig(defense="auto"), 2, window=8, observer=0)
+    fresh.screen(12, 0, [(0, 24.0, ys[0]), (1, 16.0, ys[1])])
+    assert fresh.screen(20, 0, [(1, 16.0, zs[1])]) == ({}, {})  # honest, alone: judged against the trusted round
+    drop, _ = fresh.screen(28, 0, [(1, 16.0, -100 * zs[1])])
+    assert {r["reason"] for r in fresh.report()} == {"norm_vs_history", "norm_vs_trusted"} and 1 in drop
+
+
+def test_lockstep_with_the_observer_flagged_holds_the_other_site_without_a_trusted_round():
+    xs, ys = honest(2, seed=21), honest(2, seed=22)
+    nan = xs[0].clone().index_fill_(0, torch.tensor([0]), math.nan)
+    dfn = Defense(FaultConfig(defense="clip"), 2, observer=0)
+    out = dfn.aggregate(4, 0, gathered([nan, 50 * xs[1]]))  # the observer's own update is broken: nobody to judge by
+    assert torch.equal(out, torch.zeros_like(out))
+    assert {(r["island"], r["reason"], r["action"]) for r in dfn.report()} == {
+        (0, "non_finite", "dropped"), (1, "no_reference", "held"), (-1, "no_update", "zero")}
+    later = Defense(FaultConfig(defense="clip"), 2, observer=0)
+    later.aggregate(4, 0, gathered(xs))  # a trusted round first
+    later.aggregate(12, 0, gathered([nan, 50 * ys[1]]))
+    assert reasons(later, 1) == {"norm_vs_history", "norm_vs_trusted"}
+
+
+def test_a_held_contribution_merges_once_the_fragment_has_a_trusted_round():
+    from lone_synchroniser import contribution, from_island_1, synchroniser
+
+    from islands_kit.comm.codecs import encode_bytes
+
+    s, box, tick = synchroniser()
+    attach(s.hooks, smoke_cfg(2, sync__mode="decoupled", faults__defense="auto"), [0])
+    g = torch.Generator().manual_seed(0)
+
+    def like_island_0(at: int, **over: object) -> tuple[bytes, bytes]:  # island 1's update: island 0's, plus noise
+        delta = s.base[0][0] - s.views[0][0].flat()
+        body, _ = contribution(s, at, **over)
+        return body, encode_bytes(s.codec.encode(delta + 0.1 * delta.abs().mean() * torch.randn(delta.shape, generator=g)))
+
+    s.tokens_since[0][0] = 0  # the synchroniser's island has nothing for this round (absent)
+    from_island_1(box, like_island_0(tick))
+    s.after_tick(tick)
+    rec = s.merge_log[0]
+    assert rec["held"] == [1] and not rec["quorum_met"] and rec["on_time"] == [] and list(rec["landing_s"]) == [1]
+    nxt = tick + s.cfg.H
+    for _ in range(s.cfg.H):
+        with torch.no_grad():
+            s.models[0].weight.add_(0.01)
+        s.island_step_done(0, 64)
+    from_island_1(box, like_island_0(nxt, round=1, tokens=64 * s.cfg.H, steps=s.cfg.H, inner_steps=nxt))
+    s.after_tick(nxt)
+    rec = s.merge_log[-1]
+    assert not box.lost and rec["on_time"] == [0, 1] and rec["carried_in"] == [1] and "held" not in rec
+    assert rec["tokens"] == 64 * s.cfg.H * 2 + 64 * tick  # both fresh spans, and the held one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", [100.0, 1e15])
+def test_a_straggling_synchroniser_no_longer_lets_the_attacker_referee_itself(scale):
+    """The issue's repro: island 0 straggles (x20, no contribution in 17 steps), island 1 attacks from step 9. It was
+    judged against itself: bpb 14.09 with an empty faults_report, and a nameless NaN crash at 1e15. Every one of its
+    contributions is now held (nothing trusted to judge them by) and reported; the global model is what an honest
+    island 1 would have left, to the bit (also all held)."""
+    sets = dict(steps=STEPS, sync__mode="decoupled", faults__defense="auto", faults__straggler_island=0,
+                faults__straggler_factor=20, faults__attack_island=1, faults__attack_start=ATTACK_START)
+    _, clean = smoke_run(2)
+    attacked = run_experiment(smoke_cfg(2, faults__attack="scale", faults__attack_scale=scale, **sets))
+    honest_run = run_experiment(smoke_cfg(2, **sets))
+    assert attacked["diverged_at_step"] is None and attacked["final_val_bpb"] == honest_run["final_val_bpb"]
+    assert {(r["island"], r["reason"]) for r in attacked["faults_report"]} == {(1, "no_reference")}
+    assert {r["action"] for r in attacked["faults_report"]} == {"held", "not_merged"}
+    assert attacked["decoupled"]["dropped_tokens"] > 0

@@ -77,6 +77,7 @@ def test_a_payload_must_be_what_the_receiver_expects() -> None:
     ({"status": "not_ready"}, True, "status: not_ready with a payload"),
     ({"sent_s": 7.5}, False, "sent_s: 7.5 is not a send time of this round"),
     ({"sent_s": 9.0}, True, None),  # at the end an island sends once its last merges landed
+    ({"status": "fresh", "tokens": 0}, False, "tokens: a fresh contribution of 0 tokens"),
     ({"sent_s": 1e9}, False, "sent_s"),  # beyond the wire's clock bound
 ])
 def test_contribution_fault_names_the_rule(over: dict, final: bool, why: str | None) -> None:
@@ -85,6 +86,16 @@ def test_contribution_fault_names_the_rule(over: dict, final: bool, why: str | N
         assert got is None
     else:
         assert got is not None and why in got and "island 1" in got and "\n" not in got
+
+
+def test_a_final_send_time_is_bounded_by_the_last_landing() -> None:
+    """At the end an island sends once the merges sent to it have landed: ``latest``, the last landing the
+    synchroniser priced, bounds the send time (a later one would hold the final merge and the clock)."""
+    body = {**BODY, "sent_s": 9.0}
+    assert contribution_fault(body, object(), 1, (8, 1, 0), 8.0, True, latest=9.5) is None  # type: ignore[arg-type]
+    got = contribution_fault(body, object(), 1, (8, 1, 0), 8.0, True, latest=8.5)  # type: ignore[arg-type]
+    assert got is not None and "sent_s: 9.0 is not a send time of this round (due at 8.0, or at the end up to 8.5" in got
+    assert contribution_fault(body, object(), 1, (8, 1, 0), 8.0, True, latest=0.0) is not None  # type: ignore[arg-type]
 
 
 def test_an_island_refuses_a_synchroniser_out_of_step() -> None:

@@ -191,6 +191,9 @@ def test_an_honest_contribution_is_merged():
      "from rank 1: codec: int8 numel=136 block_size=128 where this rank expects int4"),
     (lambda s, t: (contribution(s, t, status="absent")[0], contribution(s, t)[1]), "status: absent with a payload"),
     (lambda s, t: contribution(s, t, round=5), "round: names tick"),
+    # a zero-token fresh contribution used to reach the merge's weighted mean and end the run with a ValueError
+    (lambda s, t: contribution(s, t, tokens=0), "tokens: a fresh contribution of 0 tokens in 8 steps"),
+    (lambda s, t: contribution(s, t, steps=0), "tokens: a fresh contribution of 512 tokens in 0 steps"),
 ])
 def test_a_refused_contribution_drops_the_island_and_the_run_goes_on(hostile, match):
     s, box, tick = synchroniser()
@@ -240,6 +243,43 @@ def test_the_synchroniser_checks_values_and_drops_the_island_naming_it(scale, re
     rec = s.merge_log[0]
     assert rec["on_time"] == [0] and rec["absent"] == [1]
     assert torch.isfinite(s.global_params[0]).all()
+
+
+def test_a_zero_token_contribution_alone_in_its_round_is_refused_not_a_crash():
+    """The synchroniser's island absent and island 1 fresh with 0 tokens: the merge's weights summed to zero and
+    ``combine`` raised an uncaught ValueError that ended the run."""
+    s, box, tick = synchroniser()
+    s.tokens_since[0][0] = 0
+    from_island_1(box, contribution(s, tick, tokens=0))
+    s.after_tick(tick)
+    assert set(box.lost) == {1} and "island 1's decoupled.contribution for tick 8" in box.lost[1]
+    assert "tokens: a fresh contribution of 0 tokens" in box.lost[1] and not s.merge_log[0]["quorum_met"]
+
+
+def test_a_final_send_time_past_the_last_landing_is_refused():
+    """At the end an island sends once its last merges have landed, so the synchroniser, which priced every one of
+    those landings, knows the latest honest send time. A final ``sent_s`` of 1000 s (inside the wire's 1000x bound)
+    held the final merge and the run's clock until then: sim_wall_clock_s 1000.1 s against 0.31 s honest."""
+    from islands_kit.comm.messages import CONTRIBUTION as KIND
+    from islands_kit.comm.transport import LocalTransport
+    from islands_kit.config import apply_overrides
+    from islands_kit.presets import get_preset
+    from islands_kit.run import run_experiment
+
+    post = LocalTransport.post
+
+    def hostile(self, src, dst, kind, body, payload=None):  # island 1's final contribution claims a far send time
+        if kind == KIND and src == 1 and body["tick"] == 17:
+            body = {**body, "sent_s": 1000.0}
+        return post(self, src, dst, kind, body, payload)
+
+    cfg = apply_overrides(get_preset("two_site", "smoke"), {"sync.mode": "decoupled", "steps": "17"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(LocalTransport, "post", hostile)
+        with pytest.warns(RuntimeWarning, match=r"island 1 is lost.*sent_s: 1000.0 is not a send time of this round "
+                                                r"\(due at [\d.]+, or at the end up to [\d.]+, when the last merge"):
+            res = run_experiment(cfg)
+    assert res["sim_wall_clock_s"] < 1.0 and set(res["decoupled"]["lost_islands"]) == {1}
 
 
 def test_a_topk_contribution_with_a_bad_index_drops_the_island():

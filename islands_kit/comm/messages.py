@@ -49,12 +49,15 @@ APPLY_SCHEMA = {"fragment": Int(0), "round": Int(0), "merge_s": Num(0), "outer_s
 
 
 def contribution_fault(body: dict[str, Any], payload: Payload | None, island: int, due: tuple[int, int, int],
-                       now: float, final: bool, horizon: float = math.inf) -> str | None:
+                       now: float, final: bool, horizon: float = math.inf, latest: float = math.inf) -> str | None:
     """Why the synchroniser refuses island ``island``'s ``CONTRIBUTION`` (already through the wire's checks) to the
     round ``due`` = (tick, fragment, round) due at schedule time ``now``, in one line; None when it is sound. The
     protocol's rules: the send time within the wire's clock bound and the run's ``horizon``, the round it names, a
-    payload exactly when fresh, no ``not_ready`` at the end, a send time that is a time of this round (``now`` in a regular round; at the end,
-    no earlier than ``now``: an island sends its last parts once its last merges have landed), and step counts the
+    payload exactly when fresh, a fresh one trained (tokens and steps >= 1: a merge of zero weight has no mean), no
+    ``not_ready`` at the end, a send time that is a time of this round (``now`` in a
+    regular round; at the end, no earlier than ``now`` and no later than ``latest``: an island sends its last parts
+    once its last merges have landed, and the synchroniser priced every one of those landings on the link, so a
+    later time is made up — it would hold the final merge, and the run's clock, until then), and step counts the
     schedule allows: an island takes at most one inner step per tick (the tick is the fastest island's step), so by
     tick t at most t (one more of slack for rounding), and its steps since the last contribution are among them."""
     tick, p, k = due
@@ -67,10 +70,14 @@ def contribution_fault(body: dict[str, Any], payload: Payload | None, island: in
         why = f"round: names tick {body['tick']}, fragment {body['fragment']}, round {body['round']}"
     elif (body["status"] == FRESH) != (payload is not None):
         why = f"status: {body['status']} with{'' if payload is not None else 'out'} a payload"
+    elif body["status"] == FRESH and not (body["tokens"] >= 1 and body["steps"] >= 1):
+        why = (f"tokens: a fresh contribution of {body['tokens']} tokens in {body['steps']} steps (one is fresh only "
+               "after it trained: at least one step, and its tokens weigh it in the merge)")
     elif final and body["status"] == NOT_READY:
         why = "status: not_ready in the final merge"
-    elif not (body["sent_s"] == now or (final and body["sent_s"] > now)):
-        why = f"sent_s: {body['sent_s']!r} is not a send time of this round (due at {now!r})"
+    elif not (body["sent_s"] == now or (final and now < body["sent_s"] <= max(now, latest))):
+        end = f", or at the end up to {max(now, latest)!r}, when the last merge sent to it lands" if final else ""
+        why = f"sent_s: {body['sent_s']!r} is not a send time of this round (due at {now!r}{end})"
     elif body["inner_steps"] > tick + 1:
         why = f"inner_steps: {body['inner_steps']} is more than the {tick + 1} the schedule allows by tick {tick}"
     elif body["steps"] > body["inner_steps"]:
@@ -89,6 +96,23 @@ def _refusal(kind: str, field: str, why: str) -> peer.ControlError:
 def _syncer_clock(wire: Transport, island: int, t: float, kind: str, field: str) -> float:
     """A time the synchroniser sent, held to the wire's clock bound against the island's clock."""
     return peer.read_clock(t, wire.clock.now[island], SYNCER, field, f"control message {kind!r}", wire.horizon_s)
+
+
+def read_contribution(wire: Transport, island: int, due: tuple[int, int, int], now: float, final: bool,
+                      expect: peer.PayloadSpec, latest: float = math.inf) -> tuple[dict[str, Any], Payload | None] | None:
+    """Island ``island``'s ``CONTRIBUTION`` to round ``due`` = (tick, fragment, round), read by the synchroniser
+    through the wire's checks (``comm.peer``: its payload must match ``expect``) and then the protocol's
+    (:func:`contribution_fault`; ``latest``: the last landing time the synchroniser sent it). An island that breaks
+    one is dropped, like a dead one: None."""
+    got = wire.receive(SYNCER, island, CONTRIBUTION, CONTRIBUTION_SCHEMA, expect)
+    if got is None:
+        return None
+    body, payload = got
+    why = contribution_fault(body, payload, island, due, now, final, wire.horizon_s, latest)
+    if why is None:
+        return body, payload
+    wire.drop(island, why)
+    return None
 
 
 def syncer_timeout(wire: Transport) -> float:

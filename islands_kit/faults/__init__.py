@@ -21,7 +21,8 @@ __all__ = ["DELTA_ATTACKS", "DETECTORS", "WIRE_ATTACKS", "Adversary", "Defense",
 def attach(hooks: Hooks, cfg: ExperimentConfig, local_islands: Sequence[int]) -> None:
     """``cfg.faults``' attack and defence on the run's hook points (``sync/hooks.py``): a compromised island's
     attack on what it sends (``outgoing``, ``outgoing_payload``), a defence's robust rule in place of the lock-step
-    mean (``merge``; the transport then all-gathers) and its checks before a decoupled merge (``screen``), the state a
+    mean (``merge``; the transport then all-gathers) and its checks before a decoupled merge (``screen``; a
+    contribution held for want of a trusted reference: ``rescreen`` at later rounds, ``not_merged``), the state a
     checkpoint carries (``adversary``, ``defense``: None when off) and result.json's ``faults_report``. The
     strategies that call those points are the ones with an aggregation step (``traits.takes_faults``: validation
     refuses an attack or a defence for the others)."""
@@ -36,7 +37,10 @@ def attach(hooks: Hooks, cfg: ExperimentConfig, local_islands: Sequence[int]) ->
         honest = [i for i in local if f.attack == "none" or i != f.attack_island] or local
         defense = Defense(f, len(cfg.islands), window=cfg.sync.H, observer=honest[0])
         hooks.on("merge", defense.aggregate)  # lock-step: the robust rule merges
-        hooks.on("screen", defense.screen)  # decoupled: the synchroniser checks each contribution, drops a flagged island
+        # decoupled: the synchroniser checks each contribution, drops a flagged island, holds one it cannot judge yet
+        hooks.on("screen", defense.screen)
+        hooks.on("rescreen", defense.rescreen)
+        hooks.on("not_merged", defense.not_merged)
     hooks.state["adversary"], hooks.state["defense"] = adversary, defense
     hooks.on("result", lambda timeline, span_s: {"faults_report": defense.report() if defense is not None else []})
 

@@ -27,6 +27,14 @@ reference:
     whose view this process keeps; under torch.distributed its own island) is the reference and is checked for
     integrity and replay only. The simulator holds every island and reports one global model: :func:`install` makes
     the first island that is not the attacker the observer (the attacker's own view of training is of no interest).
+  * fewer, and the observer not among them (decoupled mode: the synchroniser's island straggled past the round;
+    lock-step: the observer's own update failed integrity or replay): a contribution is never its own referee, so
+    the reference is the *trusted history* of fragment p: norm = median of the last ``history`` trusted rounds'
+    norms (``norm_vs_trusted``), direction = unit(last trusted round) + unit(island i's own last accepted update),
+    where a trusted round is the token-weighted mean of what a sync accepted (every accepted update was judged
+    against the observer, a majority or this history). Before fragment p has a trusted round there is nothing to
+    judge against: the update is *held* (``no_reference``): lock-step leaves it out of that sync; decoupled mode
+    keeps it aside and judges it again at p's next rounds (:meth:`Defense.rescreen`), merging it once it passes.
 
 Actions. An island flagged by any check is quarantined: excluded from every fragment's syncs for the next
 ``quarantine_windows`` windows of H steps (a new flag restarts the quarantine). Its update in a quarantined sync is
@@ -59,7 +67,7 @@ import hashlib
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -71,7 +79,8 @@ REPLAY_COSINE = 0.9999  # cosine with the previous update of the same island abo
 REPLAY_DISTANCE = (2 * (1 - REPLAY_COSINE)) ** 0.5  # the same tolerance as a distance between unit vectors
 SKETCH = 256  # CountSketch buckets: distances between sketches match the vectors' within a few per cent
 QUARANTINE_WINDOWS = 3  # H-step windows an island flagged stays excluded
-DETECTORS = ("non_finite", "replay", "norm_vs_others", "norm_vs_history", "direction")
+DETECTORS = ("non_finite", "replay", "norm_vs_others", "norm_vs_history", "norm_vs_trusted", "direction")
+NO_REFERENCE = "no_reference"  # nothing trusted to judge an update against: it is held, not merged
 
 
 @dataclass
@@ -124,7 +133,8 @@ class Defense:
     transport's all-gather, ``[(island, tokens, Δ_island (d,))]`` in island order; it returns the (d,) update the outer
     optimizer applies. ``window`` = H (quarantine length unit), ``observer`` = the island this process trusts when
     two islands sync (see the module docstring). Memory: the last update received and the last accepted from every
-    island and fragment (references to the decoded tensors: up to two model-sized vectors per island)."""
+    island and fragment (references to the decoded tensors: up to two model-sized vectors per island), and each
+    fragment's last trusted round (one more)."""
 
     def __init__(self, cfg: FaultConfig, n_islands: int, *, window: int = 1, observer: int = 0,
                  quarantine_windows: int = QUARANTINE_WINDOWS) -> None:
@@ -144,30 +154,32 @@ class Defense:
         self._last: dict[tuple[int, int], torch.Tensor] = {}  # (island, fragment) -> previous update received
         self._accepted: dict[tuple[int, int], torch.Tensor] = {}  # (island, fragment) -> last update accepted
         self._until: dict[int, int] = {}  # island -> first step it is no longer quarantined
+        self._round_norms: dict[int, deque[float]] = {}  # fragment -> norms of its last trusted rounds
+        self._round_last: dict[int, torch.Tensor] = {}  # fragment -> its last trusted round (accepted, weighted mean)
 
     def report(self) -> list[dict[str, Any]]:
         return self.flags.to_list()
 
     # -- the checks ---------------------------------------------------------------------------------------------
     def _referee(self, pool: list[int]) -> int | None:
-        """With fewer than three islands in the pool: the island the others are judged against."""
-        return self.observer if self.observer in pool else (min(pool) if pool else None)
+        """With fewer than three islands in the pool: the island the others are judged against — the observer, never
+        one of the judged themselves (None: the trusted history is the reference)."""
+        return self.observer if self.observer in pool else None
 
     def _others(self, i: int, pool: list[int]) -> list[int]:
-        """The islands i is judged against: the rest of a majority pool, else the referee (none for the referee)."""
+        """The islands i is judged against: the rest of a majority pool, else the referee (none for the referee, or
+        without one)."""
         if len(pool) >= 3:
             return [j for j in pool if j != i]
         ref = self._referee(pool)
         return [ref] if ref is not None and ref != i else []
 
-    def _judge(self, p: int, ids: list[int], ws: dict[int, float], xs: dict[int, torch.Tensor]
-               ) -> tuple[dict[int, list[tuple[str, float, float]]], dict[int, float], dict[int, float]]:
-        """Flags per island [(reason, value, threshold)], the norms, and the norm each was judged against."""
-        c = self.cfg
+    def _intact(self, p: int, ids: list[int], xs: dict[int, torch.Tensor]
+                ) -> tuple[dict[int, list[tuple[str, float, float]]], dict[int, float]]:
+        """Checks 1-2 (integrity, replay) of each update; they record what they saw, so each update passes them once."""
         flags: dict[int, list[tuple[str, float, float]]] = {i: [] for i in ids}
         norms: dict[int, float] = {}
-        ref_norm: dict[int, float] = {}
-        for i in ids:  # 1. integrity, 2. replay
+        for i in ids:
             x, key = xs[i], (i, p)
             bad = int((~torch.isfinite(x)).sum())
             if bad:
@@ -185,31 +197,69 @@ class Defense:
                 flags[i].append(("replay", near, REPLAY_DISTANCE))
             seen.add(h)
             self._last[key] = x
-        pool = [i for i in ids if not flags[i]]
+        return flags, norms
+
+    def _compare(self, p: int, pool: list[int], ws: dict[int, float], xs: dict[int, torch.Tensor],
+                 norms: dict[int, float], flags: dict[int, list[tuple[str, float, float]]]) -> dict[int, float]:
+        """Checks 3-4 (norm, direction) of the updates in ``pool`` (adds to ``flags``); returns the norm each was
+        judged against. Without a majority or the observer the reference is p's trusted history; an island with
+        neither is flagged ``no_reference``."""
+        c = self.cfg
+        ref_norm: dict[int, float] = {}
         trusted = self._referee(pool) if len(pool) < 3 else None  # without a majority the referee trusts itself
+        rounds = self._round_norms.get(p)  # p's trusted rounds: their norms, and the last one (self._round_last)
         for i in [i for i in pool if i != trusted]:  # 3. norm
+            others = self._others(i, pool)
+            if not others and not rounds:
+                flags[i].append((NO_REFERENCE, 0.0, 0.0))
+                continue
             hist = self._norms.get((i, p))
             if hist and statistics.median(hist) > 0 and norms[i] > c.norm_ratio * statistics.median(hist):
                 flags[i].append(("norm_vs_history", norms[i] / statistics.median(hist), c.norm_ratio))
-            others = self._others(i, pool)
             if others:
                 ref_norm[i] = statistics.median(norms[j] for j in others)
-                if ref_norm[i] > 0 and norms[i] > c.norm_ratio * ref_norm[i]:
-                    flags[i].append(("norm_vs_others", norms[i] / ref_norm[i], c.norm_ratio))
+                reason = "norm_vs_others"
+            else:
+                ref_norm[i] = statistics.median(rounds or [0.0])
+                reason = "norm_vs_trusted"
+            if ref_norm[i] > 0 and norms[i] > c.norm_ratio * ref_norm[i]:
+                flags[i].append((reason, norms[i] / ref_norm[i], c.norm_ratio))
         pool = [i for i in pool if not flags[i]]
         trusted = self._referee(pool) if len(pool) < 3 else None
         for i in [i for i in pool if i != trusted]:  # 4. direction
             others = self._others(i, pool)
-            if not others:
+            if others:
+                reference = weighted_mean([xs[j] for j in others], [ws[j] for j in others])
+            elif rounds:
+                reference = self._round_last[p].to(xs[i].device)
+            else:
                 continue
-            reference = weighted_mean([xs[j] for j in others], [ws[j] for j in others])
             prev = self._accepted.get((i, p))
             if prev is not None:  # and i's own last accepted update: both trusted directions, as unit vectors
                 reference = _unit(reference) + _unit(prev.to(reference.device))  # (a resumed run's loads on the CPU)
             cos = _cosine(xs[i], reference)
             if cos is not None and cos < c.min_cosine:
                 flags[i].append(("direction", cos, c.min_cosine))
+        return ref_norm
+
+    def _judge(self, p: int, ids: list[int], ws: dict[int, float], xs: dict[int, torch.Tensor]
+               ) -> tuple[dict[int, list[tuple[str, float, float]]], dict[int, float], dict[int, float]]:
+        """Flags per island [(reason, value, threshold)], the norms, and the norm each was judged against."""
+        flags, norms = self._intact(p, ids, xs)
+        ref_norm = self._compare(p, [i for i in ids if not flags[i]], ws, xs, norms, flags)
         return flags, norms, ref_norm
+
+    def _trust(self, p: int, kept: list[int], ws: dict[int, float], xs: dict[int, torch.Tensor],
+               new_round: bool = True) -> None:
+        """Record a round of fragment p: what it accepted enters each island's history, and (``new_round``) their
+        token-weighted mean becomes p's latest trusted round."""
+        for i in kept:
+            self._norms.setdefault((i, p), deque(maxlen=self.cfg.history)).append(float(xs[i].double().norm()))
+            self._accepted[(i, p)] = xs[i]
+        if kept and new_round:
+            mean = weighted_mean([xs[i] for i in kept], [ws[i] for i in kept]).detach().float()
+            self._round_norms.setdefault(p, deque(maxlen=self.cfg.history)).append(float(mean.double().norm()))
+            self._round_last[p] = mean
 
     def _nearest(self, key: tuple[int, int], x: torch.Tensor) -> float | None:
         """The distance from x's sketch to the nearest sketch of an earlier update of ``key`` (None: the first); x's
@@ -234,7 +284,9 @@ class Defense:
         scaled: dict[int, torch.Tensor] = {}
         for i in ids:
             quarantined = step < self._until.get(i, -1)
-            if flags[i]:
+            if flags[i] == [(NO_REFERENCE, 0.0, 0.0)]:  # nothing to judge it by: left out, not held against it
+                self.flags.add(step, p, i, NO_REFERENCE, 0.0, 0.0, "held")
+            elif flags[i]:
                 norm_only = all(r.startswith("norm") for r, _, _ in flags[i])
                 if self.rule == "clip" and norm_only and not quarantined:
                     hist = self._norms.get((i, p))
@@ -251,8 +303,7 @@ class Defense:
                 self.flags.add(step, p, i, "quarantined", self._until[i] - step - 1, 0.0, "dropped")
             else:
                 kept.append(i)
-                self._norms.setdefault((i, p), deque(maxlen=self.cfg.history)).append(norms[i])
-                self._accepted[(i, p)] = xs[i]
+        self._trust(p, [i for i in kept if i not in scaled], ws, xs)
         if not kept:
             self.flags.add(step, p, -1, "no_update", 0.0, 0.0, "zero")
             return torch.zeros_like(xs[ids[0]], dtype=torch.float32)
@@ -266,29 +317,64 @@ class Defense:
         return weighted_mean(vals, [ws[i] for i in kept])
 
     # -- decoupled mode -----------------------------------------------------------------------------------------
-    def screen(self, step: int, fragment: int, fresh: list[tuple[int, float, torch.Tensor]]) -> dict[int, str]:
+    def screen(self, step: int, fragment: int, fresh: Sequence[tuple[int, float, torch.Tensor]]
+               ) -> tuple[dict[int, str], dict[int, str]]:
         """Decoupled mode, on the synchroniser: checks 1-4 on a round's fresh contributions ``[(island, tokens, Δ)]``,
         with the pool and references of lock-step. An island flagged is dropped from the run (a contribution is a
         message from another process: the wire's policy for what it refuses), reported with the action
-        ``island_dropped``; the ``observer`` (the synchroniser's island, trusted by construction) never is. Returns
-        {island: one-line why}; the contributions kept enter the norm and direction history."""
+        ``island_dropped``; the ``observer`` (the synchroniser's island, trusted by construction) never is. A
+        contribution with nothing trusted to judge it by is held (``no_reference``, action ``held``): the caller
+        keeps it aside and brings it to :meth:`rescreen`. Returns ({island: why dropped}, {island: why held}), one
+        line each; the contributions kept enter the norm and direction history and make p's latest trusted round."""
         if self.rule == "none" or not fresh:
-            return {}
+            return {}, {}
         ids = [i for i, _, _ in fresh]
+        ws = {i: float(w) for i, w, _ in fresh}
         xs = {i: x for i, _, x in fresh}
-        flags, norms, _ = self._judge(fragment, ids, {i: float(w) for i, w, _ in fresh}, xs)
-        why: dict[int, str] = {}
+        flags, _, _ = self._judge(fragment, ids, ws, xs)
+        return self._verdicts(step, fragment, ids, ws, xs, flags)
+
+    def rescreen(self, step: int, fragment: int, held: tuple[int, float, torch.Tensor]
+                 ) -> tuple[dict[int, str], dict[int, str]]:
+        """A contribution :meth:`screen` held, judged again (checks 3-4 only: it passed integrity and replay when it
+        arrived) against what fragment p has trusted since; the same verdicts as ``screen``."""
+        i, w, x = held
+        ws, xs = {i: float(w)}, {i: x}
+        flags: dict[int, list[tuple[str, float, float]]] = {i: []}
+        self._compare(fragment, [i], ws, xs, {i: float(x.double().norm())}, flags)
+        if flags[i] == [(NO_REFERENCE, 0.0, 0.0)]:  # still nothing to judge it by: it stays held, unreported
+            return {}, {i: self._why(i, fragment, step, NO_REFERENCE, 0.0, 0.0)}
+        return self._verdicts(step, fragment, [i], ws, xs, flags, new_round=False)
+
+    def _verdicts(self, step: int, p: int, ids: list[int], ws: dict[int, float], xs: dict[int, torch.Tensor],
+                  flags: dict[int, list[tuple[str, float, float]]], new_round: bool = True
+                  ) -> tuple[dict[int, str], dict[int, str]]:
+        drop: dict[int, str] = {}
+        hold: dict[int, str] = {}
         for i in ids:
-            if not flags[i]:
-                self._norms.setdefault((i, fragment), deque(maxlen=self.cfg.history)).append(norms[i])
-                self._accepted[(i, fragment)] = xs[i]
-            elif i != self.observer:
+            if flags[i] == [(NO_REFERENCE, 0.0, 0.0)]:
+                self.flags.add(step, p, i, NO_REFERENCE, 0.0, 0.0, "held")
+                hold[i] = self._why(i, p, step, NO_REFERENCE, 0.0, 0.0)
+            elif flags[i] and i != self.observer:
                 for reason, value, thr in flags[i]:
-                    self.flags.add(step, fragment, i, reason, value, thr, "island_dropped")
-                reason, value, thr = flags[i][0]
-                why[i] = (f"faults.defense: island {i}'s outer gradient of fragment {fragment} at step {step} is "
-                          f"refused: {reason} {value:.4g} (threshold {thr:.4g})")
-        return why
+                    self.flags.add(step, p, i, reason, value, thr, "island_dropped")
+                drop[i] = self._why(i, p, step, *flags[i][0])
+        self._trust(p, [i for i in ids if not flags[i]], ws, xs, new_round)
+        return drop, hold
+
+    @staticmethod
+    def _why(i: int, p: int, step: int, reason: str, value: float, thr: float) -> str:
+        if reason == NO_REFERENCE:
+            return (f"faults.defense: island {i}'s outer gradient of fragment {p} at step {step} is held: nothing "
+                    "trusted to judge it by yet (the synchroniser's island sent none, and no round of this fragment "
+                    "was trusted)")
+        return (f"faults.defense: island {i}'s outer gradient of fragment {p} at step {step} is refused: {reason} "
+                f"{value:.4g} (threshold {thr:.4g})")
+
+    def not_merged(self, step: int, fragment: int, held: tuple[int, float, torch.Tensor]) -> None:
+        """A held contribution ``(island, tokens, Δ)`` the run ended without ever merging (reported with the action
+        ``not_merged``, its tokens as the value)."""
+        self.flags.add(step, fragment, held[0], NO_REFERENCE, held[1], 0.0, "not_merged")
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -297,7 +383,9 @@ class Defense:
                 "sketches": {k: v.clone() for k, v in self._sketches.items()},
                 "last": {k: v.clone() for k, v in self._last.items()},
                 "accepted": {k: v.clone() for k, v in self._accepted.items()},
-                "until": dict(self._until), "records": self.flags.to_list()}
+                "until": dict(self._until), "records": self.flags.to_list(),
+                "round_norms": {k: list(v) for k, v in self._round_norms.items()},
+                "round_last": {k: v.clone() for k, v in self._round_last.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self._norms = {tuple(k): deque(v, maxlen=self.cfg.history) for k, v in d["norms"].items()}
@@ -307,3 +395,5 @@ class Defense:
         self._accepted = {tuple(k): v.clone() for k, v in d["accepted"].items()}
         self._until = {int(k): int(v) for k, v in d["until"].items()}
         self.flags = FlagReport([dict(r) for r in d["records"]])
+        self._round_norms = {int(k): deque(v, maxlen=self.cfg.history) for k, v in d.get("round_norms", {}).items()}
+        self._round_last = {int(k): v.clone() for k, v in d.get("round_last", {}).items()}

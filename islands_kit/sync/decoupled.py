@@ -53,13 +53,12 @@ from islands_kit.comm.messages import (
     ABSENT,
     APPLY,
     CONTRIBUTION,
-    CONTRIBUTION_SCHEMA,
     DECISION,
     FRESH,
     NOT_READY,
     SYNCER,
-    contribution_fault,
     read_apply,
+    read_contribution,
     read_decision,
 )
 from islands_kit.comm.transport import Transport, decode
@@ -105,6 +104,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
         self.not_ready = 0
         self.last_merge_s = 0.0
         self.lost_at: dict[int, int] = {}  # island -> the step (tick) at whose end the synchroniser knew it lost
+        self.landings: dict[int, float] = {}  # island -> the latest landing of a merge the synchroniser sent it
 
     def lost_islands(self) -> set[int]:
         """Islands whose messages the wire refused, or whose process died or stopped answering: absent from every
@@ -215,9 +215,9 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
             self._contribute(i, tick, p, k, sent_s[i], codec, final)
         if self.is_syncer:
             now = tick * self.tick_s
-            fresh, absent, not_ready = self._gather(tick, p, k, sent_s, codec, final)
+            fresh, absent, not_ready, held = self._gather(tick, p, k, sent_s, codec, final)
             m = (self.rule.decide_final(tick, p, k, now, fresh, self.inner_steps) if final else
-                 self.rule.decide(tick, p, k, now, fresh, absent, not_ready, self.inner_steps))
+                 self.rule.decide(tick, p, k, now, fresh, absent, not_ready, self.inner_steps, held))
             if m is not None:
                 self.in_flight.append(m)
             for j in self._live_others():
@@ -240,10 +240,11 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
                           "needs no quorum", RuntimeWarning, stacklevel=3)
 
     def _gather(self, tick: int, p: int, k: int, sent_s: dict[int, float], codec: Any,
-                final: bool) -> tuple[list[Contribution], list[int], list[int]]:
+                final: bool) -> tuple[list[Contribution], list[int], list[int], list[int]]:
         """The synchroniser's view of round k of fragment p: (fresh contributions in island order, absent islands,
-        islands not ready). Its own island is read here, leaving at ``sent_s``; every other island's part comes as a
-        ``CONTRIBUTION`` with its send time, and one that is lost counts as absent."""
+        islands not ready, islands whose contribution the screen held). Its own island is read here, leaving at
+        ``sent_s``; every other island's part comes as a ``CONTRIBUTION`` with its send time, and one that is lost
+        counts as absent."""
         fresh: list[Contribution] = []
         absent, not_ready = [], []
         for i in self.all_ids:
@@ -253,10 +254,14 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
                 if status == FRESH:
                     payload, tokens, steps = self._encode(i, tick, p, k, codec)
             else:
-                body, payload = self._contribution(i, tick, p, k, tick * self.tick_s, codec, final)
-                if body is None:  # lost: its process died, stopped answering, or sent what the wire refused
+                expect = peer.PayloadSpec(codec.name, self.global_params[p].numel(), codec.block_size)
+                got = read_contribution(self.transport, i, (tick, p, k), tick * self.tick_s, final, expect,
+                                        self.landings.get(i, 0.0))
+                if got is None:  # lost: its process died, stopped answering, or sent what the wire refused
+
                     absent.append(i)
                     continue
+                body, payload = got
                 status, tokens, steps, t = body["status"], body["tokens"], body["steps"], float(body["sent_s"])
                 self.inner_steps[i] = body["inner_steps"]
             if status == ABSENT:
@@ -269,26 +274,13 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
                 d = self.transport.send("fragments", i, SYNCER, payload, t)
                 delta = d.tensor.to(self.global_params[p].device)  # a received payload decodes on the CPU
                 fresh.append(Contribution(i, p, k, tokens, steps, delta, d.arrival_s, t))
-        for j, why in self.hooks.screen(tick, p, [(c.island, float(c.tokens), c.delta) for c in fresh]).items():
-            self.transport.drop(j, why)  # named in lost_islands; absent from this round and every later one
-            absent.append(j)
-        return [c for c in fresh if c.island not in self.lost_islands()], sorted(absent), not_ready
-
-    def _contribution(self, i: int, tick: int, p: int, k: int, now: float, codec: Any,
-                      final: bool) -> tuple[dict[str, Any] | None, Payload | None]:
-        """Island i's ``CONTRIBUTION`` to round k of fragment p, read through the wire's checks (``comm.peer``: its
-        payload must be this fragment in ``codec``) and then the protocol's (``messages.contribution_fault``). An
-        island that breaks one is dropped, like a dead one: (None, None)."""
-        expect = peer.PayloadSpec(codec.name, self.global_params[p].numel(), codec.block_size)
-        got = self.transport.receive(SYNCER, i, CONTRIBUTION, CONTRIBUTION_SCHEMA, expect)
-        if got is None:
-            return None, None
-        body, payload = got
-        why = contribution_fault(body, payload, i, (tick, p, k), now, final, self.transport.horizon_s)
-        if why is None:
-            return body, payload
-        self.transport.drop(i, why)
-        return None, None
+        held: list[int] = []
+        if self.hooks.has("screen"):
+            fresh, drop, held = self.rule.screen(self.hooks, tick, p, fresh, self.lost_islands(), final)
+            for j, why in drop.items():
+                self.transport.drop(j, why)  # named in lost_islands; absent from this round and every later one
+                absent += [j] if j not in absent else []
+        return [c for c in fresh if c.island not in self.lost_islands()], sorted(absent), not_ready, held
 
     @torch.no_grad()
     def _apply_merges(self, until_s: float | None, codec: Any = None) -> None:
@@ -326,6 +318,7 @@ class DecoupledDiLoCo(DiLoCoCore, ClockedStrategy):
             if j == SYNCER:
                 self.inbox.append(Broadcast(j, p, m.round, d.arrival_s, g.detach().clone()))
             m.record["landing_s"][j] = d.arrival_s  # it lands at j's first step boundary from then on
+            self.landings[j] = max(self.landings.get(j, 0.0), d.arrival_s)
         for j in self._live_others():
             self.transport.post(SYNCER, j, APPLY, {"fragment": p, "round": m.round, "merge_s": m.merge_s,
                                                    "outer_step": m.delta is not None,

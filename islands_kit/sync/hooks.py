@@ -13,11 +13,15 @@ starts; the run calls each point where it stands, and a point nobody registered 
     merge             the lock-step merge, in place of its average  (step, fragment, [(island, weight, Δ)]) -> Δ̄
                       (at most one; the islands then all-gather)
     screen            the decoupled synchroniser, on a round's      (step, fragment, [(island, weight, Δ)])
-                      fresh outer gradients before it merges          -> {island: why it is dropped}
+                      fresh outer gradients before it merges          -> ({island: why dropped}, {island: why held})
+    rescreen          the same, on a contribution held earlier      (step, fragment, (island, weight, Δ)) -> the same
+                      (``sync/quorum.py``), at each later round
+    not_merged        the same, on one still held at the end        (step, fragment, (island, weight, Δ)) -> None
     result            the run, when it writes result.json          (link timeline, simulated span s) -> fields
 
 Several functions on one point run in registration order, each on what the one before returned (``step_seconds``,
-``outgoing``, ``outgoing_payload``) or side by side (``after_step``, ``screen``, ``result``: their dicts merged).
+``outgoing``, ``outgoing_payload``) or side by side (``after_step``, ``screen``, ``rescreen``, ``not_merged``,
+``result``: their dicts merged).
 ``state`` names what a checkpoint must carry for a feature (an object with ``state_dict`` / ``load_state_dict``, or
 None when the feature is off: the key is written either way).
 """
@@ -31,7 +35,9 @@ if TYPE_CHECKING:
 
     from islands_kit.comm.codecs import Payload
 
-POINTS = ("step_seconds", "after_step", "outgoing", "outgoing_payload", "merge", "screen", "result")
+POINTS = ("step_seconds", "after_step", "outgoing", "outgoing_payload", "merge", "screen", "rescreen", "not_merged",
+          "result")
+Verdicts = tuple[dict[int, str], dict[int, str]]  # a screen's ({island: why dropped}, {island: why held})
 SINGLE = ("merge",)  # a point that replaces what the run would do: one function at most
 
 
@@ -78,11 +84,24 @@ class Hooks:
         merged: torch.Tensor = fn(step, fragment, gathered)
         return merged
 
-    def screen(self, step: int, fragment: int, fresh: Sequence[tuple[int, float, torch.Tensor]]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for fn in self._fns["screen"]:
-            out.update(fn(step, fragment, fresh))
-        return out
+    def screen(self, step: int, fragment: int, fresh: Sequence[tuple[int, float, torch.Tensor]]) -> Verdicts:
+        return self._verdicts([fn(step, fragment, fresh) for fn in self._fns["screen"]])
+
+    def rescreen(self, step: int, fragment: int, held: tuple[int, float, torch.Tensor]) -> Verdicts:
+        return self._verdicts([fn(step, fragment, held) for fn in self._fns["rescreen"]])
+
+    def not_merged(self, step: int, fragment: int, held: tuple[int, float, torch.Tensor]) -> None:
+        for fn in self._fns["not_merged"]:
+            fn(step, fragment, held)
+
+    @staticmethod
+    def _verdicts(each: list[Verdicts]) -> Verdicts:
+        drop: dict[int, str] = {}
+        hold: dict[int, str] = {}
+        for d, h in each:
+            drop.update(d)
+            hold.update(h)
+        return drop, {i: why for i, why in hold.items() if i not in drop}
 
     def result(self, timeline: Sequence[Sequence[Any]], span_s: float) -> dict[str, Any]:
         out: dict[str, Any] = {}

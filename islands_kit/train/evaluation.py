@@ -7,7 +7,7 @@ import copy
 import torch
 
 from islands_kit.device import autocast
-from islands_kit.metrics import evaluate_bpb
+from islands_kit.metrics import NonFiniteLoss, evaluate_bpb
 from islands_kit.model import ByteTransformer
 from islands_kit.sync.base import SyncStrategy
 from islands_kit.sync.routing import js_divergence, topk_overlap
@@ -47,8 +47,15 @@ class Evaluator:
         return self.model
 
     def bpb(self, model: torch.nn.Module, windows: Windows) -> float:
+        """bpb on ``windows``; :class:`Diverged` when the loss is not finite although the weights are (weights so
+        large that the forward pass overflows: an update of 1e15 x the honest one does that)."""
         with autocast(self.device, self.precision):
-            return evaluate_bpb(lambda xb: model(xb).logits, *windows, batch_size=64)
+            try:
+                return evaluate_bpb(lambda xb: model(xb).logits, *windows, batch_size=64)
+            except NonFiniteLoss as e:
+                top = max(((float(p.detach().abs().max()), n) for n, p in model.named_parameters()), default=(0.0, ""))
+                raise Diverged(f"the evaluated model's loss is not finite ({e}); largest |weight| {top[0]:.3g} in "
+                               f"{top[1]}") from None
 
     @torch.no_grad()
     def replica(self, model: torch.nn.Module) -> float:
