@@ -7,6 +7,13 @@ every plain value's ``repr``, mappings in sorted key order, so it does not depen
 out. It detects edits, not authors: whoever can write the file can recompute it (a signature would need a key the
 kit does not have); ``torch.load(weights_only=True)`` and the readers' own checks stay the defence against a crafted
 file.
+
+Hashing reads every tensor's bytes, so the shape a file *claims* is checked against the storage it *holds* before any
+byte is read (``check_layout``): a view with a zero stride (``expand``: a 172 KB file claiming 2^28 elements took 31 s
+and 1 GiB to refuse, larger ones ran out of memory), one that reaches past its storage, or one with more elements
+than its storage has room for (overlapping strides) is refused — the kit writes none of them. Together the tensors may
+read as at most ``MAX_INFLATION`` times the distinct storage bytes the file holds (one tensor kept under several names
+reads more than once).
 """
 from __future__ import annotations
 
@@ -18,13 +25,61 @@ import torch
 from islands_kit.config import ConfigError
 
 KEY = "content_blake2b"
+MAX_INFLATION = 4  # bytes the tensors read as, per byte of distinct storage: the kit's files stay at 1 (tests check)
+
+
+def check_layout(x: torch.Tensor) -> None:
+    """Refuse (ValueError, one line) a tensor that is not dense or whose claimed shape its storage does not hold:
+    checked from sizes and strides alone, before a byte of it is read."""
+    shape = tuple(x.shape)
+    if x.layout != torch.strided:  # the kit writes dense tensors only; a sparse one is a crafted file
+        raise ValueError(f"holds a {x.layout} tensor of shape {shape} (the kit writes dense tensors only)")
+    if x.numel() == 0:
+        return
+    if any(n > 1 and st == 0 for n, st in zip(x.shape, x.stride())):
+        raise ValueError(f"holds an expanded tensor of shape {shape} (a zero stride: {x.numel()} elements read from "
+                         "fewer stored ones; the kit never writes one)")
+    if any(st < 0 for st in x.stride()):
+        raise ValueError(f"holds a tensor of shape {shape} with a negative stride {x.stride()}")
+    have = x.untyped_storage().nbytes()
+    reach = (x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
+    if reach > have or x.numel() * x.element_size() > have:
+        raise ValueError(f"holds a tensor of shape {shape} and strides {x.stride()} that its storage of {have} bytes "
+                         "cannot hold (it reaches past it, or its elements overlap)")
+
+
+def _tensors(x: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            _tensors(k, out)
+            _tensors(v, out)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensors(v, out)
+    return out
+
+
+def check_tensors_fit(payload: Any) -> None:
+    """Every tensor of ``payload`` passes :func:`check_layout`, and all of them read as at most ``MAX_INFLATION``
+    times the distinct storage bytes they hold (ValueError, one line)."""
+    tensors = _tensors(payload, [])
+    storages: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        check_layout(t)
+        s = t.untyped_storage()
+        storages[(str(t.device), s.data_ptr())] = s.nbytes()
+    reads = sum(t.numel() * t.element_size() for t in tensors)
+    held = sum(storages.values())
+    if reads > MAX_INFLATION * held + 4096:
+        raise ValueError(f"holds tensors that read as {reads} bytes from {held} bytes of storage (more than "
+                         f"{MAX_INFLATION}x: views of one storage repeated)")
 
 
 def _feed(h: Any, x: Any) -> None:
     if isinstance(x, torch.Tensor):
-        if x.layout != torch.strided:  # the kit writes dense tensors only; a sparse one is a crafted file
-            raise ValueError(f"holds a {x.layout} tensor of shape {tuple(x.shape)} (the kit writes dense tensors only)")
-        t = x.detach().cpu().contiguous().reshape(-1)
+        t = x.detach().cpu().contiguous().reshape(-1)  # at most the storage's bytes (check_tensors_fit ran first)
         h.update(f"T{t.dtype}{tuple(x.shape)}:".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     elif isinstance(x, dict):
@@ -43,9 +98,11 @@ def _feed(h: Any, x: Any) -> None:
 
 def content_digest(payload: dict[str, Any]) -> str:
     """BLAKE2b (32 bytes, hex) of ``payload`` without its own ``KEY`` entry; ValueError for a tensor that is not
-    dense."""
+    dense or that its storage does not hold (:func:`check_tensors_fit`, before any byte is read)."""
+    body = {k: v for k, v in payload.items() if k != KEY}
+    check_tensors_fit(body)
     h = hashlib.blake2b(digest_size=32)
-    _feed(h, {k: v for k, v in payload.items() if k != KEY})
+    _feed(h, body)
     return h.hexdigest()
 
 

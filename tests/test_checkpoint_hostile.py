@@ -154,3 +154,22 @@ def test_an_edited_tensor_is_refused_by_the_content_hash(tmp_path, good_state, c
     torch.save(unsealed, folder / FILENAME)
     with pytest.raises(ConfigError, match=r"has no content hash"):
         run_experiment(_cfg(), tmp_path / "out", resume=folder)
+
+
+def test_the_kits_checkpoint_reads_as_its_storage_and_an_expanded_one_is_refused(tmp_path, good_state):
+    """What ``seal.MAX_INFLATION`` (4) leaves room for: the kit's own checkpoint reads as its storage, to 32 bytes of
+    1.4 MB (a few small tensors kept under two names); one tensor expanded from a single stored value is refused in one line
+    before the hash reads it (2^28 elements took 31 s and 1 GiB)."""
+    from islands_kit.seal import _tensors
+
+    tensors = _tensors(good_state, [])
+    held = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+    assert sum(t.numel() * t.element_size() for t in tensors) <= 1.001 * held
+    crafted = _mutated(good_state, lambda s: s["islands"][0]["model"].update(
+        {"tok_emb.weight": torch.zeros(1).expand(256, 2 ** 20)}))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    torch.save(crafted, folder / FILENAME)
+    with pytest.raises(ConfigError, match=r"^--resume: .*checkpoint\.pt: holds an expanded tensor of shape "
+                                          r"\(256, 1048576\) .*; refused$"):
+        run_experiment(_cfg(), tmp_path / "out", resume=folder)

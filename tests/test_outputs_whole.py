@@ -205,3 +205,31 @@ def test_sample_refuses_an_unfinished_run(tmp_path):
     d = _model_file(tmp_path / "u", SMALL, finished=False)
     with pytest.raises(ConfigError, match=r"is not a finished run \(no result\.json"):
         sampling.load_model(d)
+
+
+@pytest.mark.parametrize("name, crafted, pattern", [
+    # 2^28 float32 elements read from one stored zero: hashing it took 31 s and 1 GiB, larger ones ran out of memory
+    ("expanded", lambda: torch.zeros(1).expand(2 ** 28), r"holds an expanded tensor of shape \(268435456,\)"),
+    ("overlapping", lambda: torch.zeros(2 ** 15).as_strided((2 ** 14, 2 ** 14), (1, 1)),  # 2^28 again, no zero
+     r"holds a tensor of shape \(16384, 16384\) and strides \(1, 1\) that its storage of 131072 bytes cannot hold"),
+    ("repeated", lambda: [base[i:] for base in [torch.ones(2 ** 17)] for i in range(64)],  # 512 KiB read 64 times
+     r"holds tensors that read as \d+ bytes from \d+ bytes of storage \(more than 4x"),
+])
+def test_a_crafted_file_is_refused_before_its_tensors_are_read(tmp_path, name, crafted, pattern):
+    """The content hash reads every tensor's bytes: each tensor's claimed shape is held against its storage, and all
+    of them against the storage the file holds, before one byte is read — in one line, whatever the hash says."""
+    import time
+
+    state = {**ByteTransformer(SMALL).state_dict(), "evil": crafted()}
+    d = tmp_path / name
+    d.mkdir()
+    payload = {"format": sampling.FORMAT, "which": "deployed", "experiment": "two_site", "step": 1,
+               "model_config": dataclasses.asdict(SMALL), "state_dict": state, "content_blake2b": "0" * 64}
+    torch.save(payload, d / "model.pt")
+    (d / "result.json").write_text("{}")
+    assert (d / "model.pt").stat().st_size < 2 << 20  # a small file: what it claims is what costs
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"^sample: .*model\.pt: " + pattern) as e:
+        sampling.load_model(d)
+    assert time.perf_counter() - t0 < 2.0 and "\n" not in str(e.value)
+
