@@ -37,7 +37,7 @@ from typing import Any, Iterator
 import torch
 
 from islands_kit.comm.clock import SimClock
-from islands_kit.comm.control import Opt
+from islands_kit.comm.control import Int, Items, Opt, Str
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import atomic_write_bytes
@@ -47,6 +47,10 @@ from islands_kit.seal import check_seal, seal
 
 FORMAT = "islands_kit.checkpoint/3"  # a new layout takes a new version: a file of another version is refused
 FILENAME = "checkpoint.pt"
+SHARDS_SHOWN = 16  # shard steps each rank reports at resume (its latest)
+ERROR_CHARS = 4096  # a rank's one-line error at resume, as sent to the others
+STEPS_SCHEMA = Items(Int(0), SHARDS_SHOWN)  # the control messages of a torch.distributed resume
+ERROR_SCHEMA = Opt(Str(ERROR_CHARS))
 _SHARD = re.compile(r"checkpoint\.rank(\d+)\.step(\d+)\.pt")
 
 
@@ -146,7 +150,8 @@ def load_checkpoint(path: str | Path, transport: Transport | None = None) -> dic
 
 def _load_shard(folder: Path, tr: Transport) -> dict[str, Any]:
     mine = rank_shards(folder, tr.rank) if folder.is_dir() else {}
-    steps = tr.gather_control("checkpoint.steps", sorted(mine), [int])
+    # a rank keeps its latest shard (and the one before while the next is written): its latest few say it all
+    steps = tr.gather_control("checkpoint.steps", sorted(mine)[-SHARDS_SHOWN:], STEPS_SCHEMA)
     step = latest_common_step(steps)
     err, state = None, {}
     if step is None:
@@ -160,7 +165,7 @@ def _load_shard(folder: Path, tr: Transport) -> dict[str, Any]:
         except ConfigError as e:
             err = f"rank {tr.rank}: {e}"
     # every rank stops with the same error, or none does
-    errors = [e for e in tr.gather_control("checkpoint.error", err, Opt(str)) if e]
+    errors = [e for e in tr.gather_control("checkpoint.error", err and err[:ERROR_CHARS], ERROR_SCHEMA) if e]
     if errors:
         raise ConfigError("; ".join(dict.fromkeys(errors)))
     return state

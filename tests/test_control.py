@@ -4,7 +4,10 @@ test_torch_dist.py."""
 from __future__ import annotations
 
 import io
+import math
 import pickle
+import random
+from typing import Any
 
 import pytest
 import torch
@@ -170,3 +173,91 @@ def test_decoding_is_linear_in_the_input(name):
             assert "rank 3" in str(e)
         took = time.perf_counter() - t0
         assert took <= 0.5 + len(raw) / 2 ** 20, f"{name}: {len(raw)} bytes decoded in {took:.2f} s"
+
+
+# -- a limit per kind -------------------------------------------------------------------------------------------------
+
+def _kinds() -> dict[str, Any]:
+    """Every control-message kind the kit sends with a schema of bounded parts (the ledger's is open-ended: its
+    receiver computes the bound, ``comm/torch_dist/world.share_limit``)."""
+    from islands_kit import checkpoint
+    from islands_kit.comm import messages as m
+
+    return {m.CONTRIBUTION: m.CONTRIBUTION_SCHEMA, m.DECISION: m.DECISION_SCHEMA, m.APPLY: m.APPLY_SCHEMA,
+            "checkpoint.steps": checkpoint.STEPS_SCHEMA, "checkpoint.error": checkpoint.ERROR_SCHEMA}
+
+
+def _extreme(s: Any, rng: random.Random | None = None) -> Any:
+    """The longest value matching schema ``s`` (with ``rng``: a random one)."""
+    if isinstance(s, control.Opt):
+        return _extreme(s.inner, rng) if rng is None or rng.random() < 0.8 else None
+    if s is bool:
+        return False if rng is None else rng.random() < 0.5
+    if isinstance(s, control.Int):
+        lo, hi = (control.INT_MIN if s.lo is None else s.lo), (control.INT_MAX if s.hi is None else s.hi)
+        if rng is not None:
+            return rng.choice([lo, hi, rng.randint(lo, hi), rng.randint(lo, min(hi, lo + 1000))])
+        return lo if len(str(lo)) > len(str(hi)) else hi
+    if isinstance(s, control.Num):
+        lo = -math.inf if s.lo is None else s.lo
+        tiny = -2.2250738585072014e-308 if lo < 0 else 2.2250738585072014e-308  # the longest reprs
+        return tiny if rng is None else rng.choice([tiny, rng.uniform(max(lo, 0.0), 1e300), 0.1 + rng.random()])
+    if isinstance(s, control.OneOf):
+        return max(s.values, key=len) if rng is None else rng.choice(s.values)
+    if isinstance(s, control.Str):
+        return "\U0001F600" * s.n if rng is None else "".join(rng.choice('a"\\\U0001F600\n') for _ in range(rng.randint(0, s.n)))
+    if isinstance(s, control.Items):
+        return [_extreme(s.item, rng) for _ in range(s.n if rng is None else rng.randint(0, s.n))]
+    if isinstance(s, dict):
+        return {k: _extreme(v, rng) for k, v in s.items()}
+    raise TypeError(s)
+
+
+def test_every_kind_has_a_limit_its_longest_honest_message_fits():
+    """A shared 64 MB limit let a contribution-sized kind carry 64 MB (20 s and 2.2 GB to parse before its schema
+    refused it). Each kind's limit is now its schema's longest compact encoding: the longest honest body fits it to
+    the byte (no slack a peer could fill), and so do 2000 random ones."""
+    rng = random.Random(0)
+    limits = {kind: control.max_encoded(kind, schema) for kind, schema in _kinds().items()}
+    assert limits == {"decoupled.contribution": 271, "decoupled.decision": 138, "decoupled.apply": 191,
+                      "checkpoint.steps": 362, "checkpoint.error": 49195}
+    for kind, schema in _kinds().items():
+        longest = _extreme(schema)
+        assert len(control.encode(kind, longest)) <= limits[kind]
+        assert control.decode(control.encode(kind, longest), kind, schema, 1) == longest
+        for _ in range(400):
+            body = _extreme(schema, rng)
+            assert len(control.encode(kind, body)) <= limits[kind] and control.decode(control.encode(kind, body), kind, schema, 1) == body
+    # the bound is tight where a value can reach it (integers at int64's ends, strings of astral characters)
+    assert len(control.encode("checkpoint.error", _extreme(_kinds()["checkpoint.error"]))) == limits["checkpoint.error"]
+    assert control.max_encoded("ledger", [int]) is None and control.limit("ledger", [int]) == control.MAX_BYTES
+
+
+def test_refusing_an_oversized_message_costs_nothing_and_the_largest_honest_one_little():
+    """A contribution of just under the old shared 64 MB limit (valid JSON, a list of 32 million items: it parsed
+    before its schema refused it) is refused from its length before a byte is parsed:
+    the figures in docs/threat-model.md ('a limit per kind') are these bounds."""
+    import time
+    import tracemalloc
+
+    from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
+    from islands_kit.comm.transport import LocalTransport
+
+    raw = b'{"v":1,"kind":"decoupled.contribution","body":{"tick":[' + b"0," * ((32 << 20) - 64) + b"0]}}"  # < 64 MB
+    wire = LocalTransport(2)
+    wire.post_bytes(1, 0, CONTRIBUTION, raw, b"")
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match=r"from rank 1: 67108795 bytes is over the 271-byte limit"):
+        assert wire.receive(0, 1, CONTRIBUTION, CONTRIBUTION_SCHEMA) is None
+    took, peak = time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert took < 0.05 and peak < 1 << 20, (took, peak)
+    for kind, schema in _kinds().items():  # the worst inputs at each kind's own limit: well under a millisecond each
+        n = control.max_encoded(kind, schema)
+        assert n is not None
+        for make in WORST.values():
+            t0 = time.perf_counter()
+            with pytest.raises(ControlError):
+                control.decode(make(n)[:n], kind, schema, 1)
+            assert time.perf_counter() - t0 < 0.05

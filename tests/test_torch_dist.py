@@ -260,7 +260,8 @@ rounds = {"pickle": pickle.dumps(MakesMarker()), "truncated": good[:-3], "oversi
 for name, bad in rounds.items():
     try:
         if dt.rank == 1:
-            dt._decode_all("checkpoint.steps", [int], dt._gather_bytes("checkpoint.steps", bad))
+            dt._decode_all("checkpoint.steps", [int], dt._gather_bytes("checkpoint.steps", bad, control.MAX_BYTES),
+                           control.MAX_BYTES)
         else:
             dt.gather_control("checkpoint.steps", [2, 4], [int])
         say(f"NOT REFUSED {name} on rank {dt.rank}")

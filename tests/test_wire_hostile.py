@@ -30,8 +30,9 @@ def _envelope(body: bytes, kind: bytes = b"ledger", v: bytes = b"1") -> bytes:
 
 
 def _refused(raw: bytes, schema: Any, field: str, match: str, kind: str = "ledger") -> None:
+    """The parser's own checks, past the kind's length limit (which would refuse most of these first)."""
     with pytest.raises(ControlError, match=match) as e:
-        control.decode(raw, kind, schema, peer=3)
+        control.decode(raw, kind, schema, peer=3, max_bytes=control.MAX_BYTES)
     assert e.value.peer == 3 and e.value.field == field
     assert "from rank 3" in str(e.value) and "\n" not in str(e.value)
 
@@ -180,9 +181,13 @@ def test_an_honest_contribution_is_merged():
 @pytest.mark.parametrize("hostile, match", [
     (lambda s, t: contribution(s, t, sent_s=1e30), r"from rank 1: sent_s: simulated time 1e\+30 must be finite"),
     (lambda s, t: contribution(s, t, sent_s=t + 0.5), r"sent_s: .* is not a send time of this round"),
+    # longer than a contribution can be: refused by its kind's limit before parsing (an integer of 400 digits, or
+    # 3000 levels of nesting, past Python's recursion limit, used to reach the parser's own checks)
     (lambda s, t: (contribution(s, t)[0].replace(b'"tokens":', b'"tokens":1' + b"0" * 400 + b',"x":'),
+                   contribution(s, t)[1]), r"from rank 1: 555 bytes is over the 271-byte limit"),
+    (lambda s, t: (DEEP, b""), r"from rank 1: 6000 bytes is over the 271-byte limit"),
+    (lambda s, t: (contribution(s, t)[0].replace(b'"tokens":', b'"tokens":1' + b"0" * 40 + b',"x":'),
                    contribution(s, t)[1]), "from rank 1: .*outside the int64 range"),
-    (lambda s, t: (DEEP, b""), "from rank 1: nested 3000 levels deep"),
     (lambda s, t: (contribution(s, t)[0].replace(b'"steps"', b'"tick":0,"steps"'), contribution(s, t)[1]),
      "from rank 1: .*duplicate key 'tick'"),
     (lambda s, t: (contribution(s, t)[0].replace(b'"v":1', b'"v":true'), contribution(s, t)[1]),

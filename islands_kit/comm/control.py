@@ -14,13 +14,17 @@ where ``body`` must match the schema the receiver names for ``kind``. A schema i
 * ``Int(lo, hi)`` / ``Num(lo, hi)``: an integer / a number within ``[lo, hi]`` (either bound may be None);
 * ``OneOf("a", "b", ...)``: one of those strings;
 * ``Opt(s)``: null or ``s``;
-* ``[s]``: a list, every item matching ``s``;
+* ``[s]``: a list, every item matching ``s``; ``Items(s, n)``: the same, at most ``n`` items;
+* ``Str(n)``: a string of at most ``n`` characters;
 * ``(s1, s2, ...)``: a list of exactly those items (a record);
 * ``{"key": s, ...}``: an object with exactly those keys;
 * ``MapOf(s)``: an object with any string keys and values matching ``s``.
 
-Decoding refuses, with a one-line ``ControlError`` naming the peer rank and the field, a message that is longer than
-its limit (checked from the announced length *before* anything is allocated or parsed), nested deeper than
+Every kind has its own length limit, from what the kit can send: a schema of bounded parts (no plain ``[s]``,
+``str`` or ``MapOf``) bounds its longest compact encoding (``max_encoded``; a contribution's is under 300 bytes);
+a kind with an open-ended schema (the ledger) passes the bound its receiver computes from its own run. ``MAX_BYTES``
+caps everything. Decoding refuses, with a one-line ``ControlError`` naming the peer rank and the field, a message
+that is longer than its kind's limit (checked from the announced length *before* anything is allocated or parsed), nested deeper than
 ``MAX_DEPTH`` (counted on the raw bytes before the parser recurses), not UTF-8 JSON (a pickle, for instance), with a
 duplicate key, a number that is not finite (``NaN``, ``Infinity``, or a literal such as ``1e999`` that overflows to
 inf), an integer outside the int64 range (refused from its digits, before it is built), of another version (an
@@ -39,7 +43,7 @@ from typing import Any
 import numpy as np
 
 VERSION = 1
-MAX_BYTES = 64 << 20  # per message; the largest (the ledger at the end of a long run) stays far below
+MAX_BYTES = 64 << 20  # the ceiling of every limit; the largest kind (the ledger of a long run) stays far below
 MAX_DEPTH = 16  # nesting of arrays/objects, envelope included; the deepest schema here (the ledger) needs 6
 INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1  # every integer the kit sends fits an int64 (steps, bytes, seeds)
 
@@ -89,10 +93,75 @@ class OneOf:
 
 
 @dataclass(frozen=True)
+class Items:
+    """Schema: a list of at most ``n`` items, each matching ``item``."""
+
+    item: Any
+    n: int
+
+
+@dataclass(frozen=True)
+class Str:
+    """Schema: a string of at most ``n`` characters."""
+
+    n: int
+
+
+@dataclass(frozen=True)
 class MapOf:
     """Schema: an object with arbitrary string keys, every value matching ``value``."""
 
     value: Any
+
+
+FLOAT_CHARS = 24  # the longest repr of a finite float64: -2.2250738585072014e-308
+
+
+def _longest(s: Any) -> int | None:
+    """The most characters a value matching schema ``s`` takes in compact JSON (``encode``); None: no bound."""
+    if s is None:
+        return 4
+    if s is bool:
+        return 5
+    if s is int or isinstance(s, Int):
+        lo, hi = (s.lo, s.hi) if isinstance(s, Int) else (None, None)
+        return max(len(str(INT_MIN if lo is None else lo)), len(str(INT_MAX if hi is None else hi)))
+    if s is float or isinstance(s, Num):  # a float's repr, or an integer (int64) where a number is asked for
+        return max(FLOAT_CHARS, len(str(INT_MIN)))
+    if isinstance(s, OneOf):
+        return max(len(json.dumps(v)) for v in s.values)
+    if isinstance(s, Str):
+        return 2 + 12 * s.n  # quotes, and at worst a surrogate pair of \uXXXX escapes per character
+    if isinstance(s, Opt):
+        inner = _longest(s.inner)
+        return None if inner is None else max(4, inner)
+    parts: list[int | None]
+    if isinstance(s, Items):
+        inner = _longest(s.item)
+        return None if inner is None else 2 + s.n * inner + max(s.n - 1, 0)
+    if isinstance(s, tuple):
+        parts = [_longest(x) for x in s]
+    elif isinstance(s, dict):
+        parts = [len(json.dumps(k)) + 1 + v if v is not None else None for k, v in ((k, _longest(x)) for k, x in s.items())]
+    else:  # str, [s], MapOf: open-ended
+        return None
+    if any(x is None for x in parts):
+        return None
+    return 2 + sum(x for x in parts if x is not None) + max(len(parts) - 1, 0)
+
+
+def max_encoded(kind: str, schema: Any) -> int | None:
+    """The longest message of ``kind`` whose body matches ``schema`` that ``encode`` can produce (envelope included);
+    None when the schema is open-ended (the caller then passes its own limit)."""
+    body = _longest(schema)
+    return None if body is None else len(encode(kind, 0)) - 1 + body
+
+
+def limit(kind: str, schema: Any, bound: int | None = None) -> int:
+    """A kind's length limit: ``bound`` when the receiver computed one, else the schema's own (``max_encoded``); at
+    most ``MAX_BYTES``."""
+    got = bound if bound is not None else max_encoded(kind, schema)
+    return min(MAX_BYTES, got if got is not None else MAX_BYTES)
 
 
 def encode(kind: str, body: Any) -> bytes:
@@ -169,9 +238,11 @@ def nesting_depth(raw: bytes, chunk: int = 1 << 20) -> int:
     return deepest
 
 
-def decode(raw: bytes, kind: str, schema: Any, peer: int, max_bytes: int = MAX_BYTES) -> Any:
-    """The body of a control message from rank ``peer``, validated against ``schema``; ``ControlError`` otherwise."""
+def decode(raw: bytes, kind: str, schema: Any, peer: int, max_bytes: int | None = None) -> Any:
+    """The body of a control message from rank ``peer``, validated against ``schema``, at most ``max_bytes`` long
+    (default: the kind's ``limit``); ``ControlError`` otherwise."""
     where = f"control message {kind!r} from rank {peer}"
+    max_bytes = limit(kind, schema, max_bytes)
 
     def refuse(field: str, why: str) -> ControlError:
         return ControlError(f"{where}: {why}", peer, field)
@@ -229,11 +300,16 @@ def _check(x: Any, s: Any, path: str) -> tuple[str, str] | None:
         return None if isinstance(x, str) else (path, "must be a string")
     if isinstance(s, OneOf):
         return None if isinstance(x, str) and x in s.values else (path, f"must be one of {'|'.join(s.values)}")
-    if isinstance(s, list):
+    if isinstance(s, Str):
+        return None if isinstance(x, str) and len(x) <= s.n else (path, f"must be a string of at most {s.n} characters")
+    if isinstance(s, (list, Items)):
         if not isinstance(x, list):
             return path, "must be a list"
+        if isinstance(s, Items) and len(x) > s.n:
+            return path, f"must be a list of at most {s.n} items (got {len(x)})"
+        item_schema = s.item if isinstance(s, Items) else s[0]
         for i, item in enumerate(x):
-            err = _check(item, s[0], f"{path}[{i}]")
+            err = _check(item, item_schema, f"{path}[{i}]")
             if err:
                 return err
         return None

@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from islands_kit.comm import control
-from islands_kit.comm.codecs import Payload, decode_bytes, get_codec, read_header
+from islands_kit.comm.codecs import HEADER_BYTES, Payload, decode_bytes, get_codec, read_header
 from islands_kit.comm.control import ControlError, PeerError
 from islands_kit.comm.link.latency import effective_rate_bps
 from islands_kit.config import LinkConfig
 
-__all__ = ["CLOCK_LEAD", "MAX_WEIGHT", "ControlError", "PayloadError", "PayloadSpec", "PeerError", "clock_horizon", "read_clock",
-           "read_control", "read_message", "read_payload", "read_weight"]
+__all__ = ["CLOCK_LEAD", "MAX_WEIGHT", "ControlError", "PayloadError", "PayloadSpec", "PeerError", "clock_horizon",
+           "message_limits", "read_clock", "read_control", "read_message", "read_payload", "read_weight"]
 
 CLOCK_LEAD = 1000.0  # how far ahead of the receiver a peer's simulated clock may claim to be (a factor)
 MAX_WEIGHT = float(2 ** 53)  # token weights: integers that float64 holds exactly; n of them sum to a finite number
@@ -65,6 +65,16 @@ class PayloadSpec:
     @classmethod
     def of(cls, p: Payload) -> "PayloadSpec":
         return cls(p.codec, p.numel, p.block_size)
+
+    def wire_bytes(self) -> int:
+        """The exact length of such a payload on the wire (``codecs.encode_bytes``: header and data)."""
+        return HEADER_BYTES + get_codec(self.codec, self.block_size).nbytes(self.numel)
+
+
+def message_limits(kind: str, schema: Any, expect: PayloadSpec | None) -> tuple[int, int]:
+    """The most bytes a point-to-point message of ``kind`` may announce: (its control part, from the schema
+    (``control.limit``); its payload, exactly the expected payload's length, 0 when none is expected)."""
+    return control.limit(kind, schema), expect.wire_bytes() if expect is not None else 0
 
 
 def _refuse(who: str, peer: int, field: str, why: str) -> PayloadError:
@@ -97,7 +107,8 @@ def read_payload(raw: bytes, expect: PayloadSpec, peer: int, who: str = "payload
 def read_message(raw: bytes, payload_raw: bytes, kind: str, schema: Any, expect: PayloadSpec | None, peer: int,
                  who: str) -> tuple[Any, Payload | None]:
     """A point-to-point message (decoupled mode): the control body of ``kind`` against ``schema`` and, when bytes
-    follow it, a payload matching ``expect`` (a message whose receiver expects no payload may carry none)."""
+    follow it, a payload matching ``expect`` (a message whose receiver expects no payload may carry none). The
+    control part is held to its kind's limit; the payload's header is checked before its length (exact)."""
     body = read_control(raw, kind, schema, peer)
     if not payload_raw:
         return body, None

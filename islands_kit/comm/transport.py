@@ -157,7 +157,7 @@ class Transport(abc.ABC):
                 raise self._wire_error(self.lost[src])
             return None
         wait = self.timeout_s if timeout_s is None else timeout_s
-        got = self._next_bytes(dst, src, kind, wait, required)
+        got = self._next_bytes(dst, src, kind, wait, required, peer.message_limits(kind, schema, expect))
         if got is None:
             return None
         raw, data, sender = got
@@ -189,10 +189,11 @@ class Transport(abc.ABC):
     def _post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no point-to-point messages")
 
-    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float,
-                    required: bool) -> tuple[bytes, bytes, int] | None:
+    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float, required: bool,
+                    limits: tuple[int, int]) -> tuple[bytes, bytes, int] | None:
         """The next message's (control bytes, payload bytes, sender id for errors) from ``src``; None when
-        ``src`` was lost on the way (already dropped, or raised when ``required``)."""
+        ``src`` was lost on the way (already dropped, or raised when ``required``). ``limits``: the most bytes each
+        part may have (``peer.message_limits``): a transport that learns the lengths first refuses more unread."""
         raise NotImplementedError(f"{type(self).__name__} has no point-to-point messages")
 
     def _wire_error(self, why: str) -> Exception:
@@ -348,8 +349,8 @@ class LocalTransport(Transport):
         bytes here)."""
         self._mail.setdefault((src, dst), deque()).append((raw, data))
 
-    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float,
-                    required: bool) -> tuple[bytes, bytes, int] | None:
+    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float, required: bool,
+                    limits: tuple[int, int]) -> tuple[bytes, bytes, int] | None:
         queue = self._mail.get((src, dst))
         if not queue:  # in one process a message not yet posted never will be: the schedule is out of step
             self._refused(src, f"islands_kit: expected message {kind!r} from island {src} to island {dst}: none "

@@ -10,7 +10,6 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from islands_kit.comm import control
 from islands_kit.comm.layout import RankLayout
 from islands_kit.comm.torch_dist.errors import DistributedError
 from islands_kit.comm.torch_dist.frames import channel_id, irecv
@@ -88,10 +87,10 @@ class PairMailbox:
         for island in list(self._outbox):
             self._finish_sends(island, required=False, wait=timedelta(seconds=self.timeout_s))
 
-    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float,
-                    required: bool) -> tuple[bytes, bytes, int] | None:
-        """The next message from ``src``: its header (sequence, kind, lengths) checked, then its bytes; errors name
-        the sender's rank."""
+    def _next_bytes(self, dst: int, src: int, kind: str, timeout_s: float, required: bool,
+                    limits: tuple[int, int]) -> tuple[bytes, bytes, int] | None:
+        """The next message from ``src``: its header (sequence, kind, lengths within ``limits``) checked, then its
+        bytes (nothing is allocated for a length over its kind's limit); errors name the sender's rank."""
         group = self._pair_group(src)
         wait = timedelta(seconds=timeout_s)
         self._finish_sends(src, required, wait)  # everything we said before: src reads it before answering
@@ -108,11 +107,15 @@ class PairMailbox:
             self._lose(src, what, e, required)
             return None
         got_seq, kind_id, n_raw, n_data = (int(x) for x in head)
-        if (got_seq, kind_id) != (seq, channel_id(kind)) or not (0 < n_raw <= control.MAX_BYTES and
-                                                                    0 <= n_data <= control.MAX_BYTES):
+        if (got_seq, kind_id) != (seq, channel_id(kind)):
             self._refused(src, f"islands_kit.distributed: protocol desync on rank {self.rank} (island "
                                f"{self.island}): expected {what} (rank {rank}), got header "
                                f"{[got_seq, kind_id, n_raw, n_data]}", required)
+            return None
+        if not (0 < n_raw <= limits[0] and 0 <= n_data <= limits[1]):
+            self._refused(src, f"islands_kit.distributed: on rank {self.rank}: {what} (rank {rank}) announced "
+                               f"{n_raw} + {n_data} bytes, over its kind's limits of {limits[0]} (control) + "
+                               f"{limits[1]} (payload); refused before it is read", required)
             return None
         msg = torch.empty(n_raw + n_data, dtype=torch.uint8)
         try:

@@ -297,9 +297,10 @@ class TorchDistTransport(PairMailbox, Transport):
         """Collective: every rank's ``body`` in rank order, sent as a ``comm.control`` JSON message and checked
         against ``schema`` on receipt. A bad message from any rank raises the same ``DistributedError`` on every
         rank."""
-        return self._decode_all(kind, schema, self._gather_bytes(kind, control.encode(kind, body)))
+        limit = control.limit(kind, schema)
+        return self._decode_all(kind, schema, self._gather_bytes(kind, control.encode(kind, body), limit), limit)
 
-    def _decode_all(self, kind: str, schema: Any, raws: list[bytes], limit: int = control.MAX_BYTES) -> list[Any]:
+    def _decode_all(self, kind: str, schema: Any, raws: list[bytes], limit: int) -> list[Any]:
         out = []
         for r, raw in enumerate(raws):
             try:
@@ -308,7 +309,7 @@ class TorchDistTransport(PairMailbox, Transport):
                 raise DistributedError(f"islands_kit.distributed: {e}") from None
         return out
 
-    def _gather_bytes(self, kind: str, raw: bytes, limit: int = control.MAX_BYTES) -> list[bytes]:
+    def _gather_bytes(self, kind: str, raw: bytes, limit: int) -> list[bytes]:
         """Every rank's ``raw`` bytes, in rank order: the lengths first (int64), each checked against ``limit`` before
         a byte of the messages is received, then the messages padded to the longest (uint8), on the gloo meta group."""
         what = f"control message {kind!r}"
