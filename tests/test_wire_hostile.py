@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -399,3 +400,81 @@ def test_every_run_gets_a_finite_horizon_from_its_config():
     # an intermittent link's contact period widens it: an honest transfer may wait that long
     assert peer.clock_horizon(10, 1.0, LinkConfig(contact_period_s=60.0, contact_fraction=0.5), 0, 2) > \
         peer.clock_horizon(10, 1.0, LinkConfig(), 0, 2)
+
+
+# -- under torchrun: the decoupled mailbox's lengths -------------------------------------------------------------------
+
+MAILBOX_WORKER = r"""
+# 2 ranks, decoupled messages. Rank 1 (island 1) is compromised; argv[1] says how it lies about a CONTRIBUTION:
+# "announce": its header announces 64 MB of control bytes (the kind's limit is 271);
+# "longer": its header announces the honest lengths, then it sends 4096 more bytes than announced.
+import sys, time
+import torch
+import torch.distributed as dist
+from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
+from islands_kit.comm.torch_dist import TorchDistTransport
+from islands_kit.comm.torch_dist.frames import channel_id
+from islands_kit.distributed import RankLayout, init_from_env
+from islands_kit.presets import get_preset
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+init_from_env()
+dt = TorchDistTransport(RankLayout.for_world(get_preset("two_site", "smoke"), 2), None, decoupled=True)
+body = {"tick": 8, "fragment": 0, "round": 0, "status": "absent", "sent_s": 8.0, "tokens": 0, "steps": 0,
+        "inner_steps": 8}
+if dt.island == 1:
+    from islands_kit.comm import control
+    raw = control.encode(CONTRIBUTION, body)
+    announced = (64 << 20) if sys.argv[1] == "announce" else len(raw)
+    extra = 4096 if sys.argv[1] == "longer" else 0
+    head = torch.tensor([0, channel_id(CONTRIBUTION), announced, 0], dtype=torch.int64)
+    msg = torch.frombuffer(bytearray(raw + b" " * extra), dtype=torch.uint8)
+    g = dt._pair_groups[0]
+    works = [dist.isend(head, 0, group=g, tag=0), dist.isend(msg, 0, group=g, tag=1)]  # kept: a dropped one is lost
+    time.sleep(5)  # the receiver decides meanwhile
+    say("sender done")
+else:
+    t0 = time.perf_counter()
+    got = dt.receive(0, 1, CONTRIBUTION, CONTRIBUTION_SCHEMA)
+    say(f"receiver: got {got} in {time.perf_counter() - t0:.3f} s; lost: {dt.lost.get(1)}")
+sys.stdout.flush()
+import os
+os._exit(0)  # the lie left a send pending: skip the process group's teardown
+"""
+
+
+def _mailbox_run(tmp_path, how: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "mailbox.py"
+    script.write_text(MAILBOX_WORKER)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", ISLANDS_KIT_DIST_TIMEOUT_S="30", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
+           str(script), how]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_torchrun_a_message_announced_over_its_kinds_limit_is_refused_unread(tmp_path):
+    """The header's announced length is held to the kind's limit before a buffer is allocated or a byte received:
+    the synchroniser drops the island, naming the limits."""
+    proc = _mailbox_run(tmp_path, "announce")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("receiver:"))
+    assert "got None" in line and "announced 67108864 + 0 bytes, over its kind's limits of 271 (control) + 0" in line
+    assert "refused before it is read" in line
+
+
+@pytest.mark.slow
+def test_torchrun_a_frame_longer_than_announced_aborts_the_receiver_a_documented_limit(tmp_path):
+    """Not defended, and documented (docs/threat-model.md, 'Not defended: a peer that sends more than it
+    announced'): gloo checks a frame's size against the buffer posted for it inside its own I/O thread and aborts
+    the process (SIGABRT) when the frame is longer. Whatever buffer a receiver posts, a peer can send more, so no
+    receive over gloo can be made safe against it: the receiving process dies without a kit error."""
+    proc = _mailbox_run(tmp_path, "longer")
+    assert proc.returncode != 0
+    assert "Received data size doesn't match expected size" in proc.stderr and "SIGABRT" in proc.stderr, proc.stderr[-4000:]
+    assert not any(x.startswith("receiver:") for x in proc.stdout.splitlines())
