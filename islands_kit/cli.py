@@ -153,16 +153,18 @@ def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None)
     from islands_kit.checkpoint import check_resume, read_config
     from islands_kit.estimate import estimate_run
     from islands_kit.notebooks import config_summary
-    from islands_kit.preflight import preflight
+    from islands_kit.preflight import describe_memory, preflight
 
+    devices = []
     for cfg, out in zip(cfgs, outs):
-        preflight(cfg, out)
+        devices.append(preflight(cfg, out))
         if resume:
             check_resume(cfg, resume)
     print(config_summary(cfgs[0]) + (f"\nseeds {' '.join(str(c.seed) for c in cfgs)}: one run each" if len(cfgs) > 1 else ""))
     for cfg, out in zip(cfgs, outs):
         where = f"resume {resume} and write {out}" if resume else f"write {out}"
         print(f"dry run: valid; {cfg.experiment} seed {cfg.seed} would {where}/result.json (nothing trained)")
+    print(describe_memory(cfgs[0], devices[0]))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         print("time: not estimated under torchrun (each process holds only its own islands)")
         return 0

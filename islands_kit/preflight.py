@@ -8,9 +8,11 @@ the end to something knowable at the start.
   (``data.corpora.check_corpus_spec``);
 * the device: ``device=cuda`` where CUDA is absent is refused here, as the run itself would refuse it;
 * the islands' hardware profiles exist;
-* memory: the parameter memory of the islands this process holds must fit in the memory available on the device
-  (``estimate_parameter_bytes``: a lower bound — activations, the strategy's copies and the preconditioners come on
-  top — so a refusal is certain to be right).
+* memory: the peak of a training step of the islands this process holds must fit in the memory available on the
+  device (``check_memory``): their parameters, gradients and optimizer moments (``estimate_parameter_bytes``) plus
+  what one micro-batch's forward keeps for its backward (``activation_bytes_per_token``: the tensors autograd saves,
+  attention included) or an evaluation chunk's logits, whichever is larger. Every term is a lower bound (Shampoo's
+  factors, the strategy's copies and the allocator's slack come on top), so a refusal is certain to be right.
 
 The parameter count comes from the model itself, built on torch's ``meta`` device (shapes without storage), with one
 and two blocks: the per-block count times ``n_layers`` gives the total without building every block.
@@ -109,26 +111,78 @@ def available_memory(device: torch.device) -> int | None:
     return min(free) if free else None
 
 
-def check_memory(model_cfg: ModelConfig, n_local_islands: int, device: torch.device, where: str = "") -> int:
-    """Refuse a model whose parameter memory exceeds what ``device`` has free, naming the dimension that matters most
-    and the estimate (``where`` prefixes the message). Returns the estimate (bytes)."""
-    need = estimate_parameter_bytes(model_cfg, n_local_islands)
+def activation_bytes_per_token(m: ModelConfig, precision: str = "fp32") -> int:
+    """A lower bound on what one token's forward keeps for its backward (autograd's saved tensors), counted from the
+    model's structure: per layer the attention's RMSNorm input and output, q, k and v after RoPE, the attention's
+    output and one log-sum-exp per head (the fused attention kernels keep no T x T scores: the attention's memory
+    is linear in T), the feed-forward's RMSNorm input and output, the router's E probabilities, and per routed (or
+    shared) expert its two hidden projections and their SwiGLU product; then the final norm's input and output and
+    the logits' 256 log-probabilities. 4 bytes an element, 2 under bf16 autocast. tests/test_preflight.py holds it
+    against the tensors autograd really saves (between 0.55 and 0.8 of them)."""
+    per_layer = (8 * m.d_model + m.n_heads + (m.n_experts if m.n_experts > 1 else 0)
+                 + 3 * m.top_k * m.d_expert + 3 * m.n_shared_experts * m.d_expert)
+    elements = m.n_layers * per_layer + 2 * m.d_model + 2 * m.vocab_size
+    return (2 if precision == "bf16" else 4) * elements
+
+
+EVAL_CHUNK = 64  # windows an evaluation scores at once (train/evaluation.py)
+EVAL_BYTES_PER_LOGIT = 4 + 8 + 8  # the logits, their float64 copy and its log-softmax (metrics.evaluate_bpb)
+
+
+def micro_batch(cfg: ExperimentConfig, n_local_islands: int) -> int:
+    """The largest micro-batch a process holding ``n_local_islands`` islands surely runs: every island's largest
+    when it holds them all, else the smallest (it holds at least one island, not known which)."""
+    sizes = [isl.micro_batch_size for isl in cfg.islands]
+    return max(sizes) if n_local_islands >= len(sizes) else min(sizes)
+
+
+def step_bytes(cfg: ExperimentConfig, model_cfg: ModelConfig, n_local_islands: int) -> tuple[int, int, int]:
+    """(parameters, activations, evaluation): lower bounds on the bytes of a training step's parts in a process
+    holding ``n_local_islands`` islands; its peak is the first plus the larger of the other two (one island's
+    micro-batch is in flight at a time, and evaluation runs between steps)."""
+    micro = micro_batch(cfg, n_local_islands)
+    act = micro * model_cfg.seq_len * activation_bytes_per_token(model_cfg, cfg.precision)
+    windows = max(1, min(EVAL_CHUNK, cfg.data.eval_bytes // model_cfg.seq_len)) if cfg.data.eval_bytes else 1
+    ev = windows * model_cfg.seq_len * model_cfg.vocab_size * EVAL_BYTES_PER_LOGIT
+    return estimate_parameter_bytes(model_cfg, n_local_islands), act, ev
+
+
+def check_memory(model_cfg: ModelConfig, n_local_islands: int, device: torch.device, where: str = "",
+                 cfg: ExperimentConfig | None = None) -> int:
+    """Refuse a model whose parameter memory — or, given the run's ``cfg``, a training step's peak
+    (``step_bytes``) — exceeds what ``device`` has free, naming the dimension that matters most and the estimate
+    (``where`` prefixes the message). Returns the estimate (bytes)."""
+    def need_of(m: ModelConfig) -> int:
+        if cfg is None:
+            return estimate_parameter_bytes(m, n_local_islands)
+        params, act, ev = step_bytes(cfg, m, n_local_islands)
+        return params + max(act, ev)
+
+    need = need_of(model_cfg)
     have = available_memory(device)
     if have is None or need <= have:
         return need
-    # the field that, back at its default, shrinks the model most
+    # the field that, back at its default, shrinks the estimate most
     default = ModelConfig()
     def shrunk(name: str) -> int:
         try:
-            return parameter_count(dataclasses.replace(model_cfg, **{name: getattr(default, name)}))
+            return need_of(dataclasses.replace(model_cfg, **{name: getattr(default, name)}))
         except (ConfigError, ValueError):  # the default breaks a rule with the other fields (top_k, heads)
-            return parameter_count(model_cfg)
-    worst = min(_SIZE_FIELDS, key=shrunk)
+            return need
+    worst = min(_SIZE_FIELDS + (("seq_len",) if cfg is not None else ()), key=shrunk)
     copies = float32_copies(n_local_islands)
-    raise ConfigError(f"{where}model.{worst}: {getattr(model_cfg, worst)} makes a model of "
-                      f"{parameter_count(model_cfg):.3g} parameters: {copies} float32 copies ({n_local_islands} "
-                      f"island(s) here) need at least {need / 1e9:.3g} GB, more than the "
-                      f"{have / 1e9:.3g} GB free on {device} (rule: the parameter memory must fit in free memory)")
+    params = estimate_parameter_bytes(model_cfg, n_local_islands)
+    head = (f"{where}model.{worst}: {getattr(model_cfg, worst)} makes a model of {parameter_count(model_cfg):.3g} "
+            f"parameters: {copies} float32 copies ({n_local_islands} island(s) here) need at least {params / 1e9:.3g} GB")
+    if cfg is None:
+        raise ConfigError(f"{head}, more than the {have / 1e9:.3g} GB free on {device} (rule: the parameter memory "
+                          "must fit in free memory)")
+    _, act, ev = step_bytes(cfg, model_cfg, n_local_islands)
+    micro = micro_batch(cfg, n_local_islands)
+    raise ConfigError(f"{head}, and a micro-batch of {micro} x {model_cfg.seq_len} tokens keeps at least "
+                      f"{act / 1e9:.3g} GB of activations for its backward (an evaluation chunk {ev / 1e9:.3g} GB): "
+                      f"a step needs at least {need / 1e9:.3g} GB, more than the {have / 1e9:.3g} GB free on "
+                      f"{device} (rule: a training step's memory must fit in free memory)")
 
 
 def local_islands(cfg: ExperimentConfig) -> int:
@@ -147,9 +201,20 @@ def preflight(cfg: ExperimentConfig, out: str | Path | None, n_local_islands: in
     for i, isl in enumerate(cfg.islands):
         if isl.hardware not in HARDWARE:
             raise ConfigError(f"islands[{i}].hardware: must be one of {'|'.join(HARDWARE)} (got {isl.hardware!r})")
-    check_memory(cfg.model, n_local_islands or local_islands(cfg), device)
+    check_memory(cfg.model, n_local_islands or local_islands(cfg), device, cfg=cfg)
     check_corpus_spec(cfg.data.corpus)
     return device
+
+
+def describe_memory(cfg: ExperimentConfig, device: torch.device) -> str:
+    """One line for the dry run: the step's memory estimate against what is free."""
+    n = local_islands(cfg)
+    params, act, ev = step_bytes(cfg, cfg.model, n)
+    have = available_memory(device)
+    free = f"{have / 1e9:.3g} GB free on {device}" if have is not None else f"free memory on {device} unknown"
+    return (f"memory: a step needs at least {(params + max(act, ev)) / 1e9:.3g} GB (parameters and optimizer state "
+            f"{params / 1e9:.3g} GB, then activations {act / 1e9:.3g} GB or an evaluation chunk {ev / 1e9:.3g} GB); "
+            f"{free}")
 
 
 def check_tensors(expected: dict[str, torch.Tensor], got: dict[str, Any], where: str) -> None:

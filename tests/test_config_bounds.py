@@ -95,11 +95,33 @@ def test_presets_stay_valid():
      "long enough to carry one chunk"),
     ({"sync.codec_block_size": str(10**12)}, "sync.codec_block_size", "must be in [1, 1048576]"),
     ({"sync.diloco.h_schedule": "qsr", "sync.diloco.qsr_alpha": "1e300"}, "sync.diloco.qsr_alpha", "must be <= 10"),
+    # the link's physical ranges: 1e-310 bit/s crashed the dry run with a raw RuntimeError (no contact window at
+    # t = inf); an rtt of 1e308 s passed it and made every simulated time inf
+    ({"link.bandwidth_bps": "1e-310"}, "link.bandwidth_bps", "must be in [1, 1e+18] bits per second"),
+    ({"link.bandwidth_bps": "1e19"}, "link.bandwidth_bps", "must be in [1, 1e+18] bits per second"),
+    ({"link.rtt_s": "1e308"}, "link.rtt_s", "must be in [0, 3600] s"),
+    ({"link.tail_scale_s": "1e308"}, "link.tail_scale_s", "must be in [0, 3600] s"),
+    ({"link.pacing_bps": "1e-300"}, "link.pacing_bps", "must be 0 (no cap) or in [1, 1e+18]"),
+    ({"link.idle_timeout_s": "1e300"}, "link.idle_timeout_s", "must be in [0, 86400] s"),
+    ({"link.contact_period_s": "1e9"}, "link.contact_period_s", "must be in [0, 86400] s"),
+    ({"link.chunk_bytes": str(2 ** 50)}, "link.chunk_bytes", "must be in [1, 2^40]"),
+    ({"link.init_cwnd_bytes": str(2 ** 50)}, "link.init_cwnd_bytes", "must be in [1, 2^40]"),
 ])
 def test_absurd_values_that_stalled_or_crashed_a_run_are_refused(overrides, field, rule):
     """contact_period_s = 1e-300 looped forever inside one transfer; codec_block_size = 10**12 asked for 4 TB;
-    qsr_alpha = 1e300 raised OverflowError in the QSR schedule."""
+    qsr_alpha = 1e300 raised OverflowError in the QSR schedule; link values outside a physical link's ranges made
+    transfer times zero or infinite."""
     with pytest.raises(ConfigError) as e:
         apply_overrides(get_preset("two_site", "smoke"), overrides)
     assert str(e.value).startswith(field + ":") and rule in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert apply_overrides(get_preset("two_site", "smoke"), {"link.preset": "leo-satellite"}).link.contact_period_s == 60
+
+
+def test_the_dry_run_names_the_link_field_instead_of_a_traceback(tmp_path, capsys):
+    from islands_kit.cli import main
+
+    for value, rule in (("link.bandwidth_bps=1e-310", "link.bandwidth_bps: must be in [1, 1e+18]"),
+                        ("link.rtt_s=1e308", "link.rtt_s: must be in [0, 3600] s")):
+        assert main(["run", "two_site", "--set", value, "--dry-run", "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert rule in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

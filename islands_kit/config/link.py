@@ -7,6 +7,15 @@ from typing import Any
 from islands_kit.config.rules import MAX_CHUNK_FAILURE, MAX_SENDS_PER_CHUNK, _check, _check_fields
 from islands_kit.orbital.config import OrbitConfig
 
+# Physical ranges of a link. Rates: 1 bit/s (below any modem) to 1e18 bit/s (1000x the fastest fibre; the kit's
+# "free link" stand-in for projections sits there): past them transfer times underflow to 0 or overflow to inf.
+# Delays: at most an hour one way or round trip (Earth-Mars at their farthest is ~45 minutes round trip); contact
+# periods and idle timeouts at most a day.
+MIN_RATE_BPS, MAX_RATE_BPS = 1.0, 1e18
+MAX_DELAY_S = 3600.0
+MAX_PERIOD_S = 86400.0
+MAX_CHUNK_BYTES = 1 << 40
+
 SCHEDULES = ("periodic", "orbit")
 
 
@@ -41,14 +50,17 @@ class LinkConfig:
     def __post_init__(self) -> None:
         p = "link."
         _check_fields(self, p)
-        _check(self.bandwidth_bps > 0, p + "bandwidth_bps", "must be > 0", self.bandwidth_bps)
-        _check(self.rtt_s >= 0, p + "rtt_s", "must be >= 0", self.rtt_s)
+        _check(MIN_RATE_BPS <= self.bandwidth_bps <= MAX_RATE_BPS, p + "bandwidth_bps",
+               f"must be in [{MIN_RATE_BPS:g}, {MAX_RATE_BPS:g}] bits per second (a physical link)", self.bandwidth_bps)
+        _check(0 <= self.rtt_s <= MAX_DELAY_S, p + "rtt_s", f"must be in [0, {MAX_DELAY_S:g}] s (an hour: farther "
+               "than Earth-Mars at their farthest)", self.rtt_s)
         _check(0 <= self.jitter_sigma <= 4, p + "jitter_sigma", "must be >= 0 and <= 4 (the late-chunk threshold "
                "rtt/2 x e^(3 sigma) is already 1.6e5 round trips at 4)", self.jitter_sigma)
         _check(0 <= self.tail_prob <= 1, p + "tail_prob", "must be in [0, 1]", self.tail_prob)
         _check(self.tail_alpha >= 1, p + "tail_alpha", "must be >= 1 (a Pareto tail with alpha < 1 has an infinite "
                "mean delay)", self.tail_alpha)
-        _check(self.tail_scale_s >= 0, p + "tail_scale_s", "must be >= 0", self.tail_scale_s)
+        _check(0 <= self.tail_scale_s <= MAX_DELAY_S, p + "tail_scale_s", f"must be in [0, {MAX_DELAY_S:g}] s",
+               self.tail_scale_s)
         _check(0 <= self.loss_prob < 1, p + "loss_prob", "must be in [0, 1)", self.loss_prob)
         _check(0 <= self.corrupt_prob < 1, p + "corrupt_prob", "must be in [0, 1)", self.corrupt_prob)
         _check(self.loss_prob + self.corrupt_prob <= MAX_CHUNK_FAILURE, p + "loss_prob",
@@ -57,16 +69,20 @@ class LinkConfig:
                self.loss_prob + self.corrupt_prob)
         _check(1 <= self.n_connections <= 1024, p + "n_connections", "must be >= 1 and <= 1024 (parallel connections of "
                "one direction)", self.n_connections)
-        _check(self.idle_timeout_s >= 0, p + "idle_timeout_s", "must be >= 0", self.idle_timeout_s)
-        _check(self.init_cwnd_bytes >= 1, p + "init_cwnd_bytes", "must be >= 1", self.init_cwnd_bytes)
-        _check(self.pacing_bps >= 0, p + "pacing_bps", "must be >= 0 (0 = no cap)", self.pacing_bps)
-        _check(self.chunk_bytes >= 1, p + "chunk_bytes", "must be >= 1", self.chunk_bytes)
+        _check(0 <= self.idle_timeout_s <= MAX_PERIOD_S, p + "idle_timeout_s", f"must be in [0, {MAX_PERIOD_S:g}] s",
+               self.idle_timeout_s)
+        _check(1 <= self.init_cwnd_bytes <= MAX_CHUNK_BYTES, p + "init_cwnd_bytes", "must be in [1, 2^40]",
+               self.init_cwnd_bytes)
+        _check(self.pacing_bps == 0 or MIN_RATE_BPS <= self.pacing_bps <= MAX_RATE_BPS, p + "pacing_bps",
+               f"must be 0 (no cap) or in [{MIN_RATE_BPS:g}, {MAX_RATE_BPS:g}] bits per second", self.pacing_bps)
+        _check(1 <= self.chunk_bytes <= MAX_CHUNK_BYTES, p + "chunk_bytes", "must be in [1, 2^40]", self.chunk_bytes)
         _check(self.method in ("chunked", "naive"), p + "method", "must be one of chunked|naive", self.method)
         _check(self.schedule in SCHEDULES, p + "schedule", "must be one of " + "|".join(SCHEDULES), self.schedule)
         _check(self.schedule == "periodic" or self.contact_period_s == 0, p + "contact_period_s",
                "must be 0 with schedule=orbit (the orbit decides every link's windows)", self.contact_period_s)
         _check(isinstance(self.orbit, OrbitConfig), p + "orbit", "must be an OrbitConfig", self.orbit)
-        _check(self.contact_period_s >= 0, p + "contact_period_s", "must be >= 0", self.contact_period_s)
+        _check(0 <= self.contact_period_s <= MAX_PERIOD_S, p + "contact_period_s",
+               f"must be in [0, {MAX_PERIOD_S:g}] s (0: always in contact)", self.contact_period_s)
         _check(0 < self.contact_fraction <= 1, p + "contact_fraction", "must be in (0, 1]", self.contact_fraction)
         # a window too short to carry a chunk makes one transfer cross windows without end (1e-300 s never finishes)
         rate = min(self.bandwidth_bps, self.pacing_bps) if self.pacing_bps > 0 else self.bandwidth_bps
