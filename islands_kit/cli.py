@@ -26,6 +26,7 @@ from pathlib import Path
 from islands_kit import __version__
 from islands_kit.compare import smoke_note
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
+from islands_kit.io import OutputError, lock_owner
 from islands_kit.progress import format_duration
 from islands_kit.protocol.command import add_study_command
 from islands_kit.tracking import wandb_off_note
@@ -158,6 +159,10 @@ def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None)
     devices = []
     for cfg, out in zip(cfgs, outs):
         devices.append(preflight(cfg, out))
+        owner = lock_owner(out)
+        if owner is not None:
+            raise ConfigError(f"--out: {out} is in use by another run ({owner}); wait for it to end or choose another "
+                              "--out")
         if resume:
             check_resume(cfg, resume)
     print(config_summary(cfgs[0]) + (f"\nseeds {' '.join(str(c.seed) for c in cfgs)}: one run each" if len(cfgs) > 1 else ""))
@@ -389,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"islands-kit: error: {e}", file=sys.stderr)
         return 2
+    except OutputError as e:  # a file could not be written (full disk, read-only): named, nothing half-written
+        print(f"islands-kit: error: {e}", file=sys.stderr)
+        return 1
     except RuntimeError as e:  # DistributedError: a peer died or never answered; NotebookError: a cell raised
         if type(e).__name__ not in ("DistributedError", "NotebookError"):
             raise

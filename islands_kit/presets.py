@@ -39,12 +39,7 @@ import json
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
-from islands_kit.config.experiment_table import Hardware, experiment_row
-
-PRESETS = ("smoke", "demo", "demo-long", "gpu-small", "gpu")
-GPU_PRESETS = ("gpu-small", "gpu")
-# the CPU demo's presets: the demo's model and per-experiment settings (the experiment table's ``demo``), at their own lengths
-DEMO_PRESETS = ("demo", "demo-long")
+from islands_kit.config.experiment_table import DEMO_PRESETS, GPU_PRESETS, PRESETS, Hardware, experiment_row
 
 _DEMO: dict[str, Any] = dict(seq_len=128, d_model=64, n_layers=4, n_heads=2, d_expert=64)
 MODEL_SIZES: dict[str, dict[str, Any]] = {

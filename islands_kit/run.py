@@ -17,7 +17,7 @@ from islands_kit import kernels
 from islands_kit.checkpoint import load_checkpoint
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.io import sweep_stale_temporaries
+from islands_kit.io import OutputError, folder_lock, sweep_stale_temporaries
 from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
 from islands_kit.sync.schedule import diloco_schedule
@@ -38,13 +38,21 @@ def run_experiment(cfg: ExperimentConfig, out_dir: str | Path | None = None,
     the result is bit-identical to an uninterrupted run. The checkpoint is read and checked before any work starts."""
     # output folder, corpus, device and memory: refused now rather than after training (the same checks as --dry-run)
     preflight(cfg, out_dir, len(transport.local_islands) if transport is not None else None)
+    state = None
+    if resume is not None:
+        state = load_checkpoint(resume, transport)
+    # the writer holds the folder for the run: a second run into it is refused while this one lives
+    holds = out_dir is not None and (transport is None or transport.is_writer)
+    with folder_lock(out_dir) if holds and out_dir is not None else contextlib.nullcontext():
+        return _locked(cfg, out_dir, transport, state, resume)
+
+
+def _locked(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport | None,
+            state: dict[str, Any] | None, resume: str | Path | None) -> Result:
     if out_dir is not None:  # a run killed mid-write in this folder left temporaries: they go now
         sweep_stale_temporaries(out_dir)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    state = None
-    if resume is not None:
-        state = load_checkpoint(resume, transport)
     # model.kernels = torch|triton forces the expert-GEMM and codec paths for this run only; auto leaves the choice to
     # $ISLANDS_KIT_KERNELS and to what the machine has
     backend = contextlib.nullcontext() if cfg.model.kernels == "auto" else kernels.set_backend(cfg.model.kernels)
@@ -66,7 +74,11 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     try:
         res = exp.run(tracker)
         if out_dir:
-            write_outputs(exp, Path(out_dir), res, tracker)
+            try:
+                write_outputs(exp, Path(out_dir), res, tracker)
+            except OutputError as e:  # the training is done: its figures go into the error rather than nowhere
+                raise OutputError(f"{e}. The run itself finished ({_figures(res)}); {out_dir} holds no result.json, "
+                                  "so it is not marked finished") from None
         if tracker is not None:  # wandb's summary and artifact (which holds result.json)
             tracker.finish(res, exp.history)
         failed = False
@@ -78,3 +90,10 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
            else f"final val bpb {res['final_val_bpb']:.4f} (xz on the same bytes {res['compressor_bpb']['xz']:.3f})")
     progress.end(bpb + (f" | wandb offline run: {sync}" if tracker is not None and sync else ""))
     return res
+
+
+def _figures(res: Result) -> str:
+    if res.get("diverged_at_step") is not None:
+        return f"diverged at step {res['diverged_at_step']}"
+    return (f"final_val_bpb {res['final_val_bpb']:.6f} after {res['steps']} steps, {res['tokens']:,} tokens, "
+            f"cross_site_bytes {res['cross_site_bytes']:,}")

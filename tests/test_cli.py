@@ -281,3 +281,15 @@ def test_env_reports_versions_threads_device_cache_and_corpora(capsys, monkeypat
     assert main(["env", "--short"]) == 0
     short = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in short] == ["python", "islands_kit", "torch", "device", "triton"]
+
+
+def test_a_preset_is_a_name_from_the_table_never_a_path(tmp_path, capsys, monkeypatch):
+    """--set preset=../../../escaped named the default folder runs/two_site-../../../escaped-s0: a run wrote outside
+    runs/. The preset is a name from the preset table, checked with every other field."""
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    assert main(["run", "two_site", "--set", "preset=../../../escaped", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "preset: must be one of smoke|demo|demo-long|gpu-small|gpu (got '../../../escaped')" in err
+    assert not (tmp_path / "escaped-s0").exists() and not (work / "runs").exists()

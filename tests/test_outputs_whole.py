@@ -233,3 +233,71 @@ def test_a_crafted_file_is_refused_before_its_tensors_are_read(tmp_path, name, c
         sampling.load_model(d)
     assert time.perf_counter() - t0 < 2.0 and "\n" not in str(e.value)
 
+
+
+# ---- one run per folder, and a full disk --------------------------------------------------------------------------
+
+def test_a_second_run_into_a_held_folder_is_refused_and_a_stale_lock_is_taken_over(tmp_path):
+    """Two runs with the same --out used to overwrite each other (the second passed the finished-run check while the
+    first was still training). The folder's lock refuses the second, naming the folder and the holder; a lock left
+    by a process that is gone, or whose pid now names another process, is stale and taken over."""
+    out = tmp_path / "run"
+    with kit_io.folder_lock(out):
+        assert out.is_dir() and kit_io.lock_owner(out) == f"process {os.getpid()} on {kit_io._HOST}"
+        with pytest.raises(ConfigError, match=rf"^--out: {out} is in use by another run \(process {os.getpid()} on "):
+            run_experiment(_cfg(2), out)
+    assert not out.exists()  # created for the lock, left empty: removed again
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for stale in (f"{int(dead.stdout)}@{kit_io._HOST} 1\n",  # its process is gone
+                  f"{os.getpid()}@{kit_io._HOST} 1\n"):  # this pid, but a process that started at another time
+        (out / kit_io.LOCK_FILE).write_text(stale)
+        assert kit_io.lock_owner(out) is None
+        run_experiment(_cfg(2), out)
+        assert (out / "result.json").exists() and not (out / kit_io.LOCK_FILE).exists()
+    (out / kit_io.LOCK_FILE).write_text("4242@another-host 77\n")  # another host: cannot tell, so it holds
+    assert kit_io.lock_owner(out) == "process 4242 on another-host"
+
+
+@pytest.mark.slow
+def test_two_processes_with_the_same_out(tmp_path, capsys):
+    """A second process asked for a folder another live process holds is refused at once, by the dry run too."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom islands_kit.io import folder_lock\n"
+                               f"with folder_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        for extra in ([], ["--dry-run"]):
+            assert main(["run", "two_site", "--set", "steps=2", "--out", str(out), *extra]) == 2
+            err = capsys.readouterr().err
+            assert f"--out: {out} is in use by another run (process {holder.pid} on" in err, err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["run", "two_site", "--set", "steps=2", "--out", str(out)]) == 0  # its holder gone: stale, taken
+
+
+def test_a_full_disk_is_a_kit_error_naming_the_file_and_nothing_finished_is_lost(tmp_path, monkeypatch, capsys):
+    """ENOSPC while the outputs are written ended in a raw OSError. It is one line naming the file, the run's
+    figures go into it (its training is done), and the finished run already in the folder stays whole."""
+    import errno
+
+    out = tmp_path / "run"
+    assert main(["run", "two_site", "--set", "steps=2", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["run", "two_site", "--set", "steps=2", "--out", str(out), "--force"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"islands-kit: error: cannot write {out / 'model.island0.pt'}")
+    assert "No space left on device (free some space: df -h" in err and "nothing half-written is left" in err
+    assert "The run itself finished (final_val_bpb " in err and "holds no result.json" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier run, byte for byte
+    with pytest.raises(kit_io.OutputError, match=r"cannot write .*x\.json \(3 bytes\): No space left on device"):
+        atomic_write_bytes(tmp_path / "x.json", b"abc")
+    assert list(tmp_path.glob("x.json*")) == []

@@ -7,7 +7,7 @@ from typing import Any
 
 from islands_kit.config.coerce import build
 from islands_kit.config.data import DataConfig
-from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE, PRESETS
 from islands_kit.config.faults import FaultConfig
 from islands_kit.config.link import LinkConfig
 from islands_kit.config.model import ModelConfig, OptimConfig
@@ -69,6 +69,8 @@ class ExperimentConfig:
         _check_fields(self, "")
         _check(self.experiment in EXPERIMENT_TABLE, "experiment", "must be one of " + "|".join(EXPERIMENT_TABLE),
                self.experiment)
+        # the default run folder is runs/EXPERIMENT-PRESET-sSEED: a preset is a name from the table, never a path
+        _check(self.preset in PRESETS, "preset", "must be one of " + "|".join(PRESETS), self.preset)
         _check(isinstance(self.seed, int) and 0 <= self.seed <= SEED_MAX, "seed", "must be an integer >= 0 and <= 2^32 - 1",
                self.seed)
         check_device_spelling(self.device)

@@ -151,6 +151,10 @@ class TableNames(Sequence[str]):
 
 EXPERIMENTS = TableNames()  # every registered experiment (the CLI's choices)
 SCALING_EXPERIMENTS = TableNames(lambda row: row.scaling)  # the scaling study's default
+# the presets (``presets.py`` holds what each sets): a config's ``preset`` is one of them, so it can name a folder
+PRESETS: tuple[str, ...] = ("smoke", "demo", "demo-long", "gpu-small", "gpu")
+GPU_PRESETS: tuple[str, ...] = ("gpu-small", "gpu")
+DEMO_PRESETS: tuple[str, ...] = ("demo", "demo-long")  # the CPU demo's model and settings, at their own lengths
 
 
 def experiment_row(name: str) -> ExperimentRow:
