@@ -26,8 +26,7 @@ from pathlib import Path
 from islands_kit import __version__
 from islands_kit.compare import smoke_note
 from islands_kit.config import EXPERIMENTS, ConfigError, ExperimentConfig, apply_overrides, parse_set
-from islands_kit.io import OutputError, lock_owner
-from islands_kit.progress import format_duration
+from islands_kit.io import OutputError
 from islands_kit.protocol.command import add_study_command
 from islands_kit.tracking import wandb_off_note
 
@@ -87,6 +86,8 @@ def _out_dir(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from islands_kit.dry_run import dry_run
+
     cfg = resolve_config(args)
     out = _out_dir(args, cfg)
     resuming_in_place = args.resume is not None and out.resolve() == _out_dir_of_resume(args.resume)
@@ -97,7 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg = apply_overrides(cfg, {"progress": False})
     if not args.seeds:
         if args.dry_run:
-            return _dry_run([cfg], [out], args.resume)
+            return dry_run([cfg], [out], args.resume)
         _run_one(cfg, out, args.resume)
         return 0
     # a seed sweep: one run per seed in OUT/s<seed>, one wandb group, then the comparison with mean ± spread
@@ -115,7 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if (d / "result.json").exists() and not args.force:
             raise ConfigError(f"--out: {d} holds a finished run (result.json); choose another --out, or pass --force")
     if args.dry_run:
-        return _dry_run(cfgs, dirs, None)
+        return dry_run(cfgs, dirs, None)
     for c, d in zip(cfgs, dirs):
         _run_one(c, d, None)
     if _is_writer():
@@ -145,38 +146,6 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
     for note in (smoke_note([cfg.preset]), wandb_off_note(cfg)):
         if note and _is_writer():
             print(note)
-
-
-def _dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) -> int:
-    """Make every check a run makes before training (islands_kit.preflight: config, output folder, corpus, device,
-    memory; the checkpoint when resuming) for each run (one, or a sweep's one per seed), say what would run, where
-    each run writes, and about how long each takes here (``estimate.estimate_run``: a few timed steps)."""
-    from islands_kit.checkpoint import check_resume, read_config
-    from islands_kit.estimate import estimate_run
-    from islands_kit.notebooks import config_summary
-    from islands_kit.preflight import describe_memory, preflight
-
-    devices = []
-    for cfg, out in zip(cfgs, outs):
-        devices.append(preflight(cfg, out))
-        owner = lock_owner(out)
-        if owner is not None:
-            raise ConfigError(f"--out: {out} is in use by another run ({owner}); wait for it to end or choose another "
-                              "--out")
-        if resume:
-            check_resume(cfg, resume)
-    print(config_summary(cfgs[0]) + (f"\nseeds {' '.join(str(c.seed) for c in cfgs)}: one run each" if len(cfgs) > 1 else ""))
-    for cfg, out in zip(cfgs, outs):
-        where = f"resume {resume} and write {out}" if resume else f"write {out}"
-        print(f"dry run: valid; {cfg.experiment} seed {cfg.seed} would {where}/result.json (nothing trained)")
-    print(describe_memory(cfgs[0], devices[0]))
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        print("time: not estimated under torchrun (each process holds only its own islands)")
-        return 0
-    est = estimate_run(cfgs[0], read_config(resume)[1] if resume else 0)
-    total = f"; all {len(cfgs)} runs, one after another: about {format_duration(len(cfgs) * est.total_s)}" if len(cfgs) > 1 else ""
-    print(f"time: {est.describe()}{total}")
-    return 0
 
 
 def _cmd_corpora(args: argparse.Namespace) -> int:

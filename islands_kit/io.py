@@ -9,10 +9,7 @@ process on this host) is gone, and never a file another live process is still wr
 Each write sweeps its own target's stale temporaries; a run sweeps its whole output folder when it starts.
 
 A write that fails (a full disk, a read-only mount) is an :class:`OutputError` naming the file: its temporary is
-removed and the file that was there before is untouched. A run holds its output folder with :func:`folder_lock`
-(``.islands_kit.lock``: the writer's pid, host and process start time), so a second run into the same folder is
-refused while the first lives; a lock whose process is gone (or whose pid now belongs to a newer process) is stale
-and taken over.
+removed and the file that was there before is untouched.
 """
 from __future__ import annotations
 
@@ -24,17 +21,11 @@ import re
 import socket
 import tempfile
 from pathlib import Path
-from typing import Iterator
-
-from islands_kit.config import ConfigError
 
 RESULT_FILE = "result.json"  # a run writes it last: a folder holding it is a finished run, one without it is not
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:48] or "host"
 _TMP_SUFFIX = ".kit.tmp"
 _TMP_NAME = re.compile(r"(?P<target>.+)\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.[A-Za-z0-9_]+" + re.escape(_TMP_SUFFIX))
-
-
-LOCK_FILE = ".islands_kit.lock"
 
 
 class OutputError(RuntimeError):
@@ -56,7 +47,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         sweep_stale_temporaries(path.parent, path.name)
         fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.{os.getpid()}@{_HOST}.", suffix=_TMP_SUFFIX, dir=path.parent)
     except OSError as e:
-        raise _output_error(path, len(data), e) from None
+        raise output_error(path, len(data), e) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
@@ -68,79 +59,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise _output_error(path, len(data), e) from None
+            raise output_error(path, len(data), e) from None
         raise
 
 
-def _output_error(path: Path, n: int, e: OSError) -> OutputError:
+def output_error(path: Path, n: int, e: OSError) -> OutputError:
+    """The ``OutputError`` for writing ``n`` bytes to ``path`` failing with ``e``."""
     why = e.strerror or type(e).__name__
     hint = " (free some space: df -h " + str(path.parent) + ")" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return OutputError(f"cannot write {path} ({n:,} bytes): {why}{hint}; nothing half-written is left and the file "
                        "there before, if any, is untouched")
-
-
-def _start_time(pid: int) -> str:
-    """The start time of process ``pid`` (clock ticks since boot, /proc), '' where it cannot be read: with the pid it
-    names a process, since pids are reused."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def lock_owner(folder: str | Path) -> str | None:
-    """Who holds ``folder``'s lock — ``"process PID on HOST"`` — or None when it is free or its holder is gone."""
-    try:
-        text = (Path(folder) / LOCK_FILE).read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError:
-        text = ""
-    m = re.fullmatch(r"(\d+)@([A-Za-z0-9-]+) (\S*)\n?", text)
-    if m is None:  # unreadable or half-written: its writer died while taking it, or it is not ours
-        return None if text == "" else f"an unknown holder ({LOCK_FILE} holds {text[:40]!r})"
-    pid, host, started = int(m[1]), m[2], m[3]
-    if host == _HOST and (not _alive(pid) or (started and _start_time(pid) not in ("", started))):
-        return None  # stale: that process is gone, or its pid now names another process
-    return f"process {pid} on {host}"
-
-
-@contextlib.contextmanager
-def folder_lock(folder: str | Path) -> Iterator[None]:
-    """Hold ``folder`` (created if needed; removed again if the run left it empty) for one run: a ConfigError naming
-    the folder and the holder when another live run holds it; a stale lock is taken over. Released on exit."""
-    d = Path(folder)
-    created = not d.exists()
-    d.mkdir(parents=True, exist_ok=True)
-    lock = d / LOCK_FILE
-    me = f"{os.getpid()}@{_HOST} {_start_time(os.getpid())}\n"
-    for _ in range(3):
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            owner = lock_owner(d)
-            if owner is not None:
-                raise ConfigError(f"--out: {d} is in use by another run ({owner}); wait for it to end or choose "
-                                  f"another --out (if that run is gone, remove {lock})") from None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock)  # stale: its run is gone
-            continue
-        except OSError as e:
-            raise _output_error(lock, len(me), e) from None
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        break
-    else:
-        raise ConfigError(f"--out: {d}: could not take its lock {lock} (another run keeps taking it)")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            if lock.read_text() == me:
-                os.unlink(lock)
-        if created:  # a run refused before it wrote anything leaves no folder behind
-            with contextlib.suppress(OSError):
-                d.rmdir()
 
 
 def sweep_stale_temporaries(folder: str | Path, target: str | None = None) -> list[Path]:

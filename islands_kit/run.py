@@ -17,7 +17,8 @@ from islands_kit import kernels
 from islands_kit.checkpoint import load_checkpoint
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.io import OutputError, folder_lock, sweep_stale_temporaries
+from islands_kit.io import OutputError, sweep_stale_temporaries
+from islands_kit.locks import folder_lock
 from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
 from islands_kit.sync.schedule import diloco_schedule

@@ -241,29 +241,34 @@ def test_a_second_run_into_a_held_folder_is_refused_and_a_stale_lock_is_taken_ov
     """Two runs with the same --out used to overwrite each other (the second passed the finished-run check while the
     first was still training). The folder's lock refuses the second, naming the folder and the holder; a lock left
     by a process that is gone, or whose pid now names another process, is stale and taken over."""
+    import json
+
+    from islands_kit import locks
+
     out = tmp_path / "run"
-    with kit_io.folder_lock(out):
-        assert out.is_dir() and kit_io.lock_owner(out) == f"process {os.getpid()} on {kit_io._HOST}"
+    lock = out / locks.LOCK_FILE
+    with locks.folder_lock(out):
+        assert out.is_dir() and locks.lock_owner(out) == f"process {os.getpid()} on {locks._HOST}"
         with pytest.raises(ConfigError, match=rf"^--out: {out} is in use by another run \(process {os.getpid()} on "):
             run_experiment(_cfg(2), out)
     assert not out.exists()  # created for the lock, left empty: removed again
     out.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    for stale in (f"{int(dead.stdout)}@{kit_io._HOST} 1\n",  # its process is gone
-                  f"{os.getpid()}@{kit_io._HOST} 1\n"):  # this pid, but a process that started at another time
-        (out / kit_io.LOCK_FILE).write_text(stale)
-        assert kit_io.lock_owner(out) is None
+    for pid, started in ((int(dead.stdout), None),  # its process is gone
+                         (os.getpid(), "1")):  # this pid, but a process that started at another time
+        lock.write_text(json.dumps({"pid": pid, "host": locks._HOST, "started": started}))
+        assert locks.lock_owner(out) is None
         run_experiment(_cfg(2), out)
-        assert (out / "result.json").exists() and not (out / kit_io.LOCK_FILE).exists()
-    (out / kit_io.LOCK_FILE).write_text("4242@another-host 77\n")  # another host: cannot tell, so it holds
-    assert kit_io.lock_owner(out) == "process 4242 on another-host"
+        assert (out / "result.json").exists() and not lock.exists()
+    lock.write_text(json.dumps({"pid": 4242, "host": "another-host"}))  # another host: cannot tell, so it holds
+    assert locks.lock_owner(out) == "process 4242 on another-host"
 
 
 @pytest.mark.slow
 def test_two_processes_with_the_same_out(tmp_path, capsys):
     """A second process asked for a folder another live process holds is refused at once, by the dry run too."""
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom islands_kit.io import folder_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom islands_kit.locks import folder_lock\n"
                                f"with folder_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
     try:

@@ -9,51 +9,28 @@ known is started, and when an arm's tuning runs have all finished its pick's sco
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
-import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from islands_kit.io import pid_alive
+from islands_kit.locks import acquire, release
 from islands_kit.protocol.runs import Run, pick
 from islands_kit.protocol.study import Study, StudyError, Trial
 
-_HOST = socket.gethostname()
-
 
 def take_lock(d: Path) -> bool:
-    """Create ``d/run.lock`` for this process; False while another live process holds it (a dead holder's lock on
-    this host is taken over)."""
+    """Create ``d/run.lock`` for this process; False while another live process holds it (a stale lock is taken
+    over: ``locks.acquire``)."""
     d.mkdir(parents=True, exist_ok=True)
-    lock = d / "run.lock"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text() or "{}")
-            except (OSError, ValueError):
-                holder = {}
-            if holder.get("host") == _HOST and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"]):
-                with contextlib.suppress(FileNotFoundError):
-                    lock.unlink()
-                continue
-            return False
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "host": _HOST, "since": time.time()}, f)
-        return True
-    return False
+    return acquire(d / "run.lock") is None
 
 
 def release_lock(d: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (d / "run.lock").unlink()
+    release(d / "run.lock")
 
 
 def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
