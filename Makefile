@@ -45,12 +45,14 @@ test-fast: install
 # JupyterLab is an optional extra: installed here on first use, not by set-up (most runs never need a server);
 # --allow-root where make runs as root (containers), which Jupyter otherwise refuses. Rooted at the checkout (notebooks/
 # and runs/ both in view); a kernel runs in notebooks/, so ISLANDS_KIT_BASE_DIR points the notebooks' relative output
-# folders (runs/...) at the checkout's runs/, where `islands-kit compare runs/...` finds them.
+# folders (runs/...) at the checkout's runs/, where `islands-kit compare runs/...` finds them. The server config lists
+# each notebook once (its jupytext NAME.py source is left out of the listing beside NAME.ipynb).
 # LAB_ARGS: more jupyter lab options, e.g. LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888" on a remote box
+LAB_CONFIG := scripts/jupyter_server_config.py
 lab: install
 	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || { echo "lab: installing JupyterLab (the lab extra) into $(VENV)"; \
 		$(BIN)/python -m pip install -q -e ".[lab]"; }
-	ISLANDS_KIT_BASE_DIR="$(CURDIR)" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+	ISLANDS_KIT_BASE_DIR="$(CURDIR)" $(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --config="$(CURDIR)/$(LAB_CONFIG)" \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:

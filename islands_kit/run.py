@@ -22,7 +22,7 @@ from islands_kit.locks import folder_lock
 from islands_kit.preflight import preflight
 from islands_kit.progress import Progress, describe
 from islands_kit.sync.schedule import diloco_schedule
-from islands_kit.tracking import Tracker
+from islands_kit.tracking import Tracker, wandb_line
 from islands_kit.train.experiment import Experiment
 from islands_kit.train.outputs import LINK_TIMELINE, write_outputs
 from islands_kit.train.result import Diverged, Result, git_sha
@@ -72,6 +72,7 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
     tracker = Tracker(cfg, out_dir, resume=resume) if (out_dir and is_writer) else None
     progress.start(describe(cfg, out_dir))
     failed = True
+    info = None
     try:
         res = exp.run(tracker)
         if out_dir:
@@ -85,11 +86,13 @@ def _run(cfg: ExperimentConfig, out_dir: str | Path | None, transport: Transport
         failed = False
     finally:
         if tracker is not None:
-            sync = tracker.info().get("sync")
+            info = tracker.info()
             tracker.close(failed)
     bpb = (f"diverged at step {res['diverged_at_step']}" if res.get("diverged_at_step") is not None
            else f"final val bpb {res['final_val_bpb']:.4f} (xz on the same bytes {res['compressor_bpb']['xz']:.3f})")
-    progress.end(bpb + (f" | wandb offline run: {sync}" if tracker is not None and sync else ""))
+    progress.end(bpb)
+    if tracker is not None:  # what wandb did, whatever the progress setting: off, or where the run is and its upload
+        print(wandb_line(cfg, info), flush=True)
     return res
 
 

@@ -10,7 +10,8 @@ pieces (the router and its losses, the byte model, Shampoo, the link model) on t
 * ``optimizer_race`` — Shampoo against Adam on an ill-conditioned matrix least-squares problem;
 * ``link_durations`` — many transfers of one payload on an idle link, naive vs chunked;
 * ``kit_diloco`` — the kit's own DiLoCo (``sync/diloco.py``) on the replicas of the notebook's hand-written
-  two-replica DiLoCo, so the notebook can show that its plain PyTorch and the kit agree bit for bit.
+  two-replica DiLoCo, so the notebook can show that its plain PyTorch and the kit agree bit for bit;
+* ``outer_step_sentence`` — that section's outer step beside the demo two_site's, both read from their configs.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import SyncConfig, _check
+from islands_kit.presets import get_preset
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.diloco_spec import DiLoCoConfig
 
@@ -261,3 +263,13 @@ def kit_diloco(initial: nn.Module, trained: Sequence[Sequence[nn.Module]], H: in
         out.append({"global": strategy.global_params[0].detach().clone(),
                     "residuals": [torch.zeros(0) if e is None else e.clone() for e in residuals]})
     return out
+
+
+def outer_step_sentence(outer_lr: float, outer_momentum: float, experiment: str = "two_site",
+                        preset: str = "demo") -> str:
+    """The tour's DiLoCo section beside what ``experiment`` at ``preset`` does, both in words read from the configs
+    (``DiLoCoConfig.outer_step`` and ``merge_words``), so the tour cannot describe a demo that no longer exists."""
+    mine = DiLoCoConfig(outer_lr=outer_lr, outer_momentum=outer_momentum)
+    demo = get_preset(experiment, preset).sync.diloco
+    return (f"this section: the two outer gradients merged by {mine.merge_words}, then {mine.outer_step}; "
+            f"the {preset} preset's {experiment}: merged by {demo.merge_words}, then {demo.outer_step}")

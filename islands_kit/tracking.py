@@ -73,6 +73,23 @@ def run_name(cfg: Any, out_dir: str | Path | None) -> str:
     return "-".join(parts)[:128]
 
 
+def wandb_group(cfg: Any) -> str:
+    """The run's wandb group: ``wandb_group`` when set (a comparison's, a sweep's, a study's name), else
+    ``<experiment>-<preset>``, so that a lone run is never left without one."""
+    return str(cfg.wandb_group or f"{cfg.experiment}-{cfg.preset}")
+
+
+def wandb_line(cfg: Any, info: dict[str, Any] | None) -> str:
+    """The one line a run ends with about wandb: off and why; or the mode, group, the run's local folder and, for an
+    offline run, the command that uploads it (``info``: :meth:`Tracker.info`)."""
+    if info is None or info.get("mode", "disabled") == "disabled":
+        return wandb_off_note(cfg) or "wandb: off"
+    where = f"wandb: {info['mode']} run {info['id']} (project {info['project']!r}, group {info['group']!r}) in {info['sync_dir']}"
+    if info["mode"] == "offline":
+        return f"{where}; upload it with: {info['sync']}"
+    return f"{where}; synced as it ran"
+
+
 def wandb_off_note(cfg: Any) -> str | None:
     """Why a run logs nothing to wandb, in one line (None when it logs): the config or the environment said so."""
     if resolve_wandb_mode(cfg.wandb_mode) != "disabled":
@@ -186,7 +203,7 @@ class Tracker:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         prev = previous_wandb_run(resume)
         run_id = prev["id"] if prev and prev.get("project") == cfg.wandb_project else None
-        self.run = wandb.init(project=cfg.wandb_project, group=cfg.wandb_group or None, job_type="experiment",
+        self.run = wandb.init(project=cfg.wandb_project, group=wandb_group(cfg), job_type="experiment",
                               name=run_name(cfg, out_dir), tags=run_tags(cfg), notes=cfg.sync.traits.description,
                               config=cfg.to_dict(), dir=str(self.out_dir), id=run_id,
                               resume="allow" if run_id else None, reinit="create_new",
@@ -205,7 +222,7 @@ class Tracker:
         """id, project, group, mode, the offline folder and the command that uploads it."""
         if self.run is None:
             return {"mode": "disabled"}
-        return {"id": self.run.id, "project": self.cfg.wandb_project, "group": self.cfg.wandb_group, "mode": self.mode,
+        return {"id": self.run.id, "project": self.cfg.wandb_project, "group": wandb_group(self.cfg), "mode": self.mode,
                 "sync_dir": str(self.run.settings.sync_dir),
                 "sync": sync_command(self.out_dir, self.run.id) if self.mode == "offline" else None}
 

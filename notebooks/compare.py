@@ -38,7 +38,7 @@ seeds = []  # a seed sweep, e.g. [0, 1, 2]: every experiment once per seed (empt
 steps = 0  # inner steps per island; 0 means the preset value (shared: equal total tokens)
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob
 out_dir = ""  # empty means runs/compare-<preset>-s<seed>; experiment E goes to out_dir/E/ (a sweep: out_dir/E/s<seed>/)
-wandb_mode = "offline"  # offline | online | disabled
+wandb_mode = None  # None: the preset's (offline; disabled at smoke, as for `islands-kit run`) | offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # empty means compare-<preset>-<date>-<time>: one group per comparison
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite
@@ -82,14 +82,16 @@ print(table)
 
 # %% [markdown]
 # ## Curves
-# The same validation bytes for all three; the dashed line is xz -9e on them. With several seeds: the mean over seeds,
-# and a band of ± one standard deviation.
+# The figure `islands-kit compare --plot FILE.png` draws, from the same function: validation bpb over training
+# tokens (the same validation bytes for all three) and the bytes each put on the link, on a log axis. With several
+# seeds: the mean over seeds, and the 95% interval of that mean as a band. Then bpb against the simulated wall-clock
+# (band: ± one standard deviation), where waiting for the link shows; the dashed line is xz -9e on the same bytes.
 
 # %%
 histories = {exp: r["history"] for exp, r in runs.items()}
 groups = seed_groups(runs)
+plots.show(plots.comparison_curves(groups), out / "compare.png")
 xz = {"xz -9e": next(iter(runs.values()))["result"]["compressor_bpb"]["xz"]}
-plots.show(plots.bpb_band(groups, x="tokens", floors=xz), out / "compare_bpb_vs_tokens.png")
 plots.show(plots.bpb_band(groups, x="sim_time", floors=xz), out / "compare_bpb_vs_sim_time.png")
 
 # %%

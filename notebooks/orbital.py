@@ -46,7 +46,7 @@ seed = 0  # one seed for weights, data order, stochastic rounding and the link's
 steps = 0  # ticks of the decoupled schedule; 0 means the preset value
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob of .txt/.parquet files
 out_dir = ""  # empty means runs/orbital-<preset>-s<seed>; result.json, history.jsonl and the PNGs land here
-wandb_mode = "offline"  # offline | online | disabled
+wandb_mode = None  # None: the preset's (offline; disabled at smoke, as for `islands-kit run`) | offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 baseline_dir = ""  # a finished ground baseline run (islands-kit run baseline --preset PRESET); empty: no comparison
@@ -109,14 +109,17 @@ plots.show(plots.decoupled_clocks(run["result"]), out / "decoupled_clocks.png")
 
 # %% [markdown]
 # ## Against the ground baseline
-# With `baseline_dir` set: the compare table (bpb paired by seed, bytes, simulated time, utilisation, window wait).
-# The orbital run plans the baseline's token budget; its satellites process fewer tokens in eclipse (`tokens`).
+# With `baseline_dir` set: the compare table (bpb paired by seed, bytes; `--wide` columns such as the window wait in
+# `compare.txt`) and the comparison figure of `islands-kit compare --plot`. The orbital run plans the baseline's
+# token budget; its satellites process fewer tokens in eclipse, which the row's note says (`0.93x tokens`).
 
 # %%
-from islands_kit.compare import report
+from islands_kit.notebooks import comparison_report, seed_groups
 
 if baseline_dir:
-    _rows, _seeds, table = report([load_run(baseline_dir)["result"], run["result"]])
+    base = load_run(baseline_dir)
+    _rows, table = comparison_report([base["result"], run["result"]], out)
     print(table)
+    plots.show(plots.comparison_curves(seed_groups({"ground": base, "orbit": run})), out / "compare.png")
 else:
     print("no baseline_dir: run `islands-kit run baseline --preset " + preset + "` and pass its folder to compare")

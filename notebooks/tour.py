@@ -152,9 +152,10 @@ plots.show(plots.fragment_timeline(streaming_schedule(H, n_fragments, 2 * H), n_
 # rounding is unbiased on average). **Error feedback** adds what rounding lost last time to the next outer gradient,
 # so errors do not accumulate. The two decoded outer gradients are averaged (the all-reduce) and the **outer step**
 # is plain `torch.optim.SGD` with **Nesterov momentum** on θ with Δ̄ as its gradient (DiLoCo's η_out 0.7, μ 0.9;
-# the demo plainly averages, η_out 1 and μ 0, see docs/methods.md). Replicas restart from the new θ. In the kit a
-# *fragment* is a set of parameters synced this way at its own step of the window (section 4), and
-# `sync/diloco.py` does exactly this: the last cell runs it on the same replicas and checks it agrees bit for bit.
+# the demo's own merge and outer step are printed below from its config; docs/methods.md says why). Replicas
+# restart from the new θ. In the kit a *fragment* is a set of parameters synced this way at its own step of the
+# window (section 4), and `sync/diloco.py` does exactly this: the last cell runs it on the same replicas and checks
+# it agrees bit for bit.
 
 # %%
 import copy
@@ -224,6 +225,7 @@ same = [torch.equal(a["global"], b["global"]) and all(torch.equal(x, y) for x, y
 print(f"the kit's sync/diloco.py on the same replicas: global parameters and residuals equal bit for bit in "
       f"{sum(same)} of {len(same)} rounds")
 assert all(same), "the plain-PyTorch DiLoCo and the kit's disagree"
+print(tour.outer_step_sentence(outer_lr, outer_momentum))
 
 # %% [markdown]
 # ## 6. Butterfly mixing

@@ -38,7 +38,7 @@ seed = 0  # one seed for weights, data order, stochastic rounding and the link's
 steps = 0  # inner steps per island; 0 means the preset value
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob of .txt/.parquet files
 out_dir = ""  # empty means runs/two_site-<preset>-s<seed>; result.json, history.jsonl and the PNGs land here
-wandb_mode = "offline"  # offline | online | disabled
+wandb_mode = None  # None: the preset's (offline; disabled at smoke, as for `islands-kit run`) | offline | online | disabled
 wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
@@ -118,13 +118,14 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   radial-directional merge: from step ~600 on the two sites' outer gradients are nearly orthogonal (cosine ~0.15,
 #   `benchmarks/merge_agreement.py`), so the mean shrinks each step to ~0.77 of the sites' norm while the
 #   radial-directional merge restores it, a ~1.3x larger step along noisy directions that pays in a short run only.
-# * the outer step is plain averaging (outer lr 1, no momentum), not DiLoCo's Nesterov 0.7 / 0.9, and the reason is
-#   measured on one site (SNOO: the same Nesterov step on one model's pseudo-gradient, `benchmarks/studies/outer-demo.toml`):
+# * the outer step applies the merged outer gradient as it is (outer lr 1, no momentum), not DiLoCo's Nesterov
+#   0.7 / 0.9, and the reason is measured on one site (SNOO: the same Nesterov step on one model's pseudo-gradient,
+#   `benchmarks/studies/outer-demo.toml`):
 #   consecutive pseudo-gradients are nearly orthogonal here (cosine ~0.2 from one 25-step window to the next), so a
 #   momentum of 0.9 sums directions that do not persist, steps ~2x the pseudo-gradient each window and inflates the
 #   weights (norm 272 against the baseline's 75, the experts' matrices 5x): 1.096x the baseline. With an effective step
 #   η/(1−μ) near 1 (0.5 / 0.5 or 0.6 / 0.5, ramped) the norm stays put and one site gains 0.3-0.6% over 3 seeds — too
-#   little to close the two sites' gap, which is why the demo keeps plain averaging. The gain grows where the
+#   little to close the two sites' gap, which is why the demo keeps outer lr 1 without momentum. The gain grows where the
 #   pseudo-gradient is less noisy (twice the batch at the same tokens: cosine 0.41, 1.4% over 3 seeds), the papers'
 #   direction at scale. Carried into each site (`optim.snoo.k=25`, `optim.snoo.lr=0.6`, `optim.snoo.momentum_warmup=10`,
 #   `optim.lr=4.5e-3`: every merge that lands moves SNOO's slow weights with it) it buys 1.3 of the 2.7 points: 1.015x

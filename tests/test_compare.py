@@ -13,7 +13,16 @@ import warnings
 import pytest
 
 from islands_kit import cli
-from islands_kit.compare import ComparisonError, compare_table, expand_run_dirs, ratio_words, render, report, seed_summary
+from islands_kit.compare import (
+    ComparisonError,
+    compare_table,
+    expand_run_dirs,
+    ratio_words,
+    render,
+    report,
+    seed_summary,
+    select_runs,
+)
 from islands_kit.tracking import load_result, write_json_atomic
 
 
@@ -67,7 +76,7 @@ def test_allow_mismatch_warns_and_marks_the_rows(capsys, tmp_path):
     with pytest.warns(RuntimeWarning, match="compared anyway"):
         rows = compare_table(runs, allow_mismatch=True)
     assert [r["mismatch"] for r in rows] == ["", "different corpus", "different token budget"]
-    text = render(rows)
+    text = render(rows, wide=True)
     assert text.splitlines()[0].split()[-1] == "note" and "different corpus" in text.splitlines()[2]
     dirs = [write(tmp_path, n, r) for n, r in zip("abc", runs)]
     with warnings.catch_warnings():
@@ -88,7 +97,7 @@ def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
     # bytes: one reference, the fp32 all-reduce among the row's own islands (eight cells all-reduce more than two
     # sites, so the eight_cell run sends fewer than its own all-reduce though more than the baseline run)
     assert [r["x_fewer_bytes"] for r in rows] == [200.0, 1.0, 1.0, 100.0, 3.5, math.inf]
-    text = render(rows)
+    text = render(rows, wide=True)
     assert "bytes vs own all-reduce" in text.splitlines()[0]
     words = [ratio_words(r["x_fewer_bytes"]) for r in rows]
     assert words == ["200x fewer", "same", "same", "100x fewer", "3.5x fewer", "none sent"]
@@ -127,7 +136,7 @@ def test_bytes_show_absolutes_first_then_both_ratios_each_named_by_its_reference
     assert [r["busiest_link_bytes"] for r in rows] == [4_750_000, 792_000, None]
     assert [ratio_words(r["x_fewer_than_ref"]) for r in rows] == ["same", "2.0x more", "10x fewer"]
     assert [ratio_words(r["x_fewer_bytes"]) for r in rows] == ["same", "3.5x fewer", "10x fewer"]
-    lines = render(rows).splitlines()
+    lines = render(rows, wide=True).splitlines()
     head = lines[0]
     cols = ["link bytes", "per island", "busiest link", "bytes vs baseline", "bytes vs own all-reduce"]
     at = [head.index(c) for c in cols]
@@ -136,7 +145,7 @@ def test_bytes_show_absolutes_first_then_both_ratios_each_named_by_its_reference
     assert [cell[i:].split("  ")[0] for i in at] == ["19.0 MB", "2.4 MB", "792.0 KB", "2.0x more", "3.5x fewer"]
     assert "—" in lines[3]  # no ledger: no busiest link, and no number made up for it
     # against another reference the header names it: no ratio column without its reference
-    assert "bytes vs eight_cell" in render(compare_table([base, cells], reference="eight_cell")).splitlines()[0]
+    assert "bytes vs eight_cell" in render(compare_table([base, cells], reference="eight_cell"), wide=True).splitlines()[0]
 
 
 def test_a_comparison_folder_with_side_runs_inside_a_run_compares_the_runs(tmp_path, capsys):
@@ -150,13 +159,15 @@ def test_a_comparison_folder_with_side_runs_inside_a_run_compares_the_runs(tmp_p
     nested: list = []
     expand_run_dirs([nb], nested)
     assert nested == side
-    assert cli.main(["compare", str(nb)]) == 0
+    assert cli.main(["compare", str(nb), "--wide"]) == 0
     out, err = capsys.readouterr()
-    assert str(ts) in out and "left out 2 run(s) inside other runs' folders" in err and str(side[0]) in err
+    assert str(ts) in out and "skipped 2 run(s)" in err and f"{side[0]} (a side run inside another run's folder)" in err
     assert expand_run_dirs([side[0]]) == [side[0]]  # named, a side run is a run like any other
 
 
-def test_seed_summary_is_mean_and_sample_std_over_seeds():
+def test_seed_summary_lists_each_seed_once_with_a_paired_interval_only_from_two_seeds():
+    from islands_kit.protocol.stats import paired_ratio
+
     bpbs = {"baseline": [3.0, 3.2, 3.1], "two_site": [3.3, 3.36, 3.2]}
     runs = [result(e, s, b) for e, v in bpbs.items() for s, b in enumerate(v)]
     runs.append(result("two_site", 0, 3.5, sync={"H": 100}))  # another configuration of two_site: its own group
@@ -164,15 +175,87 @@ def test_seed_summary_is_mean_and_sample_std_over_seeds():
     summ = seed_summary(rows, runs)
     assert [s["experiment"] for s in summ] == ["baseline", "two_site (two_site s0)", "two_site (two_site s0)"]
     base, ts, h100 = summ
-    assert base["n_seeds"] == 3 and base["seeds"] == [0, 1, 2]
+    assert base["n_seeds"] == 3 and base["seeds"] == [0, 1, 2] and base["is_reference"]
     assert base["final_val_bpb_mean"] == pytest.approx(statistics.fmean(bpbs["baseline"]))
-    assert base["final_val_bpb_std"] == pytest.approx(statistics.stdev(bpbs["baseline"]))
-    paired = [t / b for t, b in zip(bpbs["two_site"], bpbs["baseline"])]
-    assert ts["bpb_vs_ref_mean"] == pytest.approx(statistics.fmean(paired))
-    assert ts["bpb_vs_ref_std"] == pytest.approx(statistics.stdev(paired))
-    assert h100["n_seeds"] == 1 and h100["final_val_bpb_std"] == 0.0
+    assert base["final_val_bpb_sd"] == pytest.approx(statistics.stdev(bpbs["baseline"]))
+    assert base["bpb_vs_ref_text"] == "1 (reference)"  # not a degenerate interval [1, 1]
+    want = paired_ratio(bpbs["two_site"], bpbs["baseline"])
+    assert ts["bpb_vs_ref_mean"] == pytest.approx(want.mean) and ts["bpb_vs_ref_ci95"] == pytest.approx([want.lo, want.hi])
+    assert ts["bpb_vs_ref_text"] == want.text() and ts["bpb_vs_ref_n"] == 3
+    # one seed: no sd, no interval, and never "± 0"
+    assert h100["n_seeds"] == 1 and h100["final_val_bpb_sd"] is None and h100["bpb_vs_ref_ci95"] is None
+    assert h100["bpb_vs_ref_text"] == f"{3.5 / 3.0:.4f} (n = 1, no interval)"
     text = report(runs)[2]
-    assert "mean ± sample std over seeds" in text and f"{statistics.fmean(paired):.4f} ± {statistics.stdev(paired):.4f}" in text
+    assert want.text() in text and "(n = 1, no interval)" in text and "± 0" not in text and "sd 0.0000" not in text
+    assert f"{statistics.fmean(bpbs['two_site']):.4f} (sd {statistics.stdev(bpbs['two_site']):.4f})" in text
+
+
+def test_a_repeated_seed_is_listed_once_and_counts_once():
+    """Two folders holding the same configuration at seed 0 (a comparison folder and a lone run): the seed is listed
+    once, averaged, and the interval is not narrowed by counting it twice."""
+    runs = [result("baseline", 0, 3.0), result("baseline", 1, 3.2), result("two_site", 0, 3.3),
+            result("two_site", 0, 3.3), result("two_site", 1, 3.36)]
+    (base, ts) = seed_summary(compare_table(runs), runs)
+    assert ts["seeds"] == [0, 1] and ts["n_seeds"] == 2 and ts["runs"] == 3 and ts["bpb_vs_ref_n"] == 2
+    assert "seed 0 repeated: averaged" in ts["ratio_note"]
+    seeds_table = report(runs)[2].split("over seeds")[1]
+    line = next(x for x in seeds_table.splitlines() if x.startswith("two_site"))
+    assert line.split()[1:3] == ["0", "1"] and "0 0" not in line
+
+
+def test_an_interval_that_holds_one_says_not_resolved():
+    runs = [result("baseline", 0, 3.0), result("baseline", 1, 3.0), result("two_site", 0, 3.03),
+            result("two_site", 1, 2.98)]
+    ts = seed_summary(compare_table(runs), runs)[1]
+    assert not ts["bpb_vs_ref_resolved"] and ts["bpb_vs_ref_text"].endswith("n=2, not resolved")
+
+
+def test_unequal_tokens_are_flagged_in_the_row():
+    """The orbital satellites lose steps in eclipse: the same budget, fewer trained tokens than the baseline it is
+    divided by, and the row says so."""
+    runs = [result(), dict(result("orbital", bpb=3.1), tokens=476_000), result("two_site", bpb=3.2)]
+    rows = compare_table(runs)
+    assert [r["note"] for r in rows] == ["", f"{476_000 / 512_000:.2f}x tokens", ""]
+    lines = [line for line in render(rows).splitlines() if line.split()[0] in ("baseline", "orbital", "two_site")]
+    assert [line.split()[0] for line in lines] == ["baseline", "orbital", "two_site"]
+    assert lines[-2].rstrip().endswith("0.93x tokens") and not lines[-1].rstrip().endswith("tokens")
+    assert render(rows, wide=True).splitlines()[2].rstrip().endswith("0.93x tokens")
+
+
+def test_the_table_fits_100_columns_unless_wide():
+    runs = [dict(result(e, s, 3.0 + 0.01 * s, sent=9_517_056 if e == "baseline" else 210_640), n_islands=2,
+                 dir=f"runs/demo-with-a-long-folder-name/{e}/s{s}") for e in ("baseline", "two_site", "eight_cell")
+            for s in range(3)]
+    runs.append(dict(result("orbital", 0, 3.2), tokens=476_000, orbit={"window_wait_s": 12.3}, dir="runs/orbital-demo-s0"))
+    text = report(runs)[2]
+    assert max(map(len, text.splitlines())) <= 100, text
+    assert "--wide shows every column" in text
+    for must in ("seed", "bpb", "link", "0.93x tokens", "bytes vs", "own"):
+        assert must in text
+    wide = report(runs, wide=True)[2]
+    head = wide.splitlines()[0]
+    for column in ("corpus", "preset", "tokens", "per island", "sim s", "util", "window wait s"):
+        assert column in head
+    assert max(map(len, wide.splitlines())) > 100 and "--wide shows" not in wide
+
+
+def test_a_folder_compares_its_real_runs_and_names_the_ones_it_skips(tmp_path, capsys):
+    """runs/ after the tour and a demo: the tour's smoke sample_run is no row of the demo's comparison."""
+    runs = tmp_path / "runs"
+    base = write(runs, "baseline-demo-s0", result())
+    ts = write(runs, "two_site-demo-s0", result("two_site", bpb=3.3, sent=10_000))
+    sample = write(runs / "notebook-tour", "sample_run", dict(result("two_site", steps=24), preset="smoke"))
+    sel = select_runs([runs])
+    assert [r["dir"] for r in sel.results] == [str(base), str(ts)]
+    assert sel.skipped == [(sample, "a smoke run, a plumbing check, among runs of a real preset")]
+    assert len(select_runs([sample, base]).results) == 2  # a smoke run named is compared like any other
+    assert cli.main(["compare", str(runs)]) == 0
+    out, err = capsys.readouterr()
+    assert "sample_run" not in out and "skipped 1 run(s)" in err and str(sample) in err
+    only_smoke = tmp_path / "smoke"
+    write(only_smoke, "a", dict(result(), preset="smoke"))
+    write(only_smoke, "b", dict(result("two_site"), preset="smoke"))
+    assert len(select_runs([only_smoke]).results) == 2  # nothing real beside them: they are the comparison
 
 
 def test_formats(tmp_path, capsys):
@@ -209,7 +292,7 @@ def test_cli_seed_sweep_runs_each_seed_and_reports_mean_and_spread(tmp_path, cap
     assert res[0]["config"]["wandb_group"] == res[1]["config"]["wandb_group"].strip() != ""
     assert "[two_site s0]" not in text  # --quiet: no progress lines
     bpbs = [r["final_val_bpb"] for r in res]
-    assert f"{statistics.fmean(bpbs):.4f} ± {statistics.stdev(bpbs):.4f}" in text
+    assert f"{statistics.fmean(bpbs):.4f} (sd {statistics.stdev(bpbs):.4f})" in text
     assert cli.main(["run", "two_site", "--seeds", "0", "-1", "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()  # refused before any run
 
@@ -221,7 +304,7 @@ def test_regime_columns_tokens_per_active_param_and_outer_steps():
             result("two_site", seed=1, sent=10_000)]  # written before these figures were recorded
     rows = compare_table(runs)
     assert [r["outer_steps_per_fragment"] for r in rows] == [None, [25, 24], [30, 30], None]
-    table = render(rows, "markdown").splitlines()
+    table = render(rows, "markdown").splitlines()  # Markdown carries every column
     head = [c.strip() for c in table[0].strip("|").split("|")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
     tpp, outer = head.index("tokens / active param"), head.index("outer steps / fragment")

@@ -5,7 +5,8 @@ Where each piece lives (import them all from ``islands_kit.notebooks``):
 
 - ``experiment``: what the baseline, two_site and eight_cell notebooks share: ``experiment_setup`` (their config
   and output folder from the parameters) and ``run_and_show`` (the run and the standard figures)
-- ``runner``: ``run_notebook`` (used by ``islands-kit notebook``) and its parameter checks
+- ``runner``: ``run_notebook`` and ``dry_run_notebook`` (used by ``islands-kit notebook``), its parameter checks
+  and the relative paths it reads from the caller's folder (``resolve_path_parameters``)
 - ``configs``: ``notebook_config`` turns a notebook's parameters into a validated ``ExperimentConfig``,
   ``resolve_out_dir`` picks the output folder; ``decoupled_pair``, ``poisoned_island_setup`` and
   ``check_scaling_parameters`` validate the runs of the two_site, poisoned-island and scaling notebooks
@@ -42,9 +43,12 @@ from islands_kit.notebooks.runner import (
     NOTEBOOK_DIR,
     NotebookError,
     check_parameters,
+    dry_run_notebook,
     notebook_parameters,
     notebook_path,
     parse_cli_parameters,
+    path_kind,
+    resolve_path_parameters,
     run_notebook,
 )
 from islands_kit.notebooks.runs import ddp_bytes_per_step, load_run, seed_groups, show_frontier
@@ -52,10 +56,11 @@ from islands_kit.notebooks.tables import config_summary, decoupled_table, format
 
 __all__ = [
     "EXPERIMENT_NOTEBOOKS", "KERNEL_QUIET", "NOTEBOOK_DIR", "POISONED_RUNS", "STANDARD_FIGURES", "NotebookError",
-    "check_overrides", "check_parameters", "check_scaling_parameters", "comparison_experiments", "comparison_report", "comparison_setup",
-    "comparison_to_wandb", "config_summary", "ddp_bytes_per_step", "decoupled_pair", "decoupled_table",
+    "check_overrides", "check_parameters", "check_scaling_parameters", "comparison_experiments", "comparison_report",
+    "comparison_setup", "comparison_to_wandb", "config_summary", "ddp_bytes_per_step", "decoupled_pair",
+    "decoupled_table", "dry_run_notebook",
     "experiment_setup", "format_rows", "load_run", "notebook_config", "notebook_parameters", "notebook_path",
-    "parse_cli_parameters", "poisoned_island_setup", "poisoned_island_table", "result_summary", "resolve_out_dir",
-    "run_and_show", "run_comparison", "run_notebook", "seed_groups", "show_frontier", "sweep_seeds",
+    "parse_cli_parameters", "path_kind", "poisoned_island_setup", "poisoned_island_table", "result_summary", "resolve_out_dir",
+    "resolve_path_parameters", "run_and_show", "run_comparison", "run_notebook", "seed_groups", "show_frontier", "sweep_seeds",
     "wandb_locations",
 ]

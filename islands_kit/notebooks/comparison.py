@@ -28,7 +28,7 @@ def comparison_experiments(experiments: Sequence[str]) -> list[str]:
 
 
 def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: int, corpus: str, link: str,
-                     wandb_mode: str, wandb_project: str, wandb_group: str, out_dir: str | Path,
+                     wandb_mode: str | None, wandb_project: str, wandb_group: str, out_dir: str | Path,
                      overrides: Mapping[str, Any] | None = None,
                      seeds: Sequence[int] | None = None) -> tuple[dict[str, Any], Path]:
     """Validate a comparison before any training: every experiment's config is built with the shared values (same
@@ -38,7 +38,8 @@ def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: 
     ``...-seeds-<s1>-<s2>...`` for a sweep).
 
     ``wandb_group`` defaults to ``compare-<preset>-<date>-<time>``: one group per comparison run (one ``make demo``),
-    so two invocations never mix in wandb's grouped view."""
+    so two invocations never mix in wandb's grouped view. ``wandb_mode`` None means the preset's (offline; disabled
+    at smoke), the rule of ``islands-kit run``; the shared parameters carry the mode it resolved to."""
     _check(isinstance(experiments, (list, tuple)) and len(experiments) >= 1, "experiments",
            "must be a non-empty list", experiments)
     for exp in experiments:
@@ -50,9 +51,10 @@ def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: 
                                   overrides=check_overrides(overrides))
     for exp in experiments:
         for s in seeds:
-            notebook_config(exp, preset, s, steps, {"data.corpus": corpus, "link.preset": link, "wandb_mode": wandb_mode,
-                                                    "wandb_project": wandb_project, "wandb_group": group},
-                            shared["overrides"])
+            cfg = notebook_config(exp, preset, s, steps, {"data.corpus": corpus, "link.preset": link,
+                                                          "wandb_mode": wandb_mode, "wandb_project": wandb_project,
+                                                          "wandb_group": group}, shared["overrides"])
+            shared["wandb_mode"] = cfg.wandb_mode  # the preset's when not given: every experiment's preset agrees
     tag = f"s{seeds[0]}" if len(seeds) == 1 else "seeds-" + "-".join(map(str, seeds))
     return shared, resolve_out_dir(out_dir, Path("runs") / f"compare-{preset}-{tag}")
 
@@ -151,9 +153,10 @@ def _run_child(label: str, exp: str, params: dict[str, Any], d: Path, kernel_nam
 
 def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path, reference: str | None = None,
                       allow_mismatch: bool = False) -> tuple[list[dict[str, Any]], str]:
-    """``compare.compare_table`` rows and the text of the table (with the mean ± spread over seeds when the runs
-    hold several seeds), also written to ``out_dir/compare.{json,txt,md,csv}`` (and ``compare_seeds.json`` for a
-    sweep). Runs on different corpora or token budgets are refused (``compare.ComparisonError``, a ValueError) unless
+    """``compare.compare_table`` rows and the text of the table as ``islands-kit compare`` prints it (fitted to 100
+    columns, with the statistics over seeds when the runs hold several seeds), also written to
+    ``out_dir/compare.{json,txt,md,csv}`` with every column (and ``compare_seeds.json`` for a sweep). Runs on
+    different corpora or token budgets are refused (``compare.ComparisonError``, a ValueError) unless
     ``allow_mismatch``."""
     from islands_kit.compare import report
     from islands_kit.tracking import write_json_atomic
@@ -165,7 +168,7 @@ def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path,
     write_json_atomic(out / "compare.json", rows)
     if seeds:
         write_json_atomic(out / "compare_seeds.json", seeds)
-    (out / "compare.txt").write_text(text + "\n")
+    (out / "compare.txt").write_text(report(res, "table", reference, allow_mismatch, wide=True)[2] + "\n")
     (out / "compare.md").write_text(report(res, "markdown", reference, allow_mismatch)[2] + "\n")
     (out / "compare.csv").write_text(report(res, "csv", reference, allow_mismatch)[2] + "\n")
     return rows, text

@@ -20,12 +20,12 @@ from islands_kit.train.result import Result
 STANDARD_FIGURES = ("bpb_vs_tokens.png", "bpb_vs_sim_time.png", "link_bytes.png", "routing_load.png")
 
 
-def experiment_setup(experiment: str, preset: str, seed: int, steps: int, corpus: str, out_dir: str, wandb_mode: str,
+def experiment_setup(experiment: str, preset: str, seed: int, steps: int, corpus: str, out_dir: str, wandb_mode: str | None,
                      wandb_project: str, wandb_group: str, link: str, overrides: Mapping[str, Any],
                      knobs: Mapping[str, Any] | None = None) -> tuple[ExperimentConfig, Path]:
     """The validated config of an experiment notebook's parameters (in its parameters cell's order; ``knobs``: the
-    notebook's own, by ``--set`` key, None meaning the preset's value) and its output folder; prints the config's
-    summary. A wrong parameter stops here with a ``ConfigError`` naming the field."""
+    notebook's own, by ``--set`` key, None meaning the preset's value, as for ``wandb_mode``) and its output folder;
+    prints the config's summary. A wrong parameter stops here with a ``ConfigError`` naming the field."""
     cfg = notebook_config(experiment, preset, seed, steps, {
         "data.corpus": corpus, "link.preset": link,
         "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group, **(knobs or {}),

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from islands_kit.compare import ratio_phrase, smoke_note, x_fewer_bytes
 from islands_kit.config import ExperimentConfig
+from islands_kit.tracking import resolve_wandb_mode, wandb_group
 
 
 def config_summary(cfg: ExperimentConfig) -> str:
@@ -24,7 +25,8 @@ def config_summary(cfg: ExperimentConfig) -> str:
     ]
     lines.append("sync: " + s.traits.summarise(s))
     lines.append(f"link: {lk.preset} ({lk.bandwidth_bps / 1e9:g} Gbit/s, rtt {lk.rtt_s * 1e3:g} ms, {lk.method}); "
-                 f"wandb {cfg.wandb_mode} project {cfg.wandb_project!r} group {cfg.wandb_group!r}")
+                 + (f"wandb {resolve_wandb_mode(cfg.wandb_mode)} project {cfg.wandb_project!r} group {wandb_group(cfg)!r}"
+                    if resolve_wandb_mode(cfg.wandb_mode) != "disabled" else "wandb off"))
     return "\n".join(lines)
 
 

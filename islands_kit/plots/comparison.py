@@ -1,6 +1,6 @@
-"""Figures that set finished runs' summary numbers side by side: the compare table's bars, the scaling study's gap
-to synchronous training against compute (beside the published DiLoCo points) and the protocol's quality-vs-bytes
-frontier."""
+"""Figures that set finished runs side by side: the comparison's curves (``islands-kit compare --plot`` and the
+notebooks), the compare table's bars, the scaling study's gap to synchronous training against compute (beside the
+published DiLoCo points) and the protocol's quality-vs-bytes frontier."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -11,7 +11,55 @@ from matplotlib.figure import Figure
 from islands_kit import references
 from islands_kit.compare import format_bytes, ratio_words
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE, EXPERIMENTS
-from islands_kit.plots.style import _CYCLE, color, new_figure
+from islands_kit.plots.style import _CYCLE, History, _check_runs, _series, _xlabel, color, new_figure
+from islands_kit.protocol.stats import CONFIDENCE, t_quantile
+
+
+def comparison_curves(groups: Mapping[str, Sequence[History]], title: str | None = None) -> Figure:
+    """One figure for a comparison: validation bpb over training tokens (left) and cumulative bytes on the link over
+    training tokens on a log axis (right). ``groups``: label -> the histories of its runs, one per seed
+    (``compare.curve_groups``, ``notebooks.seed_groups``). A label with two seeds or more is drawn as its mean with
+    the 95% t interval of that mean as a band (the interval every ratio of the comparison carries); one seed is a
+    plain line. The legends sit below the axes, off the data."""
+    if not groups:
+        raise ValueError("groups: need at least one label with its runs' histories")
+    fig, (left, right) = new_figure(ncols=2, width=5.6, height=4.6)
+    banded = False
+    for i, (label, hists) in enumerate(groups.items()):
+        _check_runs({f"{label}[{j}]": h for j, h in enumerate(hists)}, "groups")
+        c = color(label, i)
+        n_seeds = len(hists)
+        for ax, key, scale in ((left, "val_bpb", 1.0), (right, "cross_site_bytes", 1e-6)):
+            series = [_series(h, "tokens", key) for h in hists]
+            n = min(len(ys) for _, ys in series)
+            if n == 0:
+                continue
+            xs = np.mean([s[0][:n] for s in series], axis=0)
+            ys = np.asarray([s[1][:n] for s in series]) * scale
+            mean = ys.mean(axis=0)
+            if key == "cross_site_bytes":
+                keep = mean > 0  # log axis: nothing sent yet cannot be drawn
+                ax.plot(xs[keep], mean[keep], marker=".", color=c, label=f"{label} ({mean[-1]:,.3g} MB)")
+                continue
+            seeds = f", {n_seeds} seeds" if n_seeds > 1 else ""
+            ax.plot(xs, mean, marker="o", ms=3, color=c, label=f"{label} (final {mean[-1]:.3f}{seeds})")
+            if n_seeds > 1:
+                half = t_quantile(n_seeds - 1) * ys.std(axis=0, ddof=1) / np.sqrt(n_seeds)
+                ax.fill_between(xs, mean - half, mean + half, color=c, alpha=0.2, lw=0)
+                banded = True
+    _xlabel(left, "tokens")
+    left.set_ylabel("validation loss (bits per byte)")
+    left.set_title("Validation bpb" + (f" (band: {CONFIDENCE:.0%} interval of the mean over seeds)" if banded else ""),
+                   fontsize=9)
+    _xlabel(right, "tokens")
+    right.set_yscale("log")
+    right.set_ylabel("cumulative bytes on the link (MB, log scale)")
+    right.set_title("Bytes on the wide-area link", fontsize=9)
+    for ax in (left, right):
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    fig.suptitle(title or "Comparison: " + " vs ".join(groups))
+    return fig
 
 
 def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:

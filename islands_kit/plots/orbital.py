@@ -18,7 +18,8 @@ def contact_windows(result: Mapping[str, Any], timeline: Sequence[Sequence[Any]]
     """One row per satellite: its ground-link windows (``result["orbit"]["ground_windows"]``, bars) over simulated
     time, and every transfer between it and the ground station (``link_timeline.jsonl`` rows ``[start_s, end_s,
     bytes, src, dst, channel]``) as a line from posting to arrival, ending in a triangle (▲ up to the station,
-    ▼ down to the satellite). A line that spans a gap between bars is a transfer that waited for a window."""
+    ▼ down to the satellite). A line that spans a gap between bars is a transfer that waited for a window. The legend
+    sits below the axes, off the data."""
     orbit = result["orbit"]
     windows: Mapping[str, Sequence[Sequence[float]]] = orbit["ground_windows"]
     sats = sorted(windows, key=int)
@@ -48,5 +49,7 @@ def contact_windows(result: Mapping[str, Any], timeline: Sequence[Sequence[Any]]
     isl = " (relayed over inter-satellite links)" if orbit.get("isl") else ""
     ax.set_title(title or f"contact windows with the ground station{isl}: 1 s = "
                  f"{orbit['time_compression']:.3g} orbital s; waited {orbit['window_wait_s']:.3g} s in all")
-    ax.legend(loc="upper right", fontsize=7)
+    # below the axes, off the bars and the transfers (inside, any corner covers a satellite's windows)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.25 / max(len(sats), 1)), ncol=3, fontsize=7,
+              frameon=False)
     return fig

@@ -42,6 +42,26 @@ class DiLoCoConfig:
     # outer gradients; with outer_momentum 0 it replaces the outer momentum (presets.SPARSELOCO: the paper's settings)
     error_feedback_decay: float = 1.0  # β: the residual carried into the next sync is β e (1 = plain error feedback)
 
+    @property
+    def outer_step(self) -> str:
+        """The outer step in words, read from the fields (the run summary and the tour print it, so their words cannot
+        drift from the config): ``outer SGD lr 1, no momentum``, ``outer SGD lr 0.7, Nesterov momentum 0.9``, ``outer
+        adam lr 0.001, momentum (beta1) 0.9``."""
+        ramp = f" (ramped in over {self.outer_momentum_warmup} outer steps)" if self.outer_momentum_warmup else ""
+        if self.outer_optimizer != "sgd":  # another optimizer: its own name, μ as its momentum term (Adam's β1)
+            return f"outer {self.outer_optimizer} lr {self.outer_lr:g}, momentum (beta1) {self.outer_momentum:g}{ramp}"
+        if self.outer_momentum == 0:
+            return f"outer SGD lr {self.outer_lr:g}, no momentum"
+        kind = "Nesterov" if self.nesterov else "heavy-ball"
+        return f"outer SGD lr {self.outer_lr:g}, {kind} momentum {self.outer_momentum:g}{ramp}"
+
+    @property
+    def merge_words(self) -> str:
+        """How a sync merges the islands' outer gradients, in words (``average``)."""
+        return {"mean": "their token-weighted mean",
+                "radial_directional": "radial-directional averaging (their mean norm along their mean direction)",
+                }[self.average]
+
     def __post_init__(self) -> None:
         p = "sync.diloco."
         _check_fields(self, p)
@@ -96,9 +116,8 @@ SECTION = Section(
                                                       "final_codec", "warm_start_steps", "outer_momentum_warmup",
                                                       "eager")})
 
-SUMMARY = ("H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, alpha={s.diloco.alpha}, outer lr {s.diloco.outer_lr} "
-           "({s.diloco.outer_optimizer}, Nesterov {s.diloco.nesterov}, momentum {s.diloco.outer_momentum}), "
-           "codec {s.codec}, routing sync {s.routing_sync}")
+SUMMARY = ("H={s.H}, P={s.n_fragments} fragments, tau={s.tau}, codec {s.codec}, routing sync {s.routing_sync}; "
+           "outer gradients merged by {s.diloco.merge_words}, then {s.diloco.outer_step}")
 TRAITS = StrategyTraits("diloco", "diloco", "lockstep", "streaming DiLoCo (fragments synced every H steps, outer step)",
                         takes_faults=True, global_state=True, projection="fragments",
                         summary="streaming DiLoCo " + SUMMARY)

@@ -1,4 +1,5 @@
-"""Comparisons of finished runs that refuse to mislead (``islands-kit compare``, the compare notebook).
+"""The rows of a comparison: the checks that refuse to mislead, one reference, ratios paired by seed, and the
+statistics over seeds (``protocol.stats``: a paired t interval on log-ratios, only where there are >= 2 seeds).
 
 A comparison is a list of ``result.json`` records (:func:`islands_kit.tracking.load_result`). Before any number is
 lined up:
@@ -10,26 +11,21 @@ lined up:
 * one **reference** run — ``reference`` (a run label, i.e. its folder, or an experiment name), by default the first
   ``baseline`` run, else the first run — for the bpb ratio, which is paired: a row is divided by the reference
   experiment's run *with the same seed* when there is one (same data order, same initial weights), else by the
-  reference run.
+  reference run. A row that *trained* other tokens than its pair (the orbital satellites lose steps in eclipse,
+  within the same budget) says so in its note.
 * bytes come first as absolute numbers: the total on the link, per island, and on the busiest link (one direction,
   from the run's ledger). Two ratios stand beside them, each named in words with its reference: against the
   reference run's bytes (the baseline's, paired by seed), and against an fp32 gradient all-reduce every step among
   the row's *own* islands (``ddp_equivalent_bytes``, data-parallel training on the same hardware; the reference of
   result.json, the wandb summary and the frontier plots). Both are needed: eight cells all-reduce far more than two
-  sites, so a run can send fewer bytes than its own all-reduce and still more than the two-site baseline. Tables
-  say each ratio in words ("322x fewer", "2.0x more").
-
-Each row is labelled by the folder it was read from (``run``), beside its corpus, preset, tokens and seed.
+  sites, so a run can send fewer bytes than its own all-reduce and still more than the two-site baseline.
 
 Seed sweeps: :func:`seed_summary` groups the runs of one configuration (everything but the seed and the logging
-settings) and reports the mean and sample standard deviation of bpb over seeds, and of the paired bpb ratio.
-
-Output: :func:`render` writes a row list as a terminal table, Markdown, CSV or JSON.
+settings), lists each seed once (repeats of a seed are averaged: a seed counts once), and gives the mean bpb (its
+sample standard deviation from 2 seeds on) and the paired ratio to the reference with its 95% interval and n.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -38,8 +34,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.config.experiment_table import is_reference
+from islands_kit.protocol.stats import RatioStat, paired_ratio
 
-FORMATS = ("table", "markdown", "csv", "json")
 # config fields that change no number of a run: left out when grouping the seeds of one configuration
 _NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads",
                "checkpoint_every"}
@@ -142,6 +138,19 @@ def x_fewer_than(r: Mapping[str, Any], other: Mapping[str, Any]) -> float:
     return float(other["cross_site_bytes"]) / sent if sent else math.inf
 
 
+def format_bytes(n: float) -> str:
+    """Bytes in decimal units with one decimal: ``9.5 MB``, ``210.6 KB``."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000:
+            return f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def _x(v: float) -> str:
+    return "inf" if math.isinf(v) else f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
+
+
 def ratio_words(v: float) -> str:
     """A byte ratio in words: ``322x fewer``, ``2.0x more``, ``same``, ``none sent``."""
     if math.isinf(v):
@@ -179,10 +188,13 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
     for r, note in zip(results, notes):
         paired = by_seed.get(r["seed"], ref)
         sent = r["cross_site_bytes"]
+        tokens_vs = int(r["tokens"]) / int(paired["tokens"]) if paired["tokens"] else math.nan
         rows.append({
             "run": run_label(r), "experiment": r["experiment"], "corpus": r.get("corpus"), "preset": r.get("preset"),
             "tokens": r["tokens"], "token_budget": token_budget(r), "seed": r["seed"],
             "final_val_bpb": r["final_val_bpb"], "bpb_vs_ref": r["final_val_bpb"] / paired["final_val_bpb"],
+            "ref_bpb": paired["final_val_bpb"], "same_seed_pair": paired["seed"] == r["seed"],
+            "tokens_vs_ref": tokens_vs,
             "cross_site_bytes": sent, "n_islands": n_islands(r), "bytes_per_island": sent / n_islands(r),
             "busiest_link_bytes": busiest_link_bytes(r), "ddp_equivalent_bytes": r["ddp_equivalent_bytes"],
             "x_fewer_bytes": x_fewer_bytes(r), "x_fewer_than_ref": x_fewer_than(r, paired),
@@ -198,26 +210,66 @@ def compare_table(results: Sequence[dict[str, Any]], reference: str | None = Non
             "diverged_at_step": r.get("diverged_at_step"), "reference": run_label(ref),
             "reference_experiment": ref["experiment"],
             "paired_with": run_label(paired), "mismatch": note,
+            "note": ", ".join(n for n in (note, tokens_note(tokens_vs)) if n),
         })
     return rows
 
 
-def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and spread over seeds per configuration: ``compare_table`` rows and the results they came from (same
-    order). Groups are the runs whose configs differ only in seed and logging; ``bpb_vs_ref`` is the paired ratio."""
+def tokens_note(tokens_vs_ref: float) -> str:
+    """"" when a run trained as many tokens as its pair (to 0.5%), else ``0.93x tokens``: it trained 0.93 times its
+    pair's tokens (within the same budget), so the bpb ratio beside it is not at equal tokens."""
+    if not math.isfinite(tokens_vs_ref) or abs(tokens_vs_ref - 1) < 0.005:
+        return ""
+    return f"{tokens_vs_ref:.2f}x tokens"
+
+
+def configuration_groups(results: Sequence[dict[str, Any]]) -> list[list[int]]:
+    """The indices of the runs of each configuration (configs equal but for the seed and the logging settings), in
+    the order each first appears."""
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(results):
         cfg = {k: v for k, v in (r.get("config") or {"experiment": r["experiment"]}).items() if k not in _NOT_CONFIG}
         groups.setdefault(json.dumps(cfg, sort_keys=True, default=str), []).append(i)
-    names = [rows[idx[0]]["experiment"] for idx in groups.values()]
+    return list(groups.values())
+
+
+def group_labels(rows: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]]) -> list[str]:
+    """A configuration's label: its experiment, with its first run's folder where two share an experiment."""
+    names = [rows[idx[0]]["experiment"] for idx in groups]
+    return [name if names.count(name) == 1 else f"{name} ({rows[idx[0]]['run']})" for idx, name in zip(groups, names)]
+
+
+def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (``configuration_groups``; ``rows`` and ``results`` in the same order): its seeds (each
+    once), the mean bpb over them (sample sd from 2 seeds on, else None) and the bpb ratio to the reference
+    experiment paired per seed (``protocol.stats.paired_ratio``: geometric mean, 95% interval only from 2 seeds on,
+    ``resolved`` when it excludes 1). Seeds without a same-seed reference run, or that diverged, are left out of the
+    paired ratio, and ``ratio_note`` says so."""
+    groups = configuration_groups(results)
+    ref_run = rows[0]["reference"] if rows else ""
     out = []
-    for idx, name in zip(groups.values(), names):
-        label = name if names.count(name) == 1 else f"{name} ({rows[idx[0]]['run']})"
+    for idx, label in zip(groups, group_labels(rows, groups)):
         sel = [rows[i] for i in idx]
+        by_seed: dict[Any, list[dict[str, Any]]] = {}
+        for r in sel:
+            by_seed.setdefault(r["seed"], []).append(r)
+        seeds = sorted(by_seed)
+        bpb = [statistics.fmean(r["final_val_bpb"] for r in by_seed[s]) for s in seeds]
+        finite = [b for b in bpb if math.isfinite(b)]
+        is_ref = any(r["run"] == ref_run for r in sel)
+        stat, note = (None, "") if is_ref else _paired(by_seed, seeds)
+        repeats = [s for s in seeds if len(by_seed[s]) > 1]
+        if repeats:
+            note = ", ".join(n for n in (note, "seed " + ", ".join(map(str, repeats)) + " repeated: averaged") if n)
+        tokens = {r["note"] for r in sel if r["note"]}
         out.append({
-            "experiment": label, "n_seeds": len(sel), "seeds": [r["seed"] for r in sel],
-            **_mean_spread("final_val_bpb", [r["final_val_bpb"] for r in sel]),
-            **_mean_spread("bpb_vs_ref", [r["bpb_vs_ref"] for r in sel]),
+            "experiment": label, "n_seeds": len(seeds), "seeds": seeds, "runs": len(sel),
+            "final_val_bpb_mean": statistics.fmean(finite) if finite else math.nan,
+            "final_val_bpb_sd": statistics.stdev(finite) if len(finite) > 1 else None,
+            "bpb_vs_ref_mean": None if stat is None else stat.mean, "bpb_vs_ref_ci95": None if stat is None else stat.interval(),
+            "bpb_vs_ref_n": 0 if stat is None else stat.n, "bpb_vs_ref_resolved": False if stat is None else stat.resolved,
+            "bpb_vs_ref_text": ("1 (reference)" if is_ref else "no paired seed") if stat is None else stat.text(),
+            "is_reference": is_ref, "ratio_note": note, "note": "; ".join(sorted(tokens)),
             "cross_site_bytes_mean": statistics.fmean(r["cross_site_bytes"] for r in sel),
             "x_fewer_bytes_mean": statistics.fmean(r["x_fewer_bytes"] for r in sel),
             "x_fewer_than_ref_mean": statistics.fmean(r["x_fewer_than_ref"] for r in sel),
@@ -227,169 +279,17 @@ def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any
     return out
 
 
-def _mean_spread(name: str, vals: list[float]) -> dict[str, float]:
-    """mean, sample standard deviation (0 for one seed), min and max."""
-    return {f"{name}_mean": statistics.fmean(vals), f"{name}_std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-            f"{name}_min": min(vals), f"{name}_max": max(vals)}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Output
-
-
-def _bpb(r: dict[str, Any]) -> str:
-    if r.get("diverged_at_step") is not None:
-        return f"diverged at step {r['diverged_at_step']}"
-    return f"{r['final_val_bpb']:.4f}"
-
-
-def format_bytes(n: float) -> str:
-    """Bytes in decimal units with one decimal: ``9.5 MB``, ``210.6 KB``."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000:
-            return f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
-
-
-def _x(v: float) -> str:
-    return "inf" if math.isinf(v) else f"{v:,.1f}x" if v < 10 else f"{v:,.0f}x"
-
-
-def _outer_steps(steps: list[int] | None) -> str:
-    """Syncs per fragment: one number when every fragment took as many, else min..max; — without fragment syncs."""
-    if not steps:
-        return "—"
-    return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
-
-
-RUN_COLUMNS = [
-    ("run", lambda r: r["run"]), ("experiment", lambda r: r["experiment"]), ("corpus", lambda r: str(r["corpus"])),
-    ("preset", lambda r: str(r["preset"])), ("tokens", lambda r: f"{r['tokens']:,}"),
-    ("seed", lambda r: str(r["seed"])), ("bpb", _bpb), ("bpb / {ref}", lambda r: f"{r['bpb_vs_ref']:.4f}"),
-    ("link bytes", lambda r: format_bytes(r["cross_site_bytes"])),
-    ("per island", lambda r: format_bytes(r["bytes_per_island"])),
-    ("busiest link", lambda r: "—" if r["busiest_link_bytes"] is None else format_bytes(r["busiest_link_bytes"])),
-    ("bytes vs {ref}", lambda r: ratio_words(r["x_fewer_than_ref"])),
-    ("bytes vs own all-reduce", lambda r: ratio_words(r["x_fewer_bytes"])),
-    ("tokens / active param", lambda r: "—" if r["tokens_per_active_param"] is None else f"{r['tokens_per_active_param']:.1f}"),
-    ("outer steps / fragment", lambda r: _outer_steps(r["outer_steps_per_fragment"])),
-    ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}"),
-    ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%"),
-    ("window wait s", lambda r: "—" if r.get("window_wait_s") is None else f"{r['window_wait_s']:.2f}"),
-    ("note", lambda r: r["mismatch"]),
-]
-SEED_COLUMNS = [
-    ("experiment", lambda r: r["experiment"]), ("seeds", lambda r: " ".join(map(str, r["seeds"]))),
-    ("bpb mean ± std", lambda r: f"{r['final_val_bpb_mean']:.4f} ± {r['final_val_bpb_std']:.4f}"),
-    ("bpb / {ref} (paired) mean ± std", lambda r: f"{r['bpb_vs_ref_mean']:.4f} ± {r['bpb_vs_ref_std']:.4f}"),
-    ("link bytes mean", lambda r: format_bytes(r["cross_site_bytes_mean"])),
-    ("bytes vs {ref}", lambda r: ratio_words(r["x_fewer_than_ref_mean"])),
-    ("bytes vs own all-reduce", lambda r: ratio_words(r["x_fewer_bytes_mean"])),
-    ("util", lambda r: f"{100 * r['compute_utilization_mean']:.1f}%"),
-]
-
-
-def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence[tuple[str, Any]] | None = None) -> str:
-    """``rows`` as a terminal table, Markdown, CSV (display columns for the first two, every field for CSV and JSON:
-    non-finite numbers become empty cells / ``null``)."""
-    if fmt not in FORMATS:
-        raise ComparisonError(f"format: must be one of {'|'.join(FORMATS)} (got {fmt!r})")
-    if fmt == "json":
-        from islands_kit.records import dumps_strict
-
-        return dumps_strict(list(rows), indent=1)
-    if fmt == "csv":
-        buf = io.StringIO()
-        keys = list(rows[0]) if rows else []
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(keys)
-        for r in rows:
-            w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
-                        " ".join(map(str, v)) if isinstance(v, list) else "" if v is None else v for v in r.values()])
-        return buf.getvalue().rstrip("\n")
-    cols = list(columns or (RUN_COLUMNS if rows and "run" in rows[0] else SEED_COLUMNS))
-    if rows and not any(r.get("mismatch") for r in rows):
-        cols = [c for c in cols if c[0] != "note"]
-    body = [[str(f(r)) for _, f in cols] for r in rows]
-    # "{ref}" in a header: the reference run's experiment, so that no ratio column stands without its reference
-    ref = str(rows[0].get("reference_experiment", "ref")) if rows else "ref"
-    hdr = [name.replace("{ref}", ref) for name, _ in cols]
-    if fmt == "markdown":
-        esc = [[v.replace("|", "\\|") for v in line] for line in [hdr] + body]
-        lines = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in hdr) + "|"]
-        return "\n".join(lines + ["| " + " | ".join(line) + " |" for line in esc[1:]])
-    widths = [max(len(line[c]) for line in [hdr] + body) for c in range(len(hdr))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in [hdr] + body)
-
-
-def reference_note(rows: Sequence[dict[str, Any]]) -> str:
-    """The legend under a table: what "ref" is and what each number column means."""
-    if not rows:
-        return ""
-    ref, exp = rows[0]["reference"], rows[0].get("reference_experiment", "ref")
-    return "\n".join([
-        "bpb: bits per byte on the held-out bytes (lower is better).",
-        f"bpb / {exp}: over the {exp} run with the same seed (paired; reference run {ref}).",
-        "link bytes: every byte the run put on the wide-area link (all islands, both directions); per island: that "
-        "total over the run's islands; busiest link: the most bytes on one link in one direction.",
-        f"bytes vs {exp}: the run's link bytes against the {exp} run's with the same seed (the same reference as "
-        "bpb).",
-        "bytes vs own all-reduce: the run's link bytes against an fp32 gradient all-reduce every step among its own "
-        "islands (data-parallel on the same hardware: eight islands all-reduce more than two).",
-        "sim s: simulated wall-clock seconds (each island's compute time from its hardware profile, plus waiting for "
-        "the simulated link), not the real time the run took.",
-        "util: compute utilisation, the share of that simulated time the islands spent computing rather than waiting.",
-        "window wait s: on the orbit, simulated seconds the run's transfers spent waiting for their link's contact "
-        "window, summed over transfers (— off the orbit); result.json's orbit section has bytes per link and window.",
-        "tokens / active param, outer steps / fragment: the regime (the papers measure DiLoCo at >= 20 tokens per "
-        "parameter and hundreds of outer steps; a handful of outer steps measures the method's warm-up).",
-    ])
-
-
-def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str | None = None,
-           allow_mismatch: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
-    """Rows, seed summary (when some configuration ran with more than one seed, else []) and the rendered text."""
-    rows = compare_table(results, reference, allow_mismatch)
-    seeds = seed_summary(rows, results)
-    swept = any(s["n_seeds"] > 1 for s in seeds)
-    if fmt == "json":
-        from islands_kit.records import dumps_strict
-
-        return rows, seeds if swept else [], dumps_strict({"runs": rows, "seeds": seeds if swept else []}, indent=1)
-    text = render(rows, fmt)
-    note = smoke_note([r.get("preset") for r in rows])
-    if note and fmt != "csv":
-        text = f"{note}\n\n{text}"
-    if swept:
-        head = "mean ± sample std over seeds:\n" if fmt == "table" else ""
-        text += "\n\n" + head + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS)
-    if fmt != "csv":
-        text += "\n\n" + reference_note(rows)
-    return rows, seeds if swept else [], text
-
-
-def expand_run_dirs(paths: Sequence[str | Path], nested: list[Path] | None = None) -> list[Path]:
-    """Run folders: each path holding a result.json (or a result.json file) as is; a folder without one stands for
-    every run folder below it (a seed sweep's ``OUT/s<seed>``, a comparison's ``OUT/<experiment>`` or
-    ``OUT/<experiment>/s<seed>``), in path order.
-
-    Runs inside another run's folder are that run's side runs (the two_site notebook's lock-step vs decoupled pair
-    sits in its own folder), not rows of the comparison: they are left out, and appended to ``nested`` when given.
-    Named explicitly, a side run is compared like any other."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir() and not (p / "result.json").exists():
-            found = sorted(q.parent for q in p.rglob("result.json"))
-            if not found:
-                raise FileNotFoundError(f"compare: no result.json in {p} or in its subfolders")
-            runs = set(found)
-            for d in found:
-                inside = any(a in runs for a in d.parents)
-                if inside and nested is not None:
-                    nested.append(d)
-                elif not inside:
-                    out.append(d)
+def _paired(by_seed: Mapping[Any, list[dict[str, Any]]], seeds: Sequence[Any]) -> tuple[RatioStat | None, str]:
+    """The paired ratio over the seeds that have a same-seed reference run and a finite bpb on both sides."""
+    arm, ref, left_out = [], [], []
+    for s in seeds:
+        runs = by_seed[s]
+        a = statistics.fmean(r["final_val_bpb"] for r in runs)
+        b = runs[0]["ref_bpb"]
+        if runs[0]["same_seed_pair"] and math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0:
+            arm.append(a)
+            ref.append(b)
         else:
-            out.append(p)
-    return out
+            left_out.append(s)
+    note = f"seed {', '.join(map(str, left_out))} unpaired or diverged: left out" if left_out else ""
+    return (paired_ratio(arm, ref) if arm else None), note
