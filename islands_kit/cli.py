@@ -101,7 +101,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return dry_run([cfg], [out], args.resume)
         _run_one(cfg, out, args.resume)
         return 0
-    # a seed sweep: one run per seed in OUT/s<seed>, one wandb group, then the comparison with mean ± spread
+    # a seed sweep: one run per seed in OUT/s<seed>, one wandb group, then the comparison over seeds (paired intervals)
     if args.resume:
         raise ConfigError("--resume: resume the runs of a sweep one at a time (--resume OUT/s<seed>)")
     seeds = parse_seeds(args.seeds)

@@ -11,7 +11,7 @@ import yaml
 
 from islands_kit import __version__, config
 from islands_kit.cli import build_parser, main
-from islands_kit.config import ExperimentConfig, apply_overrides
+from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
 from islands_kit.configfile import config_rows, field_help
 from islands_kit.presets import PRESETS, get_preset
 from islands_kit.sync.butterfly_spec import ButterflyConfig
@@ -65,6 +65,40 @@ def test_help_lists_experiments_and_presets_and_version(capsys):
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"islands-kit {__version__}"
+
+
+def test_help_lists_every_experiment_of_the_table_even_one_registered_later(capsys):
+    from islands_kit.config.experiment_table import EXPERIMENT_TABLE, ExperimentRow, register_experiment, unregister_experiment
+
+    text = " ".join(build_parser().format_help().split())
+    for name, row in EXPERIMENT_TABLE.items():  # orbital included: the list is the table's, not a hand-written one
+        assert f"{name} {row.description}" in text
+    base = EXPERIMENT_TABLE["baseline"]
+    register_experiment(ExperimentRow("twin_baseline", "a registered twin of the baseline", base.islands, base.sync))
+    try:
+        parser = build_parser()
+        assert "twin_baseline a registered twin of the baseline" in " ".join(parser.format_help().split())
+        assert parser.parse_args(["run", "twin_baseline"]).experiment == "twin_baseline"
+        assert "twin_baseline" in parser._subparsers._group_actions[0].choices["run"].format_help()
+    finally:
+        unregister_experiment("twin_baseline")
+
+
+def test_seeds_are_taken_as_a_list_a_comma_list_or_a_range(tmp_path, capsys):
+    from islands_kit.subcommands import parse_seeds
+
+    assert parse_seeds(["0", "1"]) == parse_seeds(["0,1"]) == [0, 1]
+    assert parse_seeds(["0-2"]) == [0, 1, 2] and parse_seeds(["3", "0-1,3"]) == [3, 0, 1]  # once each, in order
+    for bad in (["a"], ["-1"], ["2-0"], ["0,,x"], [","]):
+        with pytest.raises(ConfigError, match="--seeds: "):
+            parse_seeds(bad)
+    for written in (["0,1"], ["0", "1"], ["0-1"]):
+        assert main(["run", "baseline", "--seeds", *written, "--dry-run", "--set", "steps=2",
+                     "--out", str(tmp_path / "s")]) == 0
+        dirs = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dry run: valid")]
+        assert [d.split()[5] for d in dirs] == ["0", "1"], dirs
+    assert main(["run", "baseline", "--seeds", "0,x", "--dry-run"]) == 2
+    assert "--seeds: every seed must be an integer >= 0, given as S, S,S or S-S (got 'x')" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # trains for seconds

@@ -343,12 +343,136 @@ def test_comparison_report_refuses_unequal_tokens(tmp_path):
     rows, text = comparison_report([base, other], tmp_path)
     assert rows[1]["x_fewer_bytes"] == 100 and abs(rows[1]["bpb_vs_ref"] - 1.1) < 1e-12
     assert json.loads((tmp_path / "compare.json").read_text()) == rows
-    assert (tmp_path / "compare.txt").read_text().strip() == text
+    # the printed table fits 100 columns; the file holds every column (the same as `compare --wide`)
+    assert max(map(len, text.splitlines())) <= 100
+    from islands_kit.compare import report
+
+    assert (tmp_path / "compare.txt").read_text().strip() == report([base, other], wide=True)[2]
     md = (tmp_path / "compare.md").read_text()
     assert md.startswith("smoke: a plumbing check, not a result") and "\n| run | experiment |" in md
     assert (tmp_path / "compare.csv").read_text().startswith("run,experiment,")
     with pytest.raises(ValueError, match="token budget: the runs differ"):
         comparison_report([base, dict(other, tokens=200)], tmp_path)
+
+
+def test_make_lab_lists_each_notebook_once(tmp_path):
+    """JupyterLab listed every notebook twice (NAME.ipynb and its jupytext NAME.py): make lab's server config hides a
+    .py beside an .ipynb of the same name, and nothing else. Read here as Jupyter reads it (a config file run with
+    ``get_config``), over a stand-in for the server's contents manager."""
+    import asyncio
+    import types
+
+    printed = subprocess.run(["make", "-n", "lab", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+    config_file = re.search(r'--config="([^"]+)"', printed)
+    assert config_file and Path(config_file.group(1)) == ROOT / "scripts" / "jupyter_server_config.py"
+
+    class Listing:  # the server's AsyncLargeFileManager: a folder's model lists its entries
+        def __init__(self, names: list[str]) -> None:
+            self.names = names
+
+        async def get(self, path, content=True, type=None, format=None, require_hash=False):
+            if path.endswith(".py"):
+                return {"type": "file", "name": path, "content": "x = 1"}
+            return {"type": "directory", "content": [{"name": n, "type": "file"} for n in self.names]}
+
+    module = types.ModuleType("jupyter_server.services.contents.largefilemanager")
+    module.AsyncLargeFileManager = Listing  # type: ignore[attr-defined]
+    config = types.SimpleNamespace(ServerApp=types.SimpleNamespace())
+    saved = {k: sys.modules.get(k) for k in ("jupyter_server", "jupyter_server.services",
+                                             "jupyter_server.services.contents", module.__name__)}
+    try:
+        for name in saved:
+            sys.modules[name] = module if name == module.__name__ else types.ModuleType(name)
+        namespace = {"get_config": lambda: config}
+        exec(compile(Path(config_file.group(1)).read_text(), "jupyter_server_config.py", "exec"), namespace)
+    finally:
+        for name, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = mod
+    manager_class = config.ServerApp.contents_manager_class
+    names = sorted(q.name for q in NOTEBOOK_DIR.iterdir())
+    listed = asyncio.run(manager_class(names).get("notebooks"))["content"]
+    shown = [m["name"] for m in listed]
+    for nb in NOTEBOOK_DIR.glob("*.ipynb"):
+        assert nb.name in shown and f"{nb.stem}.py" not in shown  # each notebook once
+    assert set(names) - set(shown) == {f"{q.stem}.py" for q in NOTEBOOK_DIR.glob("*.ipynb")}  # nothing else hidden
+    alone = asyncio.run(manager_class(["compare.py", "tour.ipynb", "tour.py", "README.md"]).get("islands_kit"))
+    assert [m["name"] for m in alone["content"]] == ["compare.py", "tour.ipynb", "README.md"]
+    assert asyncio.run(manager_class([]).get("notebooks/tour.py"))["content"] == "x = 1"  # still opens by path
+
+
+def test_path_parameters_are_read_from_the_callers_folder(tmp_path, monkeypatch):
+    """The kernel runs in the output folder: ``-p baseline_dir runs/...`` (the orbital notebook's own command) must
+    mean the caller's runs/..., for every parameter that names a path, before any kernel starts."""
+    from islands_kit.notebooks import notebook_parameters, path_kind, resolve_path_parameters
+
+    kinds = {name: {k: path_kind(k) for k in notebook_parameters(name) if path_kind(k)}
+             for name in sorted(q.stem for q in NOTEBOOK_DIR.glob("*.ipynb"))}
+    assert kinds["orbital"] == {"out_dir": "out", "corpus": "corpus", "baseline_dir": "dir"}
+    assert kinds["two_site"] == {"out_dir": "out", "corpus": "corpus", "frontier_file": "file"}
+    assert kinds["scaling"] == {"out_dir": "out"} and all("out_dir" in k for k in kinds.values())
+    (tmp_path / "runs" / "base").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("text")
+    (tmp_path / "points.json").write_text("[]")
+    got = resolve_path_parameters("orbital", {"baseline_dir": "runs/base", "out_dir": "out", "corpus": "data/*.txt",
+                                              "preset": "runs/base"}, tmp_path)
+    assert got == {"baseline_dir": str(tmp_path.resolve() / "runs" / "base"), "out_dir": str(tmp_path.resolve() / "out"),
+                   "corpus": str(tmp_path.resolve() / "data" / "*.txt"), "preset": "runs/base"}  # preset: no path
+    kept = {"corpus": "shakespeare", "frontier_file": "benchmarks/frontier-demo.json"}  # a registered name, a resource
+    assert resolve_path_parameters("two_site", kept, tmp_path) == kept
+    assert resolve_path_parameters("two_site", {"frontier_file": "points.json"}, tmp_path) == {
+        "frontier_file": str(tmp_path.resolve() / "points.json")}
+    with pytest.raises(ConfigError, match=r"^baseline_dir: .*runs/nope is no folder \(notebook orbital; a relative path"):
+        resolve_path_parameters("orbital", {"baseline_dir": "runs/nope"}, tmp_path)
+    # run_notebook resolves them before the kernel starts (in the output folder)
+    seen = {}
+    monkeypatch.setattr("islands_kit.notebooks.runner._execute",
+                        lambda name, src, dst, params, cwd, kernel, stream: seen.update(params=params, cwd=cwd))
+    monkeypatch.chdir(tmp_path)
+    run_notebook("orbital", {"preset": "smoke", "baseline_dir": "runs/base"}, "nb-out")
+    assert seen["cwd"] == tmp_path.resolve() / "nb-out"
+    assert seen["params"]["baseline_dir"] == str(tmp_path.resolve() / "runs" / "base")
+    assert seen["params"]["out_dir"] == str(tmp_path.resolve() / "nb-out")
+
+
+def test_notebooks_follow_the_presets_wandb_mode_as_the_cli_does(tmp_path):
+    """docs/cli.md: the smoke preset turns wandb off, every other preset logs offline. The notebooks' wandb_mode
+    defaults to the preset's (None), so a smoke notebook leaves no wandb run either; a value given still wins."""
+    from islands_kit.notebooks import notebook_parameters
+
+    declared = {n: notebook_parameters(n).get("wandb_mode", "-") for n in ("baseline", "two_site", "eight_cell",
+                                                                             "orbital", "compare")}
+    assert declared == dict.fromkeys(declared, None)
+    for exp in ("baseline", "two_site", "orbital"):
+        assert notebook_config(exp, "smoke", 0, 0, {"wandb_mode": None}).wandb_mode == "disabled"
+        assert notebook_config(exp, "demo", 0, 0, {"wandb_mode": None}).wandb_mode == "offline"
+        assert notebook_config(exp, "smoke", 0, 0, {"wandb_mode": "offline"}).wandb_mode == "offline"
+    shared, _ = comparison_setup(["baseline", "two_site"], "smoke", 0, 0, "shakespeare", "transpacific-25g", None,
+                                 "p", "", tmp_path / "c")
+    assert shared["wandb_mode"] == "disabled"  # the comparison's own wandb run follows the same rule
+
+
+def test_a_notebook_dry_run_refuses_a_missing_folder_before_any_kernel(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["notebook", "orbital", "-p", "preset", "smoke", "-p", "baseline_dir", "runs/none",
+                     "--dry-run"]) == 2
+    assert "baseline_dir: " in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow  # starts a kernel
+def test_a_notebook_dry_run_validates_through_its_own_cell_and_trains_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["notebook", "two_site", "-p", "preset", "smoke", "--out", "runs/nb", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment two_site | preset smoke" in out and "sync: streaming DiLoCo" in out
+    assert f"dry run: valid; notebook two_site would write {tmp_path.resolve() / 'runs/nb/two_site.ipynb'}" in out
+    assert not (tmp_path / "runs").exists()  # nothing trained, no folder left behind
+    assert cli.main(["notebook", "two_site", "-p", "preset", "smoke", "-p", "H", "0", "--dry-run"]) == 2
+    assert "sync.H: must be >= 1 (got 0)" in capsys.readouterr().err  # the validation cell's own refusal
 
 
 # ---- tour helpers ----------------------------------------------------------------------------------------------
@@ -488,8 +612,7 @@ def test_compare_notebook_runs_the_three_experiments(tmp_path):
     assert len({r["tokens"] for r in results.values()}) == 1  # equal total training tokens
     assert len({r["config"]["wandb_group"] for r in results.values()}) == 1  # one group for the comparison
     assert results["two_site"]["cross_site_bytes"] < results["baseline"]["cross_site_bytes"]
-    for png in ("compare_bpb_vs_tokens.png", "compare_bpb_vs_sim_time.png", "compare_link_bytes.png",
-                "compare_summary.png"):
+    for png in ("compare.png", "compare_bpb_vs_sim_time.png", "compare_link_bytes.png", "compare_summary.png"):
         assert_png(out / png)
     rows = json.loads((out / "compare.json").read_text())
     assert [r["experiment"] for r in rows] == ["baseline", "two_site", "eight_cell"]
@@ -555,21 +678,24 @@ def test_cli_notebook_runs_the_tour_and_keeps_the_executed_copy(tmp_path, capsys
 
 
 @pytest.mark.slow  # starts a papermill kernel and trains for seconds
-def test_cli_notebook_runs_orbital_at_smoke_against_a_baseline(tmp_path, capsys):
+def test_cli_notebook_runs_orbital_at_smoke_against_a_baseline(tmp_path, capsys, monkeypatch):
+    """The notebook's own documented command, relative paths and all, from the folder the user is in (the kernel runs
+    in the output folder: the baseline was not found there)."""
     from islands_kit.run import run_experiment
 
-    base = tmp_path / "baseline"
-    run_experiment(get_preset("baseline", "smoke"), base)
-    out = tmp_path / "orbital"
+    monkeypatch.chdir(tmp_path)
+    run_experiment(get_preset("baseline", "smoke"), "runs/baseline-smoke-s0")
     assert cli.main(["notebook", "orbital", "-p", "preset", "smoke", "-p", "isl", "True", "-p", "baseline_dir",
-                     str(base), "--out", str(out)]) == 0
+                     "runs/baseline-smoke-s0", "--out", "runs/orbital"]) == 0
     assert "executed notebook" in capsys.readouterr().out
+    out = tmp_path / "runs" / "orbital"
     res = json.loads((out / "result.json").read_text())
     assert res["experiment"] == "orbital" and res["orbit"]["isl"] is True and res["orbit"]["windows_used"] > 0
-    for png in ("contact_windows.png", "bpb_vs_tokens.png", "decoupled_clocks.png"):
+    for png in ("contact_windows.png", "bpb_vs_tokens.png", "decoupled_clocks.png", "compare.png"):
         assert_png(out / png)
     printed = "".join(stream_text(out / "orbital.ipynb"))
-    assert "transfers waited" in printed and "window wait s" in printed and "bpb / baseline" in printed
+    assert "transfers waited" in printed and "bpb / baseline: over the baseline run with the same seed" in printed
+    assert "window wait s" in (out / "compare.txt").read_text()  # every column in the file
 
 
 @pytest.mark.slow

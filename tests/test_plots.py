@@ -341,3 +341,45 @@ def matplotlib_rgb(c: str) -> tuple[float, float, float]:
     from matplotlib.colors import to_rgb
 
     return to_rgb(c)
+
+
+def _overlaps(fig, ax) -> bool:
+    """Does ``ax``'s legend cover any part of its data area (both boxes in display pixels, after a draw)?"""
+    fig.canvas.draw()
+    leg, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    return leg.x0 < box.x1 and leg.x1 > box.x0 and leg.y0 < box.y1 and leg.y1 > box.y0
+
+
+def test_comparison_curves_draw_bpb_with_a_95_percent_band_and_bytes_on_a_log_axis(tmp_path):
+    from scipy import stats
+
+    seeds = [history(bpb0=7.0), history(bpb0=7.2), history(bpb0=7.7)]
+    fig = plots.comparison_curves({"two_site": seeds, "baseline": [history(bpb0=6.0, bytes_per_step=40_000)]})
+    assert_readable(fig, 2)
+    left, right = fig.axes
+    ys = np.array([[r["val_bpb"] for r in h] for h in seeds])
+    np.testing.assert_allclose(left.get_lines()[0].get_ydata(), ys.mean(0))
+    (band,) = left.collections  # the one-seed label has no band
+    half = stats.t.ppf(0.975, 2) * ys.std(0, ddof=1) / np.sqrt(3)  # the 95% t interval of the mean, as stats.py
+    verts = band.get_paths()[0].vertices
+    assert np.isclose(verts[:, 1].max(), (ys.mean(0) + half).max()) and np.isclose(verts[:, 1].min(), (ys.mean(0) - half).min())
+    assert "95% interval" in left.get_title() and legend_texts(left)[0].endswith("3 seeds)")
+    assert right.get_yscale() == "log" and "bytes" in right.get_ylabel()
+    np.testing.assert_allclose(right.get_lines()[1].get_ydata(), [r["cross_site_bytes"] / 1e6 for r in history(bytes_per_step=40_000)])
+    for ax in (left, right):
+        assert not _overlaps(fig, ax)
+    plots.save(fig, tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="groups"):
+        plots.comparison_curves({})
+
+
+def test_the_contact_windows_legend_sits_off_the_data():
+    result = {"orbit": {"ground_windows": {str(s): [[10.0 * s, 10.0 * s + 4], [60.0 + s, 66.0 + s]] for s in range(1, 5)},
+                        "isl": False, "time_compression": 300.0, "window_wait_s": 12.0},
+              "config": {"islands": [{"name": "ground"}] + [{"name": f"sat-{s}"} for s in range(1, 5)]}}
+    timeline = [[s * 10.0 + 1, s * 10.0 + 3, 1000, s, 0, "fragment"] for s in range(1, 5)]
+    timeline += [[s * 10.0 + 3.5, 61.0 + s, 1000, 0, s, "fragment"] for s in range(1, 5)]
+    fig = plots.contact_windows(result, timeline)
+    ax = fig.axes[0]
+    assert len(legend_texts(ax)) == 3 and not _overlaps(fig, ax)

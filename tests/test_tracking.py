@@ -308,3 +308,26 @@ def test_a_run_without_wandb_says_so(tmp_path, no_wandb_env, capsys, monkeypatch
     assert wandb_off_note(smoke("baseline", wandb_mode="offline")) == "wandb: off (WANDB_MODE=disabled in the environment)"
     monkeypatch.delenv("WANDB_MODE")
     assert wandb_off_note(smoke("baseline", wandb_mode="offline")) is None
+
+
+def test_every_run_ends_with_one_wandb_line_even_when_quiet(tmp_path, no_wandb_env, capsys):
+    """The smoke preset turns progress off: the run still says what wandb did, in one line."""
+    run_experiment(smoke("baseline", steps=2), tmp_path / "a")
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["wandb: off (the smoke preset sets wandb_mode=disabled; --set wandb_mode=offline logs the run)"]
+
+
+@pytest.mark.slow  # an offline wandb run
+def test_an_offline_run_says_its_folder_and_upload_command_and_always_has_a_group(tmp_path, no_wandb_env, capsys):
+    from islands_kit.notebooks import config_summary
+
+    cfg = smoke("baseline", steps=2, wandb_mode="offline")  # no group given
+    assert "group 'baseline-smoke'" in config_summary(cfg)
+    run_experiment(cfg, tmp_path)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("wandb:")]
+    info = json.loads((tmp_path / WANDB_RUN_FILE).read_text())
+    (run_dir,) = offline_dirs(tmp_path)
+    assert line == (f"wandb: offline run {info['id']} (project 'islands_kit', group 'baseline-smoke') in {run_dir}; "
+                    f"upload it with: {sync_command(tmp_path, info['id'])}")
+    recs = by_type(offline_run_records(run_dir))
+    assert recs["run"][0]["runGroup"] == "baseline-smoke" == info["group"]
