@@ -167,9 +167,12 @@ def _config_epilog() -> str:
 def _description() -> str:
     """The module's synopsis, then one line per experiment of the table (read when the parser is built, so a row
     registered later is listed too)."""
+    from islands_kit.presets import PRESETS
+
     width = max(map(len, EXPERIMENT_TABLE))
     rows = "\n".join(f"  {name:<{width}}  {row.description}" for name, row in EXPERIMENT_TABLE.items())
-    return f"{__doc__}\nExperiments (islands-kit run EXPERIMENT):\n{rows}\n"
+    return (f"{__doc__}\nExperiments (islands-kit run EXPERIMENT):\n{rows}\n\nPresets (--preset): {', '.join(PRESETS)}\n  "
+            "(smoke: seconds; demo: minutes on 2 CPU cores; demo-long: twice demo's steps; gpu-small, gpu: one GPU)\n")
 
 
 def _config_arguments(p: argparse.ArgumentParser) -> None:

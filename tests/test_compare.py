@@ -343,3 +343,25 @@ def test_rows_are_labelled_by_paths_relative_to_the_working_directory(tmp_path, 
     rows = compare_table([load_result(inside.resolve()), load_result(outside.resolve()), load_result("runs/baseline")])
     assert [r["run"] for r in rows] == ["runs/baseline", str(outside.resolve()), "runs/baseline"]
     assert rows[0]["reference"] == "runs/baseline" and str(tmp_path) not in render(rows).replace(str(outside), "")
+
+
+def test_compare_plot_writes_one_figure_from_the_runs_histories(tmp_path, capsys):
+    """--plot: bpb over tokens with the 95% band where a configuration has two seeds or more, bytes on a log axis,
+    drawn from each run's history.jsonl (a result.json alone: its val_curve)."""
+    from islands_kit.compare import curve_groups
+
+    dirs = []
+    for e, bpbs in (("baseline", [3.0, 3.1]), ("two_site", [3.2, 3.3])):
+        for s, b in enumerate(bpbs):
+            d = write(tmp_path / "runs", f"{e}-s{s}", result(e, s, b, sent=10_000))
+            hist = [{"step": k * 50, "tokens": k * 50 * 40 * 128, "val_bpb": b + 1.0 / k, "cross_site_bytes": k * 5000}
+                    for k in (1, 2)]
+            (d / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
+            dirs.append(d)
+    lone = write(tmp_path / "other", "eight_cell", result("eight_cell", 0, 3.4, sent=10_000))  # no history.jsonl
+    groups = curve_groups([load_result(d) for d in dirs + [lone]])
+    assert {k: len(v) for k, v in groups.items()} == {"baseline": 2, "two_site": 2, "eight_cell": 1}
+    assert groups["eight_cell"] == [[{"tokens": 512_000, "val_bpb": 3.4, "cross_site_bytes": 10_000}]]
+    png = tmp_path / "cmp.png"
+    assert cli.main(["compare", str(tmp_path / "runs"), str(lone), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"figure -> {png}" in capsys.readouterr().out

@@ -191,14 +191,14 @@ def run_notebook(name: str, params: dict[str, Any] | None = None, out_dir: str |
 def dry_run_notebook(name: str, params: dict[str, Any] | None = None, out_dir: str | Path | None = None,
                      kernel_name: str = "python3") -> str:
     """Check ``params`` as ``run_notebook`` does, then execute only the notebook's parameters and its validation
-    cell (the first code cell after them: every config is built there, nothing trains) in a scratch folder; an
-    output folder that did not exist before is not left behind. Returns what the validation cell printed and a line
-    saying what would run; a bad parameter raises as ``run_notebook`` would."""
+    cell (the first code cell after them: every config is built there, nothing trains) in a scratch folder; the
+    folders it made on the way to the output folder are not left behind (when they stayed empty). Returns what the
+    validation cell printed and a line saying what would run; a bad parameter raises as ``run_notebook`` would."""
     import nbformat
 
     src = notebook_path(name)
     params, out = _prepare(name, params, out_dir)
-    existed = out.exists()
+    made = next((a for a in reversed([out, *out.parents]) if not a.exists()), None)  # the first folder a run would make
     nb = nbformat.read(src, as_version=4)
     first = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     after = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and i > first]
@@ -210,8 +210,8 @@ def dry_run_notebook(name: str, params: dict[str, Any] | None = None, out_dir: s
             _execute(name, cut, dst, params, Path(tmp), kernel_name, stream=False)
             done = nbformat.read(dst, as_version=4)
     finally:
-        if not existed:
-            _remove_empty(out)
+        if made is not None:
+            _remove_empty(made)
     printed = "".join(o.get("text", "") for c in done.cells if c.cell_type == "code" for o in c.get("outputs", [])
                       if o.get("output_type") == "stream" and o.get("name") == "stdout")
     return printed.rstrip("\n") + f"\ndry run: valid; notebook {name} would write {out / (name + '.ipynb')} (nothing trained)"
