@@ -6,10 +6,12 @@ command with a placeholder (``RUN_DIR``, ``runs/...``, ``MODE``) is no command t
 against the parser instead, option by option, both ways.
 
 Two tiers: the fast one parses every command and validates what it names (the config of a ``run``/``config``, a
-notebook's parameters); the slow one runs them, one document at a time in a fresh folder and in the document's
-order, at the smoke preset (a ``run``, a ``config``) or with ``--dry-run`` (a notebook: its own validation cell, no
-training). A folder a command reads that no earlier command of its document makes (``sample runs/demo/two_site``,
-after ``make demo``) is a smoke run of the experiment its name says.
+notebook's parameters, a study file); the slow one runs them, one document at a time in a fresh folder and in the
+document's order, at the smoke preset: a ``run`` trains when a later command reads what it writes, else is a dry
+run; a notebook is a dry run (its own validation cell, no training); a ``study`` (hours of runs, whose own dry run
+times every config for minutes) is validated only. A command a doc shows failing (followed by ``islands-kit: error:``
+in its block) must fail with those words. A folder a command reads that no earlier command of its document makes
+(``sample runs/demo/two_site``, after ``make demo``) is a smoke run of the experiment its name says.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from islands_kit import cli
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.notebooks import check_parameters, parse_cli_parameters
 from islands_kit.presets import PRESETS
+from islands_kit.protocol.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "notebooks").glob("*.py"))]
@@ -71,6 +74,20 @@ def written_commands(f: Path) -> list[str]:
     return out
 
 
+def documented_errors(f: Path) -> dict[str, str]:
+    """Commands a doc shows failing: a fenced line ``islands-kit ...`` followed by ``islands-kit: error: ...`` (the
+    error's lines joined) -> that error's text."""
+    out: dict[str, str] = {}
+    for block in re.findall(r"```[\w-]*\n(.*?)```", _text(f), flags=re.S):
+        lines = block.splitlines()
+        for i, line in enumerate(lines[:-1]):
+            if _CMD.match(line.strip()) and lines[i + 1].startswith("islands-kit: error: "):
+                rest = [x for x in lines[i + 1:] if x.strip()]
+                end = next((k for k, x in enumerate(rest[1:], 1) if _CMD.match(x)), len(rest))
+                out[line.strip()] = " ".join(" ".join(rest[:end]).split())
+    return out
+
+
 def is_synopsis(cmd: str) -> bool:
     """A synopsis writes optional parts in brackets (``[--out DIR]``); a JSON value (``'[0, 1]'``) is no bracket."""
     for token in shlex.split(cmd):
@@ -98,12 +115,24 @@ def runnable(cmd: str) -> list[list[str]]:
         return []
     alts = [i for i, a in enumerate(argv) if "|" in a]
     argvs = [argv[:alts[0]] + [a] + argv[alts[0] + 1:] for a in argv[alts[0]].split("|")] if alts else [argv]
-    # a subcommand named in a sentence ("`islands-kit compare` reads ...") is no command to run
-    return [a for a in argvs if not (len(a) == 1 and a[0] in ("compare", "sample", "notebook", "run", "config"))]
+    # a subcommand named in a sentence ("`islands-kit compare` reads ...", "`islands-kit study run`") lacks the
+    # arguments it requires: no command to run
+    return [a for a in argvs if not _lacks_arguments(a)]
+
+
+def _lacks_arguments(argv: list[str]) -> bool:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            cli.build_parser().parse_args(argv)
+        except SystemExit:
+            return "the following arguments are required" in err.getvalue()
+    return False
 
 
 COMMANDS = [(f, cmd) for f in SOURCES for cmd in written_commands(f)]
 CONCRETE = [(f, argv) for f, cmd in COMMANDS for argv in runnable(cmd)]
+ERRORS = {shlex.join(_args(cmd)): error for f in SOURCES for cmd, error in documented_errors(f).items()}
 
 
 def test_the_docs_write_commands_and_the_scan_finds_them():
@@ -142,11 +171,26 @@ def _validate(argv: list[str]) -> None:
         cli.resolve_config(args)
     if args.cmd == "notebook":
         check_parameters(args.name, parse_cli_parameters(args.name, args.param or []))
+    if args.cmd == "study":  # a study file named from the checkout: it loads and validates
+        load_study(ROOT / args.study)
 
 
 @pytest.mark.parametrize("argv", [a for _, a in CONCRETE], ids=[" ".join(a)[:60] for _, a in CONCRETE])
 def test_every_documented_command_parses_and_names_valid_things(argv):
-    _validate(argv)
+    error = ERRORS.get(shlex.join(argv))
+    if error is None:
+        _validate(argv)
+        return
+    with pytest.raises(Exception) as e:  # a command the doc shows failing fails with the doc's words
+        _validate(argv)
+    assert "islands-kit: error: " + " ".join(str(e.value).split()) == error
+
+
+def test_a_documented_failure_is_read_with_its_error(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("```\nislands-kit run x --dry-run\nislands-kit: error: a: no\nsecond line\n```\n")
+    assert documented_errors(doc) == {"islands-kit run x --dry-run": "islands-kit: error: a: no second line"}
+    assert ERRORS  # docs/methods.md shows a ring that can never link refused
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -246,33 +290,58 @@ def _inputs(args: argparse.Namespace) -> list[Path]:
     return []
 
 
-@pytest.mark.slow  # trains a smoke run per documented run command, and starts a kernel per notebook command
+def _writes(args: argparse.Namespace) -> Path | None:
+    """The folder a ``run`` command writes (its --out, else the CLI's default for its experiment, preset and seed)."""
+    if args.cmd != "run":
+        return None
+    if args.out:
+        return Path(args.out)
+    if args.experiment:
+        return Path("runs") / f"{args.experiment}-{args.preset or 'smoke'}-s0"
+    return None
+
+
+@pytest.mark.slow  # trains a smoke run where a later command reads it, and starts a kernel per notebook command
 @pytest.mark.parametrize("source", sorted({f for f, _ in CONCRETE}), ids=lambda f: f.name)
 def test_every_documented_command_runs(source, tmp_path, monkeypatch, smoke_runs):
+    """A ``run`` trains at the smoke preset when a later command of the document reads what it writes, else is a dry
+    run (every check a run makes, no training); a notebook is a dry run; a command the doc shows failing fails with
+    the doc's error."""
     work = tmp_path / "checkout"
     work.mkdir()
     monkeypatch.chdir(work)
-    seen: set[str] = set()
+    planned: list[tuple[str, list[str], list[str], argparse.Namespace]] = []
     for cmd in written_commands(source):
         for written in runnable(cmd):
             argv = _as_tested(written)
-            if " ".join(argv) in seen:  # smoke|demo: the same command once at smoke
+            if any(argv == a for _, _, a, _ in planned):  # smoke|demo: the same command once at smoke
                 continue
-            seen.add(" ".join(argv))
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
                     args = cli.build_parser().parse_args(argv)
                 except SystemExit as e:
                     assert e.code == 0, argv
                     continue
-            for folder in _inputs(args):
-                if not folder.exists():
-                    smoke_runs.copy_to(folder)
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                code = cli.main(argv)
-            assert code == 0, f"{source.name}: `islands-kit {' '.join(written)}` (run as {argv}) failed"
-            if " > " in cmd:  # the shell redirection the doc writes
-                (work / cmd.split(" > ")[1].strip()).write_text(out.getvalue())
-            if argv[0] == "notebook":
-                assert "dry run: valid" in out.getvalue()
+            planned.append((cmd, written, argv, args))
+    read_later = {str(f) for _, _, _, args in planned for f in _inputs(args)}
+    for cmd, written, argv, args in planned:
+        if args.cmd == "study":  # hours of training (its own --dry-run times every config): validated only
+            _validate(argv)
+            continue
+        if args.cmd == "run" and not args.dry_run and str(_writes(args)) not in read_later:
+            argv = argv + ["--dry-run"]
+        for folder in _inputs(args):
+            if not folder.exists():
+                smoke_runs.copy_to(folder)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(argv)
+        error = ERRORS.get(shlex.join(written))
+        if error is not None:
+            assert code == 2 and " ".join(err.getvalue().split()) == error, (source.name, written, err.getvalue())
+            continue
+        assert code == 0, f"{source.name}: `islands-kit {' '.join(written)}` (run as {argv}) failed: {err.getvalue()}"
+        if " > " in cmd:  # the shell redirection the doc writes
+            (work / cmd.split(" > ")[1].strip()).write_text(out.getvalue())
+        if "--dry-run" in argv:
+            assert "dry run: valid" in out.getvalue()
