@@ -7,8 +7,8 @@ against the parser instead, option by option, both ways.
 
 Two tiers: the fast one parses every command and validates what it names (the config of a ``run``/``config``, a
 notebook's parameters, a study file); the slow one runs them, one document at a time in a fresh folder and in the
-document's order, at the smoke preset: a ``run`` trains when a later command reads what it writes, else is a dry
-run; a notebook is a dry run (its own validation cell, no training); a ``study`` (hours of runs, whose own dry run
+document's order: a ``run`` trains at the smoke preset when a later command reads what it writes, else is a dry run
+at its own preset; a notebook is a dry run at smoke (its own validation cell, no training); a ``study`` (hours of runs, whose own dry run
 times every config for minutes) is validated only. A command a doc shows failing (followed by ``islands-kit: error:``
 in its block) must fail with those words. A folder a command reads that no earlier command of its document makes
 (``sample runs/demo/two_site``, after ``make demo``) is a smoke run of the experiment its name says.
@@ -25,11 +25,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from islands_kit import cli
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.notebooks import check_parameters, parse_cli_parameters
-from islands_kit.presets import PRESETS
+from islands_kit.presets import GPU_PRESETS, PRESETS
 from islands_kit.protocol.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,15 +267,27 @@ def smoke_runs(tmp_path_factory: pytest.TempPathFactory) -> SmokeRuns:
     return SmokeRuns(tmp_path_factory.mktemp("smoke-runs"))
 
 
-def _as_tested(argv: list[str]) -> list[str]:
-    """A written command as the slow tier runs it: every preset the smoke preset, a notebook as a dry run."""
+def _at_smoke(argv: list[str]) -> list[str]:
+    """``argv`` with every preset (``--preset P``, a notebook's ``-p preset P``) the smoke preset."""
     out = list(argv)
     for i, a in enumerate(out[:-1]):
         if a == "--preset" or (a == "preset" and i and out[i - 1] == "-p"):
             out[i + 1] = "smoke"
-    if out[0] == "notebook":
-        out.append("--dry-run")
     return out
+
+
+def _as_tested(argv: list[str], trains: bool) -> list[str]:
+    """A written command as the slow tier runs it: a notebook as a dry run at smoke; a config at smoke (a later run
+    trains on it); a run that a later command reads trains at smoke, any other is a dry run at its own preset (at
+    smoke for a GPU preset on a machine without one: its device check would refuse it)."""
+    if argv[0] == "notebook":
+        return _at_smoke(argv) + ["--dry-run"]
+    if argv[0] == "config" or (argv[0] == "run" and trains):
+        return _at_smoke(argv)
+    if argv[0] == "run" and "--dry-run" not in argv:
+        gpu = any(p in argv for p in GPU_PRESETS) and not torch.cuda.is_available()
+        return (_at_smoke(argv) if gpu else argv) + ["--dry-run"]
+    return argv
 
 
 def _inputs(args: argparse.Namespace) -> list[Path]:
@@ -305,31 +318,31 @@ def _writes(args: argparse.Namespace) -> Path | None:
 @pytest.mark.parametrize("source", sorted({f for f, _ in CONCRETE}), ids=lambda f: f.name)
 def test_every_documented_command_runs(source, tmp_path, monkeypatch, smoke_runs):
     """A ``run`` trains at the smoke preset when a later command of the document reads what it writes, else is a dry
-    run (every check a run makes, no training); a notebook is a dry run; a command the doc shows failing fails with
-    the doc's error."""
+    run at its own preset (every check a run makes, no training); a notebook is a dry run; a command the doc shows
+    failing fails with the doc's error."""
     work = tmp_path / "checkout"
     work.mkdir()
     monkeypatch.chdir(work)
-    planned: list[tuple[str, list[str], list[str], argparse.Namespace]] = []
+    planned: list[tuple[str, list[str], argparse.Namespace]] = []
     for cmd in written_commands(source):
         for written in runnable(cmd):
-            argv = _as_tested(written)
-            if any(argv == a for _, _, a, _ in planned):  # smoke|demo: the same command once at smoke
-                continue
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    args = cli.build_parser().parse_args(argv)
+                    args = cli.build_parser().parse_args(_at_smoke(written))
                 except SystemExit as e:
-                    assert e.code == 0, argv
+                    assert e.code == 0, written
                     continue
-            planned.append((cmd, written, argv, args))
-    read_later = {str(f) for _, _, _, args in planned for f in _inputs(args)}
-    for cmd, written, argv, args in planned:
+            planned.append((cmd, written, args))
+    read_later = {str(f) for _, _, args in planned for f in _inputs(args)}
+    seen: list[list[str]] = []
+    for cmd, written, args in planned:
         if args.cmd == "study":  # hours of training (its own --dry-run times every config): validated only
-            _validate(argv)
+            _validate(written)
             continue
-        if args.cmd == "run" and not args.dry_run and str(_writes(args)) not in read_later:
-            argv = argv + ["--dry-run"]
+        argv = _as_tested(written, trains=str(_writes(args)) in read_later)
+        if argv in seen:  # smoke|demo: the same command once at smoke
+            continue
+        seen.append(argv)
         for folder in _inputs(args):
             if not folder.exists():
                 smoke_runs.copy_to(folder)
