@@ -122,6 +122,8 @@ def test_the_legend_explains_every_number_column():
                    "bytes vs own all-reduce:", "sim s: simulated wall-clock", "util: compute utilisation"):
         assert column in legend
     assert "reference run baseline s0" in legend
+    # one seed per configuration: the ratios carry no interval, and the legend says so instead of printing "± 0"
+    assert "one seed's ratio (n = 1, no interval)" in " ".join(legend.split()) and "±" not in text
 
 
 def test_bytes_show_absolutes_first_then_both_ratios_each_named_by_its_reference():

@@ -114,7 +114,8 @@ def test_a_run_prints_start_progress_and_end(tmp_path, capsys, monkeypatch):
     assert lines[0].startswith(f"[baseline s0] start: 12 steps x 1,280 tokens | preset smoke, seed 0, corpus "
                                f"shakespeare -> {tmp_path}")
     assert any(x.startswith("[baseline s0] step 12/12 (100%) | 15.4k tokens |") for x in lines)
-    assert lines[-1].endswith(f"final val bpb {res['final_val_bpb']:.4f} (xz on the same bytes "
+    assert lines[-2].endswith(f"final val bpb {res['final_val_bpb']:.4f} (xz on the same bytes "
                               f"{res['compressor_bpb']['xz']:.3f})")
+    assert lines[-1].startswith("wandb: off")  # then what wandb did, in one line
     run_experiment(apply_overrides(cfg, {"progress": False}), tmp_path / "q")
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out.splitlines() == [lines[-1]]  # quiet: no progress, the wandb line still

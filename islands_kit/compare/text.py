@@ -181,6 +181,9 @@ def reference_note(rows: Sequence[dict[str, Any]], swept: bool = False) -> str:
     if swept:
         lines.append(f"bpb / {exp}, paired [95% CI]: the geometric mean of the per-seed ratios, its paired t interval "
                      "(on log-ratios) and n seeds; 'not resolved' when the interval holds 1; one seed has no interval.")
+    else:
+        lines.append(f"Each bpb / {exp} is one seed's ratio (n = 1, no interval): runs of two seeds or more per "
+                     "configuration (--seeds 0 1 2) give each ratio its 95% interval.")
     lines += [
         "link bytes: every byte the run put on the wide-area link (all islands, both directions); per island: that "
         "total over the run's islands; busiest link: the most bytes on one link in one direction.",
