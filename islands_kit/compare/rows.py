@@ -69,14 +69,21 @@ def corpus_id(r: dict[str, Any]) -> str:
     return str(r.get("corpus_sha256") or r.get("corpus"))
 
 
+def machine_id(r: dict[str, Any]) -> str:
+    """The CPU and torch kernel set a run was made on (``versions.machine``): a 1200-step run moves by up to a seed's
+    spread between kernel sets, so runs from two machines are not paired."""
+    return str(r.get("versions", {}).get("machine", "unknown machine"))
+
+
 def check_comparable(results: Sequence[dict[str, Any]], allow_mismatch: bool = False) -> list[str]:
-    """Per run, "" or a note saying how it differs from the first run (corpus, token budget).
+    """Per run, "" or a note saying how it differs from the first run (corpus, token budget, machine and kernel set).
 
     Raises ComparisonError naming the difference unless ``allow_mismatch`` (then warns and returns the notes)."""
     notes = [""] * len(results)
     problems = []
     for what, key, show in (("corpus", corpus_id, lambda r: str(r.get("corpus"))),
-                            ("token budget", token_budget, lambda r: f"{token_budget(r):,} tokens")):
+                            ("token budget", token_budget, lambda r: f"{token_budget(r):,} tokens"),
+                            ("machine", machine_id, machine_id)):
         first = key(results[0])
         odd = [i for i, r in enumerate(results) if key(r) != first]
         if not odd:
