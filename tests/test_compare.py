@@ -370,9 +370,9 @@ def test_compare_plot_writes_one_figure_from_the_runs_histories(tmp_path, capsys
 
 
 def test_runs_made_on_two_machines_or_kernel_sets_are_not_paired(tmp_path):
-    intel = result(versions={"machine": "torch 2.13.0+cpu | AVX512 | x86_64 Intel Xeon | flags 1"})
-    amd = result("two_site", versions={"machine": "torch 2.13.0+cpu | AVX2 | x86_64 AMD EPYC | flags 2"})
+    intel, amd, same = result(), result("two_site"), result("two_site")
+    intel["versions"] = same["versions"] = {"machine": "torch 2.13.0+cpu | AVX512 | x86_64 Intel Xeon | flags 1"}
+    amd["versions"] = {"machine": "torch 2.13.0+cpu | AVX2 | x86_64 AMD EPYC | flags 2"}
     with pytest.raises(ComparisonError, match=r"machine: the runs differ .*Intel Xeon.*AMD EPYC"):
         compare_table([intel, amd])
-    same = result("two_site", versions={"machine": intel["versions"]["machine"]})
     assert len(compare_table([intel, same])) == 2
