@@ -57,6 +57,11 @@ def render(doc: dict[str, Any]) -> str:
             continue
         rho = "-" if t["spearman"] is None else f"{t['spearman']:.2f}"
         out.append(f"| {e['arm']} | {len(e['grid'])} | {rho} | {100 * t['regret']:.2f}% | {'yes' if t['pick_wins_on_val'] else 'no'} |")
+    trials = [(e["arm"], g) for e in arms for g in e["grid"] if g.get("final_tune_bpb") is not None]
+    if trials:
+        out += ["", "Every finished tuning trial (mean over the tuning seeds; the pick is the lowest tuning-split bpb of a "
+                "complete grid):", "", "| arm | trial | tuning-split bpb | validation bpb |", "|---|---|---|---|"]
+        out += [f"| {arm} | {_label(g['label'])} | {g['final_tune_bpb']:.4f} | {g['final_val_bpb']:.4f} |" for arm, g in trials]
     if rows:
         out += ["", "| row | val bpb per seed | tokens | / its arm's pick | / its control | / the reference arm | status |",
                 "|---|---|---|---|---|---|---|"]
