@@ -14,12 +14,13 @@ from islands_kit.presets import get_preset
 from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
 from islands_kit.protocol.runner import run_study, take_lock
-from islands_kit.protocol.runs import Run, pick
+from islands_kit.protocol.runs import Run, machine_slug, pick
 from islands_kit.protocol.study import StudyError, load_study, parse_study
 from islands_kit.protocol.tables import render
 
 TINY = Path(__file__).parent / "studies" / "tiny.toml"
 MACHINE = "torch x | AVX512 | test box"
+BOX = "test-box"  # the runs' folder under the study's folder
 
 
 def study_doc(**over):
@@ -90,8 +91,8 @@ def test_the_pick_follows_the_tuning_split_when_validation_disagrees(tmp_path):
     # validation prefers lr 1e-3, the tuning split prefers 3e-3: the pick must be 3e-3
     val = lambda arm, label, seed: {"1e-3": 2.0, "2e-3": 2.1, "3e-3": 2.2}[label["optim.lr"]]  # noqa: E731
     tune = lambda arm, label, seed: {"1e-3": 2.3, "2e-3": 2.2, "3e-3": 2.1}[label["optim.lr"]]  # noqa: E731
-    run_study(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_executor(val, tune))
-    assert dict(pick(study, "baseline", tmp_path).label) == {"optim.lr": "3e-3"}
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX, execute_run=fake_executor(val, tune))
+    assert dict(pick(study, "baseline", tmp_path / BOX).label) == {"optim.lr": "3e-3"}
     doc = make_report(study, tmp_path, "cmd")
     base = next(e for e in doc["entries"] if e["arm"] == "baseline")
     assert base["picked_on"] == "tune" and base["label"] == {"optim.lr": "3e-3"}
@@ -103,12 +104,12 @@ def test_equal_budgets_resume_and_intervals(tmp_path):
     study = parse_study(study_doc())
     val = lambda arm, label, seed: (2.0 if arm == "baseline" else 2.06 + 0.01 * seed) + float(label["optim.lr"])  # noqa: E731
     calls: list = []
-    made = run_study(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_executor(val, calls=calls))
+    made = run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX, execute_run=fake_executor(val, calls=calls))
     # 3 trials per arm at seed 0, then the pick at seeds 1 and 2: 3 + 2 per arm
     assert len(made) == 10 and len(calls) == 10
     assert sum(1 for a, _, _ in calls if a == "baseline") == sum(1 for a, _, _ in calls if a == "two_site")
     again: list = []
-    assert run_study(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_executor(val, calls=again)) == []
+    assert run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX, execute_run=fake_executor(val, calls=again)) == []
     assert again == []  # a finished run is never run again
     doc = make_report(study, tmp_path, "cmd")
     ts = next(e for e in doc["entries"] if e["arm"] == "two_site")
@@ -126,9 +127,9 @@ def test_equal_budgets_resume_and_intervals(tmp_path):
 def test_runs_from_other_machines_are_never_paired(tmp_path):
     study = parse_study(study_doc(seeds=[0]))
     val = lambda arm, label, seed: 2.0  # noqa: E731
-    run_study(study, tmp_path, jobs=1, say=lambda s: None, execute_run=fake_executor(val))
-    ts_pick = pick(study, "two_site", tmp_path)
-    d = Run(ts_pick, 0, "smoke", tmp_path, "score").dir
+    run_study(study, tmp_path, jobs=1, say=lambda s: None, machine=BOX, execute_run=fake_executor(val))
+    ts_pick = pick(study, "two_site", tmp_path / BOX)
+    d = Run(ts_pick, 0, "smoke", tmp_path / BOX, "score").dir
     res = json.loads((d / "result.json").read_text())
     res["versions"]["machine"] = "torch x | AVX2 | another box"
     (d / "result.json").write_text(json.dumps(res))
@@ -176,11 +177,11 @@ def test_a_real_study_runs_resumably_and_a_run_is_remade_from_its_overrides(tmp_
 def test_arms_restrict_a_run_to_their_own_runs(tmp_path):
     study = parse_study(study_doc())
     calls: list = []
-    run_study(study, tmp_path, jobs=1, say=lambda s: None, execute_run=fake_executor(lambda a, l, s: 2.0, calls=calls),
+    run_study(study, tmp_path, jobs=1, say=lambda s: None, machine=BOX, execute_run=fake_executor(lambda a, l, s: 2.0, calls=calls),
               arms=["baseline"])
     assert {a for a, _, _ in calls} == {"baseline"} and len(calls) == 5
     with pytest.raises(StudyError, match=r"--arms: nope not an arm"):
-        run_study(study, tmp_path, arms=["nope"])
+        run_study(study, tmp_path, arms=["nope"], machine=BOX)
 
 
 STUDIES = sorted((Path(__file__).resolve().parent.parent / "benchmarks" / "studies").glob("*.toml"))
@@ -221,14 +222,47 @@ def test_the_ledger_carries_finished_runs_to_a_checkout_without_run_folders(tmp_
 
     study = parse_study(study_doc(report=str(tmp_path / "t.json")))
     val = lambda arm, label, seed: (2.0 if arm == "baseline" else 2.05 + 0.01 * seed) + float(label["optim.lr"])  # noqa: E731
-    run_study(study, tmp_path / "runs", jobs=2, say=lambda s: None, execute_run=fake_executor(val))
+    run_study(study, tmp_path / "runs", jobs=2, say=lambda s: None, machine=BOX, execute_run=fake_executor(val))
     before = make_report(study, tmp_path / "runs", "cmd")
     ledger = ledger_path(study)
     assert ledger == tmp_path / "t.runs.jsonl" and write_ledger(study, tmp_path / "runs", ledger) == 10
     shutil.rmtree(tmp_path / "runs")  # a new checkout: the run folders are gone, the ledger is committed
-    assert dry_run(study, tmp_path / "runs", say=lambda s: None)["left"] == 0
+    assert dry_run(study, tmp_path / "runs", say=lambda s: None, machine=BOX)["left"] == 0
+    assert not (tmp_path / "runs").exists()  # the dry run wrote nothing
     assert restore(study, tmp_path / "runs", ledger) == 10
     calls: list = []
-    assert run_study(study, tmp_path / "runs", say=lambda s: None, execute_run=fake_executor(val, calls=calls)) == []
+    assert run_study(study, tmp_path / "runs", say=lambda s: None, machine=BOX, execute_run=fake_executor(val, calls=calls)) == []
     assert calls == []
     assert make_report(study, tmp_path / "runs", "cmd") == before
+
+
+def test_an_arm_tuned_on_one_machine_is_scored_at_every_seed_on_another_and_never_paired_across(tmp_path):
+    study = parse_study(study_doc())
+    val = lambda arm, label, seed: (2.0 if arm == "baseline" else 2.06 + 0.01 * seed) + float(label["optim.lr"])  # noqa: E731
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine="box-a", execute_run=fake_executor(val))
+    calls: list = []
+    other = "torch x | AVX2 | box b"
+    shifted = lambda arm, label, seed: val(arm, label, seed) * (1.01 if arm == "two_site" else 1.0)  # noqa: E731
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine="box-b",
+              execute_run=fake_executor(shifted, machine=other, calls=calls))
+    # no tuning again on box b: each arm's pick (tuned on box a) at all three seeds, seed 0 included
+    assert sorted(calls) == sorted((a, "optim.lr=1e-3", s) for a in ("baseline", "two_site") for s in range(3))
+    doc = make_report(study, tmp_path, "cmd")
+    assert [m["machine"] for m in doc["machines"]] == ["box-a", "box-b"]
+    assert [m["fingerprint"] for m in doc["machines"]] == [MACHINE, other]
+    ts = {e["machine"]: e for e in doc["entries"] if e["arm"] == "two_site"}
+    assert ts["box-b"]["tuned_on"] == "box-a" and ts["box-b"]["seeds"] == [0, 1, 2]
+    assert ts["box-b"]["unpaired"] == [] and ts["box-b"]["ratio_n"] == 3  # paired with box b's own baseline
+    assert ts["box-b"]["ratio_mean"] == pytest.approx(1.01 * ts["box-a"]["ratio_mean"])
+    moved = {a["arm"]: a for a in doc["across_machines"]}
+    assert moved["two_site"]["machines"] == ["box-a", "box-b"] and moved["two_site"]["moves"] == pytest.approx([0.01] * 3)
+    assert moved["baseline"]["max_abs_move"] == pytest.approx(0.0)
+    table = render(doc)
+    assert table.count("| arm | pick (tuning split)") == 2 and "tuned on box-a" in table and "+1.00%" in table
+
+
+def test_machine_folders_name_the_cpu_and_never_collide():
+    amd = "torch 2.13.0+cpu | AVX512 | x86_64 AMD EPYC | flags fb86c92f4654"
+    assert machine_slug(amd).startswith("amd-epyc-avx512-")
+    assert machine_slug(amd) != machine_slug(amd.replace("AVX512", "AVX2"))
+    assert machine_slug(amd) != machine_slug(amd.replace("2.13.0", "2.14.0"))

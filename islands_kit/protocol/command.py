@@ -9,16 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from islands_kit.config import apply_overrides
 from islands_kit.estimate import estimate_run
 from islands_kit.io import replace_marked_block
-from islands_kit.protocol.ledger import ledger_path, read_ledger, restore, write_ledger
+from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import known_runs, run_study
-from islands_kit.protocol.runs import Run
+from islands_kit.protocol.runs import Run, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
 from islands_kit.records import dumps_strict, finite
@@ -30,10 +32,11 @@ def default_root(study: Study) -> Path:
     return Path("runs") / "studies" / study.name
 
 
-def all_runs(study: Study, root: Path) -> list[Run]:
-    """Every run the study will make: the tuning runs, each arm's scoring runs and every row's (for an arm whose pick
-    is not known yet, its first trial stands in: the same experiment and the same count)."""
-    runs, picks = known_runs(study, root)
+def all_runs(study: Study, base: Path, machine: str) -> list[Run]:
+    """Every run the study will make on ``machine``: the tuning runs, each arm's scoring runs and every row's (for an
+    arm whose pick is not known yet, its first trial stands in: the same experiment and the same count)."""
+    runs, picks = known_runs(study, base, machine)
+    root = base / machine
     stand_in = {arm: picks.get(arm, study.trials(arm)[0]) for arm in study.arms}
     planned = {r.dir: r for r in runs}
     for arm in study.arms:
@@ -53,12 +56,22 @@ def _cost_key(t: Trial) -> str:
     return json.dumps([t.experiment, [(k, v) for k, v in t.sets if not k.endswith(("lr", "momentum"))]])
 
 
-def dry_run(study: Study, root: Path, say: Any = print) -> dict[str, Any]:
-    runs = all_runs(study, root)
+def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = None) -> dict[str, Any]:
+    """What running ``study`` on this machine would cost. Nothing is written: the finished runs (the folders' and the
+    ledger's) are gathered in a scratch copy, since a pick another machine finished decides what is left here."""
+    machine = machine or this_machine()
     ledger = ledger_path(study)
-    stored = read_ledger(ledger) if ledger is not None else {}
-    done = [r for r in runs if r.result() is not None or r.key in stored]
-    left = [r for r in runs if r.result() is None and r.key not in stored]
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for res in base.glob("*/*/*/seed*/result.json") if base.is_dir() else []:
+            dest = scratch / res.relative_to(base)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(res, dest)
+        if ledger is not None:
+            restore(study, scratch, ledger)
+        runs = all_runs(study, scratch, machine)
+        done = [r for r in runs if r.result() is not None]
+        left = [r for r in runs if r.result() is None]
     seconds: dict[str, float] = {}
     total = 0.0
     for r in left:
@@ -69,7 +82,7 @@ def dry_run(study: Study, root: Path, say: Any = print) -> dict[str, Any]:
         total += seconds[key]
     say(f"study {study.name}: {len(runs)} runs ({sum(r.phase == 'tune' for r in runs)} tuning, "
         f"{sum(r.phase == 'score' for r in runs)} scoring, {sum(r.phase == 'row' for r in runs)} rows), "
-        f"{len(done)} finished, {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine "
+        f"{len(done)} finished, {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine ({machine}) "
         f"(one thread each; measured from {len(seconds)} configs' first steps, rough)")
     return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600}
 
@@ -93,20 +106,20 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"islands-kit study: {e}")
         return 2
     root = Path(args.out) if args.out else default_root(study)
+    if args.action == "run" and args.dry_run:
+        dry_run(study, root)
+        return 0
+    ledger = ledger_path(study)  # a report, like a run, starts from every finished run the ledger holds
+    if ledger is not None and (n := restore(study, root, ledger)):
+        print(f"study {study.name}: {n} finished runs restored from {ledger}")
     if args.action == "run":
-        if args.dry_run:
-            dry_run(study, root)
-            return 0
-        ledger = ledger_path(study)
-        if ledger is not None and (n := restore(study, root, ledger)):
-            print(f"study {study.name}: {n} finished runs restored from {ledger}")
         arms = [a for a in args.arms.split(",") if a] if args.arms else None
         try:
             made = run_study(study, root, jobs=args.jobs, arms=arms)
         except StudyError as e:
             print(f"islands-kit study: {e}")
             return 2
-        print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
+        print(f"study {study.name}: {len(made)} runs made in this invocation on {this_machine()}; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
     doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))

@@ -5,7 +5,9 @@ benchmarks/RESULTS.md from its JSON and fails on any difference).
 Per arm: its pick (made on the tuning split), the whole grid with both splits' bpb, the pick's validation bpb per seed,
 and against its reference arm, paired per seed: the ratio at equal tokens and at equal simulated wall-clock (its
 validation curve read at the reference's finishing time), each with a paired t interval (protocol/stats.py), and the
-bytes it sent. Runs made on different machines or kernel sets are never paired (the entry's ``unpaired`` names them).
+bytes it sent. Runs made on different machines or kernel sets are never paired (the entry's ``unpaired`` names them):
+the report holds one set of entries per machine that made runs (the most complete first), and ``across_machines``
+says how far the same pick's same seed moved from one machine to another.
 """
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.runs import Run, pick, trial_scores, tune_score
+from islands_kit.protocol.runs import Run, machines, trial_scores, tune_score, tuned_pick
 from islands_kit.protocol.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
 from islands_kit.protocol.study import Study, Trial
 
-SCHEMA = 1
+SCHEMA = 2
 
 
 def machine_of(res: dict[str, Any]) -> str:
@@ -100,12 +102,14 @@ def _bytes(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]) -> di
     return out
 
 
-def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial]) -> dict[str, Any]:
+def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned_on: Path | None = None) -> dict[str, Any]:
+    """``arm``'s entry from this machine's runs (``root``); its grid from the machine it was tuned on (``tuned_on``,
+    default this one)."""
     a = study.arms[arm]
     grid: list[dict[str, Any]] = []
     tune_vals: list[float] = []
     val_vals: list[float] = []
-    for trial, results in trial_scores(study, arm, root):
+    for trial, results in trial_scores(study, arm, tuned_on or root):
         done = [r for r in results if r is not None]
         complete = len(done) == len(results)
         tune = sum(tune_score(r) or math.inf for r in done) / len(done) if complete else None
@@ -116,7 +120,8 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial]) -> di
             tune_vals.append(tune)
             val_vals.append(val)
     entry: dict[str, Any] = {"kind": "arm", "arm": arm, "experiment": a.experiment, "preset": study.preset,
-                             "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds, "grid": grid}
+                             "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds, "grid": grid,
+                             "machine": root.name, "tuned_on": (tuned_on or root).name}
     chosen = picks.get(arm)
     if chosen is None:
         return {**entry, "overrides": None, "label": None, "seeds": [], "val_bpb": [], "status": "tuning"}
@@ -128,7 +133,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial]) -> di
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
                   "sim_wall_clock_s": [mine[s]["sim_wall_clock_s"] for s in sorted(mine)],
-                  "machine": machine_of(mine[min(mine)]) if mine else None,
+                  "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,
                   "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",
                   "unpaired": unpaired})
     entry.update(_ratio_fields(mine, ref, seeds) if arm != a.ref else
@@ -175,10 +180,46 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
     return entry
 
 
-def make_report(study: Study, root: Path, command: str) -> dict[str, Any]:
-    """The study's JSON document from the runs under ``root``."""
-    picks = {arm: t for arm in study.arms if (t := pick(study, arm, root)) is not None}
-    arms = [arm_entry(study, arm, root, picks) for arm in study.arms]
-    rows = [row_entry(study, i, root, picks) for i in range(len(study.rows))]
+def _machine_entries(study: Study, base: Path, machine: str) -> list[dict[str, Any]]:
+    found = {arm: f for arm in study.arms if (f := tuned_pick(study, arm, base, machine)) is not None}
+    picks = {arm: f[0] for arm, f in found.items()}
+    root = base / machine
+    arms = [arm_entry(study, arm, root, picks, base / found[arm][1] if arm in found else None) for arm in study.arms]
+    rows = [{**row_entry(study, i, root, picks), "machine": machine} for i in range(len(study.rows))]
+    return arms + rows
+
+
+def _finished(entries: list[dict[str, Any]]) -> int:
+    return sum(len(e.get("seeds", [])) for e in entries)
+
+
+def across_machines(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For every arm scored with one pick on two machines: per shared seed its validation bpb on each, and the
+    relative move (second / first - 1) — how far the same run lands from one CPU to the next."""
+    out = []
+    arms = [e for e in entries if e["kind"] == "arm" and e.get("overrides")]
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            if a["arm"] != b["arm"] or a["overrides"] != b["overrides"]:
+                continue
+            va, vb = dict(zip(a["seeds"], a["val_bpb"])), dict(zip(b["seeds"], b["val_bpb"]))
+            seeds = sorted(set(va) & set(vb))
+            if seeds:
+                moves = [vb[s] / va[s] - 1.0 for s in seeds]
+                out.append({"arm": a["arm"], "machines": [a["machine"], b["machine"]], "seeds": seeds,
+                            "val_bpb": [[va[s], vb[s]] for s in seeds], "moves": moves,
+                            "max_abs_move": max(abs(m) for m in moves)})
+    return out
+
+
+def make_report(study: Study, base: Path, command: str) -> dict[str, Any]:
+    """The study's JSON document from the runs under ``base`` (one folder per machine): every machine's entries, the
+    machine with the most finished scored runs first, and how far shared runs moved between machines."""
+    groups = [(m, _machine_entries(study, base, m)) for m in machines(base)]
+    groups.sort(key=lambda g: -_finished(g[1]))
+    entries = [e for _, es in groups for e in es]
+    fingerprints = {m: next((e["machine_fingerprint"] for e in es if e.get("machine_fingerprint")), None) for m, es in groups}
     return {"schema": SCHEMA, "study": study.name, "preset": study.preset, "description": study.description,
-            "command": command, "seeds": study.seeds, "tune_seeds": study.tune_seeds, "entries": arms + rows}
+            "command": command, "seeds": study.seeds, "tune_seeds": study.tune_seeds,
+            "machines": [{"machine": m, "fingerprint": fingerprints[m]} for m, _ in groups],
+            "entries": entries, "across_machines": across_machines(entries)}

@@ -1,11 +1,13 @@
 """One runner for every study: each run its own ``islands-kit run`` process with one torch thread, ``jobs`` at a time,
 resumable, and safe to start twice.
 
-A run is (trial, seed); its folder is ``OUT/<arm>/<hash of experiment, preset and --set overrides>/seed<k>``. A run
+A run is (trial, seed) on one machine; its folder is ``OUT/<machine>/<arm>/<hash of experiment, preset and --set
+overrides>/seed<k>`` (protocol/runs.py). A run
 with a result.json is finished and never run again; a run being made holds ``run.lock`` (O_EXCL, with its pid and
 host), so a second invocation of the same study skips it instead of starting it twice, and a lock left by a dead
 process is taken over. Scoring runs need their arm's pick, so the runner works in waves: every run whose config is
-known is started, and when an arm's tuning runs have all finished its pick's scoring runs (and its rows) join.
+known is started, and when an arm's tuning runs have all finished its pick's scoring runs (and its rows) join. An arm
+already tuned on another machine is not tuned again: its pick is scored here at every seed.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.locks import acquire, release
-from islands_kit.protocol.runs import Run, pick
+from islands_kit.protocol.runs import Run, this_machine, tuned_pick
 from islands_kit.protocol.study import Study, StudyError, Trial
 
 
@@ -60,16 +62,22 @@ def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
         release_lock(run.dir)
 
 
-def known_runs(study: Study, root: Path) -> tuple[list[Run], dict[str, Trial]]:
-    """Every run whose config is known now: all tuning runs, and the scoring runs and rows of each arm whose tuning
-    has finished (with the picks made so far)."""
-    runs = [Run(t, s, study.preset, root, "tune") for arm in study.arms for t in study.trials(arm) for s in study.tune_seeds]
+def known_runs(study: Study, base: Path, machine: str) -> tuple[list[Run], dict[str, Trial]]:
+    """Every run of ``machine`` (under ``base / machine``) whose config is known now: the tuning runs of each arm no
+    machine has finished tuning, and the scoring runs and rows of each arm whose pick is known (with the picks)."""
+    root = base / machine
+    runs: list[Run] = []
     picks: dict[str, Trial] = {}
     for arm in study.arms:
-        chosen = pick(study, arm, root)
-        if chosen is not None:
-            picks[arm] = chosen
-            runs += [Run(chosen, s, study.preset, root, "score") for s in study.seeds if s not in study.tune_seeds]
+        found = tuned_pick(study, arm, base, machine)
+        if found is None:
+            runs += [Run(t, s, study.preset, root, "tune") for t in study.trials(arm) for s in study.tune_seeds]
+            continue
+        chosen, tuned_on = found
+        picks[arm] = chosen
+        if tuned_on == machine:  # its tuning runs are this machine's: keep them listed (seed 0's doubles as a score)
+            runs += [Run(t, s, study.preset, root, "tune") for t in study.trials(arm) for s in study.tune_seeds]
+        runs += [Run(chosen, s, study.preset, root, "score") for s in study.seeds]
     for row in study.rows:
         if row.arm is None or row.arm in picks:
             t = study.row_trial(row, picks)
@@ -91,11 +99,14 @@ def _arm_of(study: Study, run: Run) -> str:
     return row.arm if row.arm is not None else next(iter(study.arms))
 
 
-def run_study(study: Study, root: Path, jobs: int = 2, say: Callable[[str], None] = print,
-              execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None) -> list[Run]:
-    """Run every run of ``study`` under ``root`` (only those of ``arms`` when given: an arm's tuning, scoring and rows),
-    ``jobs`` at a time, until nothing is left that this invocation can start; the runs it made. Rows and scoring runs
-    join as soon as their arm's pick is known."""
+def run_study(study: Study, base: Path, jobs: int = 2, say: Callable[[str], None] = print,
+              execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None,
+              machine: str | None = None) -> list[Run]:
+    """Run every run of ``study`` on this machine (``machine``: its folder under ``base``; default the one running
+    this) — only those of ``arms`` when given: an arm's tuning, scoring and rows — ``jobs`` at a time, until nothing is
+    left that this invocation can start; the runs it made. Rows and scoring runs join as soon as their arm's pick is
+    known."""
+    machine = machine or this_machine()
     unknown = sorted(set(arms or []) - set(study.arms))
     if unknown:
         raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {study.name} ({', '.join(study.arms)})")
@@ -104,7 +115,7 @@ def run_study(study: Study, root: Path, jobs: int = 2, say: Callable[[str], None
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         running: dict[Future[dict[str, Any] | None], Run] = {}
         while True:
-            runs, _ = known_runs(study, root)
+            runs, _ = known_runs(study, base, machine)
             todo = [r for r in runs if r.dir not in started and r.result() is None and (arms is None or _arm_of(study, r) in arms)]
             while todo and len(running) < max(1, jobs):
                 r = todo.pop(0)

@@ -1,7 +1,12 @@
 """Where a study's runs live and what they say: a run is (trial, seed) in its own folder
-``OUT/<arm>/<hash of experiment, preset and --set overrides>/seed<k>``, finished when its result.json exists; an arm's
-pick is the trial with the lowest mean ``final_tune_bpb`` over the study's tuning seeds (the tuning split only: the
-validation bytes play no part), known once all of the arm's tuning runs have finished. A diverged trial never wins.
+``OUT/<machine>/<arm>/<hash of experiment, preset and --set overrides>/seed<k>``, finished when its result.json exists.
+
+``<machine>`` names the CPU, kernel set and torch build that made the run (``machine_slug``): a demo run moves by up to
+a seed's spread between machines, so each machine keeps its own runs and a report pairs runs of one machine only.
+An arm's pick is the trial with the lowest mean ``final_tune_bpb`` over the study's tuning seeds (the tuning split
+only: the validation bytes play no part), known once all of the arm's tuning runs on one machine have finished. A
+diverged trial never wins. Tuning is a choice, not a measurement: an arm tuned on one machine is not tuned again on
+another (``tuned_pick``); its scoring runs are made on every machine the study runs on, every seed included.
 """
 from __future__ import annotations
 
@@ -14,6 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.protocol.study import Study, Trial
+
+
+def machine_slug(fingerprint: str) -> str:
+    """A folder name for a machine fingerprint (``train.result.machine_fingerprint``): the CPU model and kernel set
+    readable, then a hash of the whole fingerprint (torch build, flags) so two machines never share one."""
+    parts = [p.strip() for p in fingerprint.split("|")]
+    readable = " ".join(parts[2:3] + parts[1:2]) if len(parts) >= 3 else fingerprint
+    words = "".join(c.lower() if c.isalnum() else "-" for c in readable.replace("(R)", "").replace("(TM)", ""))
+    words = "-".join(w for w in words.split("-") if w and w not in {"x86", "64", "processor", "cpu"})[:40]
+    return f"{words or 'machine'}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:8]}"
+
+
+def this_machine() -> str:
+    """This machine's folder name."""
+    from islands_kit.train.result import machine_fingerprint
+
+    return machine_slug(machine_fingerprint())
+
+
+def machines(base: Path) -> list[str]:
+    """The machines that made runs under a study's folder ``base``."""
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
 @dataclass(frozen=True)
@@ -73,3 +100,13 @@ def pick(study: Study, arm: str, root: Path) -> Trial | None:
         if best is None or mean < best[0]:
             best = (mean, trial)
     return None if best is None or not math.isfinite(best[0]) else best[1]
+
+
+def tuned_pick(study: Study, arm: str, base: Path, machine: str) -> tuple[Trial, str] | None:
+    """``arm``'s pick and the machine it was tuned on: this machine's complete tuning if it has one, else the first
+    other machine's (in name order) under ``base``; None while no machine has finished the arm's tuning."""
+    for m in [machine] + [m for m in machines(base) if m != machine]:
+        chosen = pick(study, arm, base / m)
+        if chosen is not None:
+            return chosen, m
+    return None

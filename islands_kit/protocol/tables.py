@@ -27,16 +27,37 @@ def _bytes(e: dict[str, Any]) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
-    """The markdown block of a study: the arms (pick, bpb per seed, ratios with intervals, bytes), how well the
-    tuning split's picks transfer, the rows, and how many comparisons the table makes."""
-    arms = [e for e in doc["entries"] if e["kind"] == "arm"]
-    rows = [e for e in doc["entries"] if e["kind"] == "row"]
+    """The markdown block of a study: per machine that made runs (never paired across machines), the arms (pick, bpb
+    per seed, ratios with intervals, bytes), how well the tuning split's picks transfer, and the rows; then how far
+    the same runs moved between machines, and how many comparisons the tables make."""
     out = [f"Study `{doc['study']}` at the `{doc['preset']}` preset; re-made by `{doc['command']}`. Picks on the "
            f"tuning split (seeds {', '.join(map(str, doc['tune_seeds']))}); ratios paired per seed against each arm's "
            "reference: geometric mean [95% paired t interval on the log-ratios] n; \"not resolved\" when the interval "
-           "holds 1.", "",
-           "| arm | pick (tuning split) | val bpb per seed | / ref, equal tokens | / ref, equal simulated time | bytes on the link | status |",
-           "|---|---|---|---|---|---|---|"]
+           "holds 1. Runs are paired only with runs of the same machine."]
+    n_cmp = 0
+    for m in doc["machines"]:
+        entries = [e for e in doc["entries"] if e.get("machine") == m["machine"]]
+        out += ["", f"**On {m['fingerprint'] or m['machine']}** (`{m['machine']}`):"]
+        n_cmp += _render_machine(entries, out)
+    moved = doc.get("across_machines", [])
+    if moved:
+        out += ["", "The same pick and seed on two machines (validation bpb; move = second / first - 1):", "",
+                "| arm | machines | seeds | moves | largest |", "|---|---|---|---|---|"]
+        for a in moved:
+            moves = " / ".join(f"{100 * v:+.2f}%" for v in a["moves"])
+            out.append(f"| {a['arm']} | {a['machines'][0]} -> {a['machines'][1]} | {len(a['seeds'])} | {moves} | "
+                       f"{100 * a['max_abs_move']:.2f}% |")
+    out += ["", f"These tables make {n_cmp} comparisons at 95% each: about {0.05 * n_cmp:.1f} of them would read as "
+            "resolved by chance alone if nothing differed."]
+    return "\n".join(out)
+
+
+def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
+    """One machine's tables, appended to ``out``; how many comparisons they make."""
+    arms = [e for e in entries if e["kind"] == "arm"]
+    rows = [e for e in entries if e["kind"] == "row"]
+    out += ["", "| arm | pick (tuning split) | val bpb per seed | / ref, equal tokens | / ref, equal simulated time | bytes on the link | status |",
+            "|---|---|---|---|---|---|---|"]
     n_cmp = 0
     for e in arms:
         vals = " / ".join(f"{v:.4f}" for v in e.get("val_bpb", [])) or "-"
@@ -47,17 +68,20 @@ def render(doc: dict[str, Any]) -> str:
         else:
             tok = tim = "1 (reference)"
         status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
+        if e.get("tuned_on") not in (None, e.get("machine")):
+            status += f"; tuned on {e['tuned_on']}"
         out.append(f"| {e['arm']} | {_label(e.get('label'))} | {vals} | {tok} | {tim} | {_bytes(e)} | {status} |")
+    tuned_here = [e for e in arms if e.get("tuned_on") in (None, e.get("machine"))]
     out += ["", "How the tuning split's pick transfers to the validation bytes (per arm, over its grid at the tuning seeds):",
             "", "| arm | trials | Spearman rho (tune vs val) | pick's regret on val | pick also best on val |", "|---|---|---|---|---|"]
-    for e in arms:
+    for e in tuned_here:
         t = e.get("transfer")
         if t is None:
             out.append(f"| {e['arm']} | {len(e['grid'])} | - | - | - |")
             continue
         rho = "-" if t["spearman"] is None else f"{t['spearman']:.2f}"
         out.append(f"| {e['arm']} | {len(e['grid'])} | {rho} | {100 * t['regret']:.2f}% | {'yes' if t['pick_wins_on_val'] else 'no'} |")
-    trials = [(e["arm"], g) for e in arms for g in e["grid"] if g.get("final_tune_bpb") is not None]
+    trials = [(e["arm"], g) for e in tuned_here for g in e["grid"] if g.get("final_tune_bpb") is not None]
     if trials:
         out += ["", "Every finished tuning trial (mean over the tuning seeds; the pick is the lowest tuning-split bpb of a "
                 "complete grid):", "", "| arm | trial | tuning-split bpb | validation bpb |", "|---|---|---|---|"]
@@ -76,6 +100,4 @@ def render(doc: dict[str, Any]) -> str:
             toks = sorted({t for t in e.get("tokens", []) if t is not None})
             tok = "-" if not toks else f"{toks[0]:,}" if len(toks) == 1 else f"{toks[0]:,}-{toks[-1]:,}"
             out.append(f"| {e['row']} | {vals} | {tok} | {' | '.join(cells)} | {status} |")
-    out += ["", f"This table makes {n_cmp} comparisons at 95% each: about {0.05 * n_cmp:.1f} of them would read as "
-            "resolved by chance alone if nothing differed."]
-    return "\n".join(out)
+    return n_cmp
