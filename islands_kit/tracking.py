@@ -328,9 +328,10 @@ class Tracker:
 
 def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: str, out_dir: str | Path,
                    figures: Sequence[Path] = (), files: Sequence[Path] = (),
-                   seed_rows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+                   seed_rows: Sequence[dict[str, Any]] = (), summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """One wandb run of ``job_type="comparison"`` in the comparison's group: the comparison table (and the per-
-    experiment seed aggregate) as ``wandb.Table``, the comparison figures as images, ``files`` as an artifact.
+    experiment seed aggregate) as ``wandb.Table``, the comparison figures as images, ``files`` as an artifact, and
+    ``summary`` (``compare.comparison_summary``: each ratio with its interval and n) as the run's summary.
     Returns the run's info (id, mode, sync command), or ``{"mode": "disabled"}``."""
     mode = resolve_wandb_mode(mode)
     if mode == "disabled":
@@ -348,6 +349,7 @@ def log_comparison(rows: list[dict[str, Any]], project: str, group: str, mode: s
             logged["seed_aggregate"] = _table(list(seed_rows))
         logged.update({f"figures/{Path(p).stem}": wandb.Image(str(p)) for p in figures})
         run.log(logged)
+        run.summary.update({k: _cell(v) for k, v in (summary or {}).items()})
         art = wandb.Artifact(f"comparison-{run.id}", type="comparison")
         for p in list(files) + list(figures):
             art.add_file(str(p), name=Path(p).name)

@@ -262,6 +262,28 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     arts = {a["type"]: a for a in recs["artifact"]}
     names = {e["path"] for e in arts["comparison"]["manifest"]["contents"]}
     assert {"compare.json", "compare.md", "compare.csv", "compare.txt"} <= names
+    summary = {k: v for rec in recs["summary"] for k, v in items(rec, "update").items()}
+    # one seed each: the ratio and n = 1 in the run's summary, never a zero-width interval
+    assert summary["bpb_vs_ref/two_site s0/mean"] == pytest.approx(1.1) and summary["bpb_vs_ref/two_site s0/n"] == 1
+    assert summary["bpb_vs_ref/two_site s0/text"] == "1.1000 (n = 1, no interval)"
+    assert summary["bpb_vs_ref/two_site s0/ci95_low"] is None
+
+
+def test_the_comparison_summary_carries_every_ratio_with_its_interval():
+    from islands_kit.compare import compare_table, comparison_summary, seed_summary
+
+    base = {"experiment": "baseline", "preset": "smoke", "tokens": 100, "cross_site_bytes": 1000,
+            "ddp_equivalent_bytes": 1000, "sim_wall_clock_s": 1.0, "compute_utilization": 0.5}
+    runs = [dict(base, seed=s, final_val_bpb=4.0 + 0.1 * s) for s in range(3)]
+    runs += [dict(base, experiment="two_site", seed=s, cross_site_bytes=10, final_val_bpb=(4.0 + 0.1 * s) * (1.02 + 0.01 * s))
+             for s in range(3)]
+    rows = compare_table(runs)
+    seeds = seed_summary(rows, runs)
+    summ = comparison_summary(rows, seeds)
+    assert summ["bpb_vs_ref/two_site/n"] == 3 and "bpb_vs_ref/baseline/mean" not in summ
+    lo, hi = summ["bpb_vs_ref/two_site/ci95_low"], summ["bpb_vs_ref/two_site/ci95_high"]
+    assert lo < summ["bpb_vs_ref/two_site/mean"] < hi and 1.0 < lo and summ["bpb_vs_ref/two_site/resolved"] is True
+    assert summ["bpb_vs_ref/two_site/mean"] == pytest.approx((1.02 * 1.03 * 1.04) ** (1 / 3))
 
 
 def test_link_bytes_figure_draws_the_runs_transfer_staircase(tmp_path, no_wandb_env, monkeypatch):

@@ -15,6 +15,7 @@ from islands_kit.compare.rows import (
     busiest_link_bytes,
     check_comparable,
     compare_table,
+    comparison_summary,
     configuration_groups,
     corpus_id,
     format_bytes,
@@ -35,7 +36,7 @@ from islands_kit.compare.text import FORMATS, RUN_COLUMNS, SEED_COLUMNS, WIDTH, 
 
 __all__ = [
     "FORMATS", "RUN_COLUMNS", "SEED_COLUMNS", "WIDTH", "ComparisonError", "Selection", "busiest_link_bytes",
-    "check_comparable", "compare_table", "configuration_groups", "corpus_id", "curve_groups", "expand_run_dirs", "fit",
+    "check_comparable", "compare_table", "comparison_summary", "configuration_groups", "corpus_id", "curve_groups", "expand_run_dirs", "fit",
     "format_bytes", "group_labels", "n_islands", "pick_reference", "ratio_phrase", "ratio_words", "reference_note",
     "render", "report", "run_history", "run_label", "seed_summary", "select_runs", "smoke_note", "token_budget", "tokens_note",
     "x_fewer_bytes", "x_fewer_than",

@@ -300,3 +300,29 @@ def _paired(by_seed: Mapping[Any, list[dict[str, Any]]], seeds: Sequence[Any]) -
             left_out.append(s)
     note = f"seed {', '.join(map(str, left_out))} unpaired or diverged: left out" if left_out else ""
     return (paired_ratio(arm, ref) if arm else None), note
+
+
+def comparison_summary(rows: Sequence[dict[str, Any]], seed_rows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The comparison's figures as flat keys for a wandb run summary (what the runs table shows per comparison): per
+    configuration (a run, when each ran one seed) its paired bpb ratio to the reference —
+    ``bpb_vs_ref/<label>/{mean,ci95_low,ci95_high,n,resolved,text}``,
+    the interval only from 2 paired seeds on (``seed_summary``'s rows); from a single seed the ratio with ``n`` = 1 and
+    the text "n = 1, no interval", never a zero-width interval."""
+    out: dict[str, Any] = {}
+    if seed_rows:
+        for r in seed_rows:
+            if r.get("is_reference"):
+                continue
+            key = f"bpb_vs_ref/{r['experiment']}"
+            ci = r.get("bpb_vs_ref_ci95")
+            out.update({f"{key}/mean": r.get("bpb_vs_ref_mean"), f"{key}/n": r.get("bpb_vs_ref_n", 0),
+                        f"{key}/ci95_low": None if ci is None else ci[0], f"{key}/ci95_high": None if ci is None else ci[1],
+                        f"{key}/resolved": bool(r.get("bpb_vs_ref_resolved")), f"{key}/text": r.get("bpb_vs_ref_text")})
+        return out
+    for r in rows:
+        if r["run"] == r["reference"]:
+            continue
+        key = f"bpb_vs_ref/{r['run']}"
+        out.update({f"{key}/mean": r["bpb_vs_ref"], f"{key}/n": 1, f"{key}/ci95_low": None, f"{key}/ci95_high": None,
+                    f"{key}/resolved": False, f"{key}/text": f"{r['bpb_vs_ref']:.4f} (n = 1, no interval)"})
+    return out

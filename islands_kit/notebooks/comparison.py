@@ -176,8 +176,10 @@ def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path,
 
 def comparison_to_wandb(rows: list[dict[str, Any]], shared: Mapping[str, Any], out_dir: str | Path) -> str:
     """Log the comparison as its own wandb run (``job_type="comparison"``, the shared group): the table (and the
-    seed summary) as ``wandb.Table``, ``out_dir/compare_*.png`` as images, ``compare.*`` as an artifact. Returns the
+    seed summary) as ``wandb.Table``, every ratio with its interval and n in the run's summary,
+    ``out_dir/compare_*.png`` as images, ``compare.*`` as an artifact. Returns the
     lines that say where every offline run of the comparison is and the command that uploads them all."""
+    from islands_kit.compare import comparison_summary
     from islands_kit.tracking import log_comparison, resolve_wandb_mode
 
     out = Path(out_dir)
@@ -186,7 +188,8 @@ def comparison_to_wandb(rows: list[dict[str, Any]], shared: Mapping[str, Any], o
     files = [p for p in (out / f"compare.{ext}" for ext in ("json", "txt", "md", "csv")) if p.exists()]
     files += [seeds_file] if seed_rows else []
     info = log_comparison(rows, shared["wandb_project"], shared["wandb_group"], shared["wandb_mode"], out,
-                          figures=sorted(out.glob("compare_*.png")), files=files, seed_rows=seed_rows)
+                          figures=sorted(out.glob("compare_*.png")), files=files, seed_rows=seed_rows,
+                          summary=comparison_summary(rows, seed_rows))
     return wandb_locations(out, shared["wandb_project"], shared["wandb_group"],
                            resolve_wandb_mode(shared["wandb_mode"]), info.get("id"))
 
