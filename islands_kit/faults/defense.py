@@ -1,8 +1,11 @@
-"""The defences of the aggregation against a compromised island (Streaming DiLoCo only): checks, quarantine, and a
-robust rule (``faults/robust.py``) over the updates kept.
+"""The defences of the aggregation against a compromised island (the strategies with an aggregation step: lock-step
+DiLoCo and the decoupled synchroniser): checks, quarantine, and a robust rule (``faults/robust.py``) over the updates kept.
 
-Defences (:class:`Defense`, installed as ``DiLoCo.aggregator``; the transport then all-gathers the decoded updates
-instead of averaging them). Each sync of fragment p, for every island i present, in this order:
+Defences (:class:`Defense`, attached by ``faults.attach`` — one of the features in ``train/features.py`` — on the
+run's hook points, ``sync/hooks.py``: ``aggregate`` on ``merge``, so a lock-step DiLoCo merge calls it in place of its
+mean and the transport then all-gathers the decoded updates instead of averaging them; ``screen``, ``rescreen`` and
+``not_merged`` on the decoupled synchroniser's points). Each sync of fragment p, for every island i present, in this
+order:
 
 1. integrity: any non-finite value → flag ``non_finite`` (value = how many).
 2. replay: the exact bytes (a BLAKE2 digest) of an update island i already sent for fragment p, its direction
@@ -129,7 +132,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
 class Defense:
     """Checks every island's update of a fragment sync and aggregates the ones it keeps (module docstring).
 
-    ``aggregate(step, fragment, gathered)`` has the signature of ``DiLoCo.aggregator``: ``gathered`` is the
+    ``aggregate(step, fragment, gathered)`` is the ``merge`` hook (``sync/hooks.py``): ``gathered`` is the
     transport's all-gather, ``[(island, tokens, Δ_island (d,))]`` in island order; it returns the (d,) update the outer
     optimizer applies. ``window`` = H (quarantine length unit), ``observer`` = the island this process trusts when
     two islands sync (see the module docstring). Memory: the last update received and the last accepted from every
