@@ -1,11 +1,9 @@
-"""The defences of the aggregation against a compromised island (the strategies with an aggregation step: lock-step
-DiLoCo and the decoupled synchroniser): checks, quarantine, and a robust rule (``faults/robust.py``) over the updates kept.
+"""The defences of the aggregation against a compromised island: checks, quarantine, and a robust rule
+(``faults/robust.py``) over the updates kept.
 
-Defences (:class:`Defense`, attached by ``faults.attach`` — one of the features in ``train/features.py`` — on the
-run's hook points, ``sync/hooks.py``: ``aggregate`` on ``merge``, so a lock-step DiLoCo merge calls it in place of its
-mean and the transport then all-gathers the decoded updates instead of averaging them; ``screen``, ``rescreen`` and
-``not_merged`` on the decoupled synchroniser's points). Each sync of fragment p, for every island i present, in this
-order:
+:class:`Defense` attaches through ``faults.attach`` (``train/features.py``) on ``sync/hooks.py``'s points: ``aggregate``
+on ``merge`` (in place of the lock-step mean; the transport then all-gathers the decoded updates), ``screen`` and its
+kin on the decoupled synchroniser's. Each sync of fragment p, for every island i present, in this order:
 
 1. integrity: any non-finite value → flag ``non_finite`` (value = how many).
 2. replay: the exact bytes (a BLAKE2 digest) of an update island i already sent for fragment p, its direction
