@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from islands_kit.codec_registry import CODECS
 from islands_kit.comm.codecs import get_codec
+from islands_kit.config.codec_registry import CODECS
 
 
 def _timed(fn, device: str) -> float:

@@ -14,8 +14,8 @@ import argparse
 
 import torch
 
-from islands_kit.codec_registry import CODECS
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
+from islands_kit.config.codec_registry import CODECS
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

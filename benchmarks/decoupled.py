@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import apply_overrides
+from islands_kit.config.presets import get_preset
 from islands_kit.io import replace_marked_block
-from islands_kit.presets import get_preset
 
 
 def arms(preset: str, factor: float) -> dict[str, tuple[str, dict[str, Any]]]:

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from islands_kit.presets import EIGHT_CELL_ALLREDUCE_CONTROL
+from islands_kit.config.presets import EIGHT_CELL_ALLREDUCE_CONTROL
 
 RUNS = {
     "baseline": ("baseline", []),

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from islands_kit.config import EXPERIMENTS, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 
 
 def _config(args: argparse.Namespace):
@@ -84,8 +84,8 @@ def _count_wire() -> dict[str, int]:
 
 def worker(args: argparse.Namespace) -> None:
     from islands_kit.comm.codecs import HEADER_BYTES
+    from islands_kit.comm.distributed import make_transport
     from islands_kit.comm.torch_dist import META_BYTES
-    from islands_kit.distributed import make_transport
     from islands_kit.run import Experiment
 
     cfg = _config(args)

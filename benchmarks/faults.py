@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from islands_kit.config import ATTACKS, ExperimentConfig, apply_overrides
+from islands_kit.config.presets import preset_dict
 from islands_kit.faults import detection_summary
-from islands_kit.presets import preset_dict
 from islands_kit.run import run_experiment
 
 

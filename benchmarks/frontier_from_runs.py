@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import ExperimentConfig
-from islands_kit.configfile import flatten
-from islands_kit.presets import get_preset
+from islands_kit.config.configfile import flatten
+from islands_kit.config.presets import get_preset
 
 # run settings that are not part of what a point is (where it writes, how it reports, which seed)
 NOT_OVERRIDES = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "out_dir", "experiment", "preset"}

@@ -37,10 +37,10 @@ import gpu_kernels  # noqa: E402
 
 import islands_kit.kernels as K  # noqa: E402
 from islands_kit.config import EXPERIMENTS, apply_overrides  # noqa: E402
-from islands_kit.islands import HARDWARE, profile_for_gpu, step_flops  # noqa: E402
+from islands_kit.config.presets import get_preset  # noqa: E402
 from islands_kit.model.moe import grouped_matmul  # noqa: E402
-from islands_kit.presets import get_preset  # noqa: E402
 from islands_kit.run import run_experiment  # noqa: E402
+from islands_kit.train.islands import HARDWARE, profile_for_gpu, step_flops  # noqa: E402
 
 
 def kernel_tests(xml_path: str | None) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def expert_gemm(tokens: int, d: int, f: int, experts: int, dev: str, cuda: bool,
             "dtype": str(dtype).replace("torch.", "")}
 
 
-# the time budget of one experiment of each GPU preset (islands_kit/presets.py; benchmarks/RESULTS.md "GPU presets")
+# the time budget of one experiment of each GPU preset (islands_kit/config/presets.py; benchmarks/RESULTS.md "GPU presets")
 BUDGET_S = {"gpu-small": 300.0, "gpu": 600.0}
 
 

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import torch
 
 from islands_kit.config import apply_overrides, parse_set
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.diloco import DiLoCo
 

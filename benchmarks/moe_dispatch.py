@@ -26,9 +26,9 @@ from typing import Callable, NamedTuple
 import torch
 
 from islands_kit.config import ModelConfig
+from islands_kit.config.presets import model_config
 from islands_kit.model import build_model
 from islands_kit.model.moe import MoE, _padded_bmm, _swiglu, expert_ffn, init_moe_
-from islands_kit.presets import model_config
 
 
 class Timing(NamedTuple):

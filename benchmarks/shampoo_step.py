@@ -67,8 +67,8 @@ def build(batch: int, standin: bool) -> tuple[nn.Module, Callable[[nn.Module], T
     idx, tgt = torch.randint(0, 256, (batch, 128)), torch.randint(0, 256, (batch, 128))
     if not standin:
         try:
+            from islands_kit.config.presets import model_config
             from islands_kit.model import build_model
-            from islands_kit.presets import model_config
 
             model = build_model(model_config("demo"))
             return model, lambda m: _loss(m(idx, tgt)), "islands_kit.model demo"

@@ -41,8 +41,8 @@ from typing import Callable
 import torch
 
 from islands_kit.config import EXPERIMENTS, ExperimentConfig
+from islands_kit.config.presets import get_preset
 from islands_kit.data import BatchStream
-from islands_kit.presets import get_preset
 from islands_kit.run import Experiment, run_experiment
 
 

@@ -24,20 +24,20 @@ import time
 from pathlib import Path
 
 from islands_kit import __version__
+from islands_kit.commands.subcommands import HelpFormatter, add_notebook, add_tools, is_writer, parse_seeds
 from islands_kit.compare import smoke_note
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides, parse_set
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.io import OutputError
 from islands_kit.protocol.command import add_study_command
-from islands_kit.subcommands import HelpFormatter, add_notebook, add_tools, is_writer, parse_seeds
 
 
 def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
     """The config a ``run``/``config`` invocation means: ``--resume`` restores the checkpoint's (only the fields
     listed in ``checkpoint.RESUMABLE`` may be changed with ``--set``); else ``--config FILE`` laid over the preset,
     or the preset alone; then ``--set`` overrides, in order."""
-    from islands_kit.configfile import config_from_file, load_config_file
-    from islands_kit.presets import get_preset
+    from islands_kit.config.configfile import config_from_file, load_config_file
+    from islands_kit.config.presets import get_preset
 
     if getattr(args, "resume", None):
         return _resume_config(args)
@@ -51,7 +51,7 @@ def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
 
 
 def _resume_config(args: argparse.Namespace) -> ExperimentConfig:
-    from islands_kit.checkpoint import RESUMABLE, read_config
+    from islands_kit.train.checkpoint import RESUMABLE, read_config
 
     data, step = read_config(args.resume)
     cfg = ExperimentConfig.from_dict(data)
@@ -87,7 +87,7 @@ def _out_dir(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from islands_kit.dry_run import dry_run
+    from islands_kit.commands.dry_run import dry_run
 
     cfg = resolve_config(args)
     out = _out_dir(args, cfg)
@@ -119,7 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _run_one(c, d, None)
     if is_writer():
         from islands_kit.compare import report
-        from islands_kit.tracking import load_result
+        from islands_kit.records.tracking import load_result
 
         print(report([load_result(d) for d in dirs])[2])
     return 0
@@ -130,7 +130,7 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
 
     transport = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by torchrun: torch.distributed transport
-        from islands_kit.distributed import make_transport
+        from islands_kit.comm.distributed import make_transport
 
         transport = make_transport(cfg)
     res = run_experiment(cfg, out, transport, resume=resume)
@@ -147,7 +147,7 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from islands_kit.configfile import format_config
+    from islands_kit.config.configfile import format_config
 
     sys.stdout.write(format_config(resolve_config(args)))
     return 0
@@ -155,7 +155,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _config_epilog() -> str:
     """The run and config commands' epilog: the experiments of the table (rows registered later included)."""
-    from islands_kit.presets import PRESETS
+    from islands_kit.config.presets import PRESETS
 
     return (f"experiments: {' | '.join(EXPERIMENT_TABLE)}\n"
             f"presets:     {' | '.join(PRESETS)} (smoke: seconds, tests; demo: minutes on 2 CPU cores; demo-long: 2x "
@@ -168,7 +168,7 @@ def _config_epilog() -> str:
 def _description() -> str:
     """The module's synopsis, then one line per experiment of the table (read when the parser is built, so a row
     registered later is listed too)."""
-    from islands_kit.presets import PRESETS
+    from islands_kit.config.presets import PRESETS
 
     width = max(map(len, EXPERIMENT_TABLE))
     rows = "\n".join(f"  {name:<{width}}  {row.description}" for name, row in EXPERIMENT_TABLE.items())
@@ -177,7 +177,7 @@ def _description() -> str:
 
 
 def _config_arguments(p: argparse.ArgumentParser) -> None:
-    from islands_kit.presets import PRESETS
+    from islands_kit.config.presets import PRESETS
 
     p.add_argument("experiment", nargs="?", choices=tuple(EXPERIMENT_TABLE),
                    help="optional with --config FILE or --resume DIR")

@@ -8,7 +8,7 @@
 * ``cuda:N`` — GPU N; an error where there is no GPU N.
 
 Under torchrun (``LOCAL_RANK`` set, ``WORLD_SIZE > 1``) ``auto`` and ``cuda`` mean ``cuda:LOCAL_RANK``: one GPU per
-rank, as ``islands_kit.distributed`` selects for NCCL. In one process every island (replica, optimizer state, sync
+rank, as ``islands_kit.comm.distributed`` selects for NCCL. In one process every island (replica, optimizer state, sync
 buffers) lives on the same device; islands share it and run one after another, as on the CPU.
 
 ``precision`` (``ExperimentConfig.precision``): ``fp32``, or ``bf16`` = ``torch.autocast(dtype=bfloat16)`` around the
@@ -101,7 +101,7 @@ def describe(device: torch.device, precision: str) -> dict[str, Any]:
 
 def wire_device(run_device: torch.device, backend: str) -> torch.device:
     """Where ``TorchDistTransport`` puts its wire messages (and so which backend carries them), given the run's device
-    and the process group's backend (``islands_kit.distributed``: gloo, nccl or cpu:gloo,cuda:nccl).
+    and the process group's backend (``islands_kit.comm.distributed``: gloo, nccl or cpu:gloo,cuda:nccl).
 
     A run on a GPU with NCCL in the group sends its messages as GPU tensors over NCCL: the message (header, codec
     bytes, checksum) is assembled in host memory, copied to the GPU and all-gathered / exchanged there, and read back

@@ -14,17 +14,17 @@ from typing import Any
 import torch
 
 from islands_kit import kernels
-from islands_kit.checkpoint import load_checkpoint
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig
 from islands_kit.io import OutputError, sweep_stale_temporaries
-from islands_kit.locks import folder_lock
-from islands_kit.preflight import preflight
-from islands_kit.progress import Progress, describe
+from islands_kit.records.locks import folder_lock
+from islands_kit.records.tracking import Tracker, wandb_line
 from islands_kit.sync.schedule import diloco_schedule
-from islands_kit.tracking import Tracker, wandb_line
+from islands_kit.train.checkpoint import load_checkpoint
 from islands_kit.train.experiment import Experiment
 from islands_kit.train.outputs import LINK_TIMELINE, write_outputs
+from islands_kit.train.preflight import preflight
+from islands_kit.train.progress import Progress, describe
 from islands_kit.train.result import Diverged, Result, git_sha
 
 __all__ = ["LINK_TIMELINE", "Diverged", "Experiment", "Result", "diloco_schedule", "git_sha", "run_experiment",

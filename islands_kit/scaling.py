@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import SCALING_EXPERIMENTS as EXPERIMENTS
 from islands_kit.config.experiment_table import is_reference
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.references import CHINCHILLA_TOKENS_PER_PARAM, REFERENCE_DILOCO_M2, REFERENCE_DILOCO_M8, REFERENCE_STREAMING_M2, reference_flops
 from islands_kit.run import run_experiment
 

@@ -43,7 +43,7 @@ wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 frontier_file = "benchmarks/frontier-eight_cell-demo.json"  # the protocol's measured bpb-vs-bytes points (the wheel carries them too)
-# eight_cell knobs; None means the preset value (islands_kit.presets)
+# eight_cell knobs; None means the preset value (islands_kit.config.presets)
 H = None  # inner steps per window
 exchanges_per_window = None  # E (sync.butterfly.exchanges_per_window): how many times each fragment is exchanged per window
 delay = None  # τ (sync.tau): a partner's fragment sent after step t is merged after step t + delay

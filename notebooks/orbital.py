@@ -51,7 +51,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 baseline_dir = ""  # a finished ground baseline run (islands-kit run baseline --preset PRESET); empty: no comparison
 overrides = {}  # any other config field by its --set key, e.g. {"link.orbit.beta_deg": 60.0, "threads": 1}
-# orbital knobs; None means the preset value (islands_kit.presets, islands_kit/orbital/settings.py)
+# orbital knobs; None means the preset value (islands_kit.config.presets, islands_kit/orbital/settings.py)
 isl = None  # link.orbit.isl: False for (a) ground passes only, True for (b) relayed over inter-satellite links
 time_compression = None  # link.orbit.time_compression: orbital seconds per simulated second
 eclipse_throttle = None  # link.orbit.eclipse_throttle: compute speed in shadow (1: no throttle)
@@ -61,7 +61,7 @@ corrupt_prob = None  # link.corrupt_prob: chunks hit by an upset in flight (CRC-
 
 # %%
 from islands_kit import plots
-from islands_kit.figures import standard_figures
+from islands_kit.plots.figures import standard_figures
 from islands_kit.notebooks import config_summary, load_run, notebook_config, resolve_out_dir, result_summary
 from islands_kit.orbital.experiment import orbit_summary
 

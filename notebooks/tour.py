@@ -48,7 +48,8 @@ sample_steps = 24  # inner steps of the smoke two_site run sampled from in the l
 sample_prompt = "ROMEO:"  # the text the samples continue
 
 # %%
-from islands_kit import plots, tour
+from islands_kit import plots
+from islands_kit.notebooks import tour
 from islands_kit.comm.link import link_config
 from islands_kit.config import SyncConfig
 from islands_kit.notebooks import resolve_out_dir
@@ -287,7 +288,7 @@ for name in links:
 # %%
 from islands_kit.notebooks import notebook_config
 from islands_kit.run import run_experiment
-from islands_kit.sampling import generate, load_model
+from islands_kit.train.sampling import generate, load_model
 
 sample_cfg = notebook_config("two_site", "smoke", seed, sample_steps, {"data.corpus": corpus})
 sample_result = run_experiment(sample_cfg, out / "sample_run")

@@ -44,7 +44,7 @@ wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # transpacific-25g | intra-dc | consumer-1g | leo-satellite (islands_kit.comm.link)
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
 frontier_file = "benchmarks/frontier-demo.json"  # the protocol's measured bpb-vs-bytes points (the wheel carries them too)
-# two_site knobs; None means the preset value (islands_kit.presets)
+# two_site knobs; None means the preset value (islands_kit.config.presets)
 H = None  # inner steps per window
 n_fragments = None  # P: fragments, each synced once per window at its own offset
 tau = None  # τ: inner steps between sending a fragment and merging its outer result (overlap)

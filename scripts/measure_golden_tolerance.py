@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from islands_kit.golden import EXPERIMENTS, TOLERANCE_FACTOR, float_pairs, machine_fingerprint, relative_difference  # noqa: E402
+from islands_kit.train.golden import EXPERIMENTS, TOLERANCE_FACTOR, float_pairs, machine_fingerprint, relative_difference  # noqa: E402
 
 CAPABILITIES = ("default", "avx2", "native")
 OUT = ROOT / "tests" / "golden" / "tolerance.json"
@@ -34,7 +34,7 @@ os.environ["WANDB_MODE"] = "disabled"
 sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(1)
-from islands_kit.golden import golden_config, pinned, read_run_files
+from islands_kit.train.golden import golden_config, pinned, read_run_files
 from islands_kit.run import run_experiment
 out = {}
 for exp in sys.argv[2:]:

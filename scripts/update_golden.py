@@ -21,8 +21,8 @@ os.environ["WANDB_MODE"] = "disabled"
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from islands_kit.golden import EXPERIMENTS, MACHINE_KEY, golden_config, machine_fingerprint, pinned, read_run_files  # noqa: E402
 from islands_kit.run import run_experiment  # noqa: E402
+from islands_kit.train.golden import EXPERIMENTS, MACHINE_KEY, golden_config, machine_fingerprint, pinned, read_run_files  # noqa: E402
 
 
 def main(argv: list[str]) -> None:

@@ -42,7 +42,7 @@ class FaultyTransport(TorchDistTransport):
 
 
 if __name__ == "__main__":
-    import islands_kit.distributed as distributed
+    import islands_kit.comm.distributed as distributed
     from islands_kit.cli import main
 
     plain = distributed.make_transport

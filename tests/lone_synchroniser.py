@@ -13,7 +13,7 @@ from islands_kit.comm import control
 from islands_kit.comm.codecs import encode_bytes
 from islands_kit.comm.messages import CONTRIBUTION
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.sync.decoupled import DecoupledDiLoCo
 
 

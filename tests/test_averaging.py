@@ -11,7 +11,7 @@ from test_sync import batches, make_replicas, train
 
 from islands_kit.comm.transport import LocalTransport, weighted_mean
 from islands_kit.config import ConfigError, SyncConfig, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.base import strided_fragments

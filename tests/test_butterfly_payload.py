@@ -142,10 +142,10 @@ def test_delta_payloads_need_a_common_start_and_a_known_payload():
 def test_resume_mid_run_with_delta_payloads_is_bit_identical(tmp_path):
     """Smoke eight_cell with int8 deltas, error feedback and an exact average inside the run: the checkpoint after
     step 7 holds exchanges in flight, the residuals and the reference; resuming gives the uninterrupted run's numbers."""
-    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.config import apply_overrides
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
     from islands_kit.run import Experiment, run_experiment
+    from islands_kit.train.checkpoint import load_checkpoint
 
     cfg = apply_overrides(get_preset("eight_cell", "smoke"), {
         "steps": "12", "checkpoint_every": "7", "sync.codec": "int8", "sync.butterfly.payload": "delta", "sync.H": "6",

@@ -10,12 +10,12 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from islands_kit.checkpoint import FILENAME
 from islands_kit.cli import main
 from islands_kit.config import ConfigError, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
-from islands_kit.seal import seal
+from islands_kit.train.checkpoint import FILENAME
+from islands_kit.train.seal import seal
 
 
 @pytest.fixture(autouse=True)
@@ -160,7 +160,7 @@ def test_the_kits_checkpoint_reads_as_its_storage_and_an_expanded_one_is_refused
     """What ``seal.MAX_INFLATION`` (4) leaves room for: the kit's own checkpoint reads as its storage, to 32 bytes of
     1.4 MB (a few small tensors kept under two names); one tensor expanded from a single stored value is refused in one line
     before the hash reads it (2^28 elements took 31 s and 1 GiB)."""
-    from islands_kit.seal import _tensors
+    from islands_kit.train.seal import _tensors
 
     tensors = _tensors(good_state, [])
     held = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())

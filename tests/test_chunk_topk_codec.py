@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from islands_kit.codec_registry import CODEC_SPECS, CodecSpec
 from islands_kit.comm.codecs import NonFiniteError, Payload, TopKCodec, decode_bytes, encode_bytes, get_codec
+from islands_kit.config.codec_registry import CODEC_SPECS, CodecSpec
 
 CTOP = [n for n, s in CODEC_SPECS.items() if s.kind == "chunk_topk"]
 

@@ -12,8 +12,8 @@ import yaml
 from islands_kit import __version__, config
 from islands_kit.cli import build_parser, main
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
-from islands_kit.configfile import config_rows, field_help
-from islands_kit.presets import PRESETS, get_preset
+from islands_kit.config.configfile import config_rows, field_help
+from islands_kit.config.presets import PRESETS, get_preset
 from islands_kit.sync.butterfly_spec import ButterflyConfig
 from islands_kit.sync.decoupled_spec import DecoupledConfig
 from islands_kit.sync.diloco_spec import DiLoCoConfig
@@ -85,7 +85,7 @@ def test_help_lists_every_experiment_of_the_table_even_one_registered_later(caps
 
 
 def test_seeds_are_taken_as_a_list_a_comma_list_or_a_range(tmp_path, capsys):
-    from islands_kit.subcommands import parse_seeds
+    from islands_kit.commands.subcommands import parse_seeds
 
     assert parse_seeds(["0", "1"]) == parse_seeds(["0,1"]) == [0, 1]
     assert parse_seeds(["0-2"]) == [0, 1, 2] and parse_seeds(["3", "0-1,3"]) == [3, 0, 1]  # once each, in order
@@ -192,7 +192,7 @@ def test_a_dry_run_of_a_sweep_names_the_folders_the_sweep_writes_and_how_long_ea
 def test_the_time_estimate_comes_from_timed_steps_and_evaluations(monkeypatch):
     import time
 
-    from islands_kit import estimate
+    from islands_kit.train import estimate
     from islands_kit.train.experiment import Experiment
 
     cfg = get_preset("baseline", "smoke")  # 24 steps, an evaluation at step 12 (the final one at 24)
@@ -278,7 +278,7 @@ def test_set_with_a_space_says_to_use_key_equals_value(capsys):
 
 @pytest.mark.slow
 def test_sample_names_a_missing_folder_and_escapes_control_bytes(capsys, tmp_path):
-    from islands_kit.sampling import printable
+    from islands_kit.train.sampling import printable
 
     assert main(["sample", str(tmp_path / "nope")]) == 2
     assert f"the folder {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
@@ -301,7 +301,7 @@ def test_help_has_no_rst_backticks_and_shows_defaults():
 
 
 def test_env_reports_versions_threads_device_cache_and_corpora(capsys, monkeypatch, tmp_path):
-    from islands_kit.envinfo import environment
+    from islands_kit.commands.envinfo import environment
 
     monkeypatch.setenv("ISLANDS_KIT_CACHE", str(tmp_path / "cache"))
     assert main(["env"]) == 0

@@ -10,9 +10,6 @@ import pytest
 import torch
 
 from islands_kit import config
-from islands_kit.codec_registry import CODEC_SPECS, SPARSE_CODECS
-from islands_kit.codec_registry import CODECS as ALL_CODECS
-from islands_kit.codec_registry import DENSE_CODECS as CODECS  # the sparse ones: tests/test_topk_codec.py
 from islands_kit.comm.codecs import (
     FP4_E2M1_GRID,
     FP4_E3M0_GRID,
@@ -24,6 +21,9 @@ from islands_kit.comm.codecs import (
     fp32_codec,
     get_codec,
 )
+from islands_kit.config.codec_registry import CODEC_SPECS, SPARSE_CODECS
+from islands_kit.config.codec_registry import CODECS as ALL_CODECS
+from islands_kit.config.codec_registry import DENSE_CODECS as CODECS  # the sparse ones: tests/test_topk_codec.py
 
 QUANTISED = [c for c in CODECS if c not in ("fp32", "bf16")]
 LOSSY = [c for c in CODECS if c != "fp32"]

@@ -23,7 +23,7 @@ from islands_kit.compare import (
     seed_summary,
     select_runs,
 )
-from islands_kit.tracking import load_result, write_json_atomic
+from islands_kit.records.tracking import load_result, write_json_atomic
 
 
 def result(experiment: str = "baseline", seed: int = 0, bpb: float = 3.0, sent: int = 1_000_000, steps: int = 100,

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from islands_kit.config import MOVED_KEYS, ConfigError, ExperimentConfig, IslandConfig, apply_overrides, parse_set
-from islands_kit.presets import PRESETS, get_preset
+from islands_kit.config.presets import PRESETS, get_preset
 
 
 @pytest.mark.parametrize("experiment", ["baseline", "two_site", "eight_cell"])

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig, OptimConfig, apply_overrides
-from islands_kit.configfile import config_from_file, config_rows, load_config_file
-from islands_kit.presets import get_preset
+from islands_kit.config.configfile import config_from_file, config_rows, load_config_file
+from islands_kit.config.presets import get_preset
 
 
 def _leaves(kind: type) -> list[str]:
@@ -82,7 +82,7 @@ def test_a_config_file_with_1e999_and_huge_integers_is_refused(tmp_path):
 
 
 def test_presets_stay_valid():
-    from islands_kit.presets import PRESETS
+    from islands_kit.config.presets import PRESETS
 
     for exp in ("baseline", "two_site", "eight_cell"):
         for preset in PRESETS:

@@ -49,7 +49,7 @@ from test_contact_dist import orbit_link, script
 from islands_kit.comm.layout import RankLayout
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.torch_dist import TorchDistTransport
-from islands_kit.distributed import init_from_env, shutdown
+from islands_kit.comm.distributed import init_from_env, shutdown
 rank, world = init_from_env("gloo")
 tr = TorchDistTransport(RankLayout((1, 1)), LinkModel(orbit_link(), seed=5))
 rows = script(tr, rank)

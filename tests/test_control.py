@@ -73,7 +73,7 @@ def test_the_sender_refuses_what_is_not_strict_json():
 
 
 def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
-    from islands_kit.checkpoint import FILENAME, FORMAT, load_checkpoint
+    from islands_kit.train.checkpoint import FILENAME, FORMAT, load_checkpoint
 
     marker = tmp_path / "pwned"
     buf = io.BytesIO()
@@ -90,7 +90,7 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
 def test_checkpoints_are_plain_data(tmp_path):
     """Every checkpoint a run writes loads with weights_only=True (the loader uses exactly that)."""
     from islands_kit.config import apply_overrides
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
     from islands_kit.run import run_experiment
 
     for exp in ("two_site", "eight_cell"):
@@ -180,8 +180,8 @@ def test_decoding_is_linear_in_the_input(name):
 def _kinds() -> dict[str, Any]:
     """Every control-message kind the kit sends with a schema of bounded parts (the ledger's is open-ended: its
     receiver computes the bound, ``comm/torch_dist/world.share_limit``)."""
-    from islands_kit import checkpoint
     from islands_kit.comm import messages as m
+    from islands_kit.train import checkpoint
 
     return {m.CONTRIBUTION: m.CONTRIBUTION_SCHEMA, m.DECISION: m.DECISION_SCHEMA, m.APPLY: m.APPLY_SCHEMA,
             "checkpoint.steps": checkpoint.STEPS_SCHEMA, "checkpoint.error": checkpoint.ERROR_SCHEMA}

@@ -14,8 +14,8 @@ import pytest
 
 from islands_kit import cli
 from islands_kit.config import ConfigError, DataConfig, apply_overrides
+from islands_kit.config.presets import get_preset
 from islands_kit.data import hf, load_corpus
-from islands_kit.presets import get_preset
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import torch
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.quorum import Contribution, merge_weights
 
@@ -149,7 +149,7 @@ def test_data_parallel_stalls_for_a_preempted_island():
     hit = run_experiment(apply_overrides(cfg, {"faults.preempt_island": 1, "faults.preempt_start": 4,
                                                "faults.preempt_steps": 5}))
     assert hit["inner_steps"] == calm["inner_steps"] == {0: cfg.steps, 1: cfg.steps}
-    from islands_kit.islands import step_seconds
+    from islands_kit.train.islands import step_seconds
 
     t = [step_seconds(ic, cfg.model, calm["params_active"]) for ic in cfg.islands]
     # every island computes every step (nothing missed), and waits out the outage instead

@@ -16,14 +16,14 @@ import islands_kit.train.experiment as run_mod
 from islands_kit.comm.codecs import ErrorFeedback, get_codec
 from islands_kit.config import CODECS, ConfigError, apply_overrides
 from islands_kit.device import resolve_device
-from islands_kit.golden import fixture_diff, golden_config, measured_rtol, pinned, read_run_files
-from islands_kit.islands import Island, clip_grad_norm
 from islands_kit.model import ByteTransformer
 from islands_kit.optim.build import build_optimizer
 from islands_kit.optim.schedule import lr_lambda
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.butterfly import Butterfly
 from islands_kit.sync.diloco import DiLoCo
+from islands_kit.train.golden import fixture_diff, golden_config, measured_rtol, pinned, read_run_files
+from islands_kit.train.islands import Island, clip_grad_norm
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -242,10 +242,10 @@ def test_bf16_autocast_on_cpu_trains_within_half_a_percent_of_fp32(experiment):
 def test_gpu_presets_train_on_the_gpu_in_bf16_with_adamw_in_the_methods_regime(preset):
     """bf16 on cuda with GPU hardware profiles; AdamW (eight replicas' Shampoo roots would dominate the budget); at
     least 20 tokens per active parameter and 80 outer steps per fragment."""
-    from islands_kit.islands import HARDWARE
+    from islands_kit.config.presets import get_preset
     from islands_kit.model import ByteTransformer
-    from islands_kit.presets import get_preset
     from islands_kit.sync.schedule import sync_schedule
+    from islands_kit.train.islands import HARDWARE
 
     for experiment in ("baseline", "two_site", "eight_cell"):
         cfg = get_preset(experiment, preset)
@@ -262,7 +262,7 @@ def test_gpu_presets_train_on_the_gpu_in_bf16_with_adamw_in_the_methods_regime(p
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's error")
 def test_a_gpu_preset_on_a_machine_without_cuda_is_refused_not_trained_on_the_cpu(tmp_path):
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
 
     with pytest.raises(ConfigError, match=r"^device: cuda was asked for but CUDA is not available"):
         run_experiment(get_preset("two_site", "gpu-small"), tmp_path)

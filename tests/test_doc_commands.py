@@ -29,8 +29,8 @@ import torch
 
 from islands_kit import cli
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+from islands_kit.config.presets import GPU_PRESETS, PRESETS
 from islands_kit.notebooks import check_parameters, parse_cli_parameters
-from islands_kit.presets import GPU_PRESETS, PRESETS
 from islands_kit.protocol.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent

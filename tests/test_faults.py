@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from islands_kit.codec_registry import DENSE_CODECS as CODECS
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.transport import LocalTransport, weighted_mean
 from islands_kit.config import ConfigError, ExperimentConfig, FaultConfig, SyncConfig, apply_overrides
+from islands_kit.config.codec_registry import DENSE_CODECS as CODECS
+from islands_kit.config.presets import get_preset, preset_dict
 from islands_kit.faults import (
     Adversary,
     Defense,
@@ -29,7 +30,6 @@ from islands_kit.faults import (
     weighted_median_reference,
 )
 from islands_kit.faults.defense import REPLAY_DISTANCE
-from islands_kit.presets import get_preset, preset_dict
 from islands_kit.run import Experiment, run_experiment
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.diloco_spec import DiLoCoConfig
@@ -446,7 +446,7 @@ def test_an_undefended_nan_island_stops_the_run_and_still_writes_its_result(code
     raw = json.loads(text, parse_constant=lambda c: pytest.fail(f"result.json holds {c}: not strict JSON"))
     assert raw["final_val_bpb"] is None and raw["diverged_at_step"] == res["diverged_at_step"]
     from islands_kit.compare import compare_table, render
-    from islands_kit.tracking import load_result
+    from islands_kit.records.tracking import load_result
 
     back = load_result(tmp_path)
     assert math.isnan(back["final_val_bpb"]) and math.isnan(back["val_curve"][-1][1])

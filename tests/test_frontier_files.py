@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from islands_kit.config import apply_overrides
-from islands_kit.presets import TWO_SITE_M1_CONTROL, get_preset
+from islands_kit.config.presets import TWO_SITE_M1_CONTROL, get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 FRONTIERS = sorted((ROOT / "benchmarks").glob("frontier*.json"))

@@ -16,12 +16,12 @@ import pytest
 import torch
 from lone_synchroniser import contribution, from_island_1, synchroniser
 
-from islands_kit.codec_registry import CODECS
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import HEADER_BYTES, NonFiniteError, encode_bytes, get_codec
 from islands_kit.comm.messages import APPLY, APPLY_SCHEMA, CONTRIBUTION, CONTRIBUTION_SCHEMA, DECISION, DECISION_SCHEMA
 from islands_kit.comm.peer import PayloadSpec, PeerError
 from islands_kit.comm.torch_dist.frames import WORLD_SCHEMA as _WORLD_SCHEMA
+from islands_kit.config.codec_registry import CODECS
 
 N = 250  # mutations per decoder
 PEER = 7

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from islands_kit.config import apply_overrides
-from islands_kit.golden import (
+from islands_kit.run import run_experiment
+from islands_kit.train.golden import (
     EXPERIMENTS,
     MACHINE_KEY,
     TOLERANCE_FACTOR,
@@ -28,7 +29,6 @@ from islands_kit.golden import (
     read_run_files,
     relative_difference,
 )
-from islands_kit.run import run_experiment
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -1,5 +1,6 @@
 """The package's layers point one way: no import circle among islands_kit modules, counting every import statement
-(module level, inside functions, under TYPE_CHECKING): a circle hidden by a late import is still a circle."""
+(module level, inside functions, under TYPE_CHECKING): a circle hidden by a late import is still a circle; no import
+from a higher layer (``LAYERS``, docs/architecture.md); a short top level and short modules."""
 from __future__ import annotations
 
 import ast
@@ -80,6 +81,62 @@ def import_cycles() -> list[list[str]]:
         if v not in index:
             visit(v)
     return cycles
+
+
+# The kit's folders (and the top-level modules that are layers of their own), bottom to top, as docs/architecture.md
+# draws them: a module imports only from its own entry or one below it, wherever the import sits. Outside the order
+# (each mixes layers): orbital (the orbit's torch-free settings beside a run feature), protocol (statistics used by
+# compare and plots beside the study runner built on train), compare and plots (drawn on by records and notebooks),
+# scaling and references (being replaced), and the package's __init__.
+LAYERS = ["io", "config", "kernels", "device", "data", "model", "optim", "comm", "sync", "faults", "records", "train",
+          "projection", "run", "notebooks", "commands", "cli", "__main__"]
+MAX_TOP_LEVEL = 12  # islands_kit/*.py, __init__ and __main__ counted
+MAX_LINES = 400
+
+
+def _layer(module: str) -> str:
+    """``islands_kit.train.islands`` -> ``train``; ``islands_kit.run`` -> ``run``; ``islands_kit`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(layers: list[str]) -> list[str]:
+    """Every ``module -> imported module`` where the imported one sits in a higher entry of ``layers``."""
+    mods = _modules()
+    rank = {name: i for i, name in enumerate(layers)}
+    found = []
+    for m, p in sorted(mods.items()):
+        src = _layer(m)
+        for t in sorted(_imports(m, p, mods)):
+            dst = _layer(t)
+            if src in rank and dst in rank and rank[dst] > rank[src]:
+                found.append(f"{m} -> {t} ({src} below {dst})")
+    return found
+
+
+def test_no_module_imports_from_a_higher_layer():
+    assert set(LAYERS) <= {_layer(m) for m in _modules()}, "LAYERS names a folder or module that is not there"
+    assert upward_imports(LAYERS) == []
+
+
+def test_the_layer_check_sees_an_import_upwards(tmp_path, monkeypatch):
+    pkg = tmp_path / "islands_kit"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("def f():\n    from islands_kit import high\n    return high\n")
+    (pkg / "high.py").write_text("from islands_kit.low import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
+    assert upward_imports(["low", "high"]) == ["islands_kit.low.a -> islands_kit.high (low below high)"]
+    assert upward_imports(["high", "low"]) == ["islands_kit.high -> islands_kit.low.a (high below low)"]
+
+
+def test_the_top_level_is_short_and_every_module_too():
+    top = sorted(f.name for f in PKG.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at islands_kit/'s top level (at most {MAX_TOP_LEVEL}): {top}"
+    lines = {str(p.relative_to(PKG.parent)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    long = {path: n for path, n in lines.items() if n > MAX_LINES}
+    assert long == {}, f"modules over {MAX_LINES} lines"
 
 
 def test_no_import_circle_among_the_packages_modules():

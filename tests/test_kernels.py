@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import islands_kit.kernels as K
-from islands_kit.codec_registry import CODEC_SPECS
 from islands_kit.comm import codecs
+from islands_kit.config.codec_registry import CODEC_SPECS
 from islands_kit.kernels import dispatch
 from islands_kit.kernels.reference import grouped_mm_reference, mx_qdq_reference, mx_quantize_reference
 

@@ -11,7 +11,7 @@ from test_sync import batches, flat, make_replicas, train
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import SyncConfig, apply_overrides
-from islands_kit.presets import TWO_SITE_M1_CONTROL, get_preset, two_site_m1_control
+from islands_kit.config.presets import TWO_SITE_M1_CONTROL, get_preset, two_site_m1_control
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.diloco import DiLoCo

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from islands_kit.config import apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.averaging import combine
 from islands_kit.sync.diloco import DiLoCo

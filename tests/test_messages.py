@@ -24,7 +24,7 @@ from islands_kit.comm.messages import (
 from islands_kit.comm.peer import ControlError, PayloadSpec, PeerError
 from islands_kit.comm.transport import LocalTransport, decode
 from islands_kit.config import apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
 
 BODY = {"tick": 8, "fragment": 1, "round": 0, "status": "fresh", "sent_s": 8.0, "tokens": 512, "steps": 8,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from islands_kit import metrics
 from islands_kit.data import eval_windows, load_corpus, split_bytes
-from islands_kit.metrics import bits_per_byte, compressor_bpb, evaluate_bpb
+from islands_kit.train import metrics
+from islands_kit.train.metrics import bits_per_byte, compressor_bpb, evaluate_bpb
 
 
 def test_bits_per_byte_converts_nats() -> None:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from islands_kit.config import ConfigError
+from islands_kit.config.presets import MODEL_SIZES, model_config
 from islands_kit.model import build_model
-from islands_kit.presets import MODEL_SIZES, model_config
 
 
 def _tiny(seed: int = 0, **kw):

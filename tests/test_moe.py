@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from islands_kit.config import ModelConfig
+from islands_kit.config.presets import model_config
 from islands_kit.model import build_model
 from islands_kit.model.moe import (
     MoE,
@@ -19,7 +20,6 @@ from islands_kit.model.moe import (
     switch_balance_loss,
     top_k_indices,
 )
-from islands_kit.presets import model_config
 
 
 def _moe(seed: int = 0, **kw) -> MoE:

@@ -17,9 +17,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from islands_kit import cli, tour
+from islands_kit import cli
 from islands_kit.config import ConfigError
-from islands_kit.golden import measured_rtol, same_number
+from islands_kit.config.presets import get_preset
 from islands_kit.notebooks import (
     NOTEBOOK_DIR,
     NotebookError,
@@ -36,9 +36,10 @@ from islands_kit.notebooks import (
     poisoned_island_table,
     resolve_out_dir,
     run_notebook,
+    tour,
 )
-from islands_kit.presets import get_preset
-from islands_kit.tracking import RESULT_KEYS
+from islands_kit.records.tracking import RESULT_KEYS
+from islands_kit.train.golden import measured_rtol, same_number
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -13,11 +13,11 @@ from islands_kit.comm.link import LinkModel
 from islands_kit.comm.link.contact import contact_plan, up_windows
 from islands_kit.config import apply_overrides
 from islands_kit.config.experiment_table import experiment_row
+from islands_kit.config.presets import PRESETS, get_preset
 from islands_kit.orbital import windows
 from islands_kit.orbital.config import OrbitConfig
 from islands_kit.orbital.experiment import attach, eclipses, on_orbit
 from islands_kit.orbital.settings import CONTROLS, N_TRAINING, RING
-from islands_kit.presets import PRESETS, get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.hooks import Hooks
 

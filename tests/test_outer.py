@@ -15,6 +15,7 @@ from torch import nn
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, SyncConfig, apply_overrides
 from islands_kit.config.model import OUTER_OPTIMIZERS
+from islands_kit.config.presets import get_preset
 from islands_kit.optim.build import snoo_params
 from islands_kit.optim.outer import (
     OUTER_MAKERS,
@@ -24,7 +25,6 @@ from islands_kit.optim.outer import (
     register_outer_optimizer,
     unregister_outer_optimizer,
 )
-from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.diloco import DiLoCo
@@ -285,8 +285,8 @@ def test_two_site_records_each_fragments_outer_steps():
 def test_resume_mid_window_with_snoo_is_bit_identical(tmp_path):
     """The checkpoint after step 7 falls between SNOO's outer steps (K = 3): the slow weights, the momentum buffer and
     the inner-step count travel in it, and resuming gives the uninterrupted run's numbers and outer records."""
-    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment
+    from islands_kit.train.checkpoint import load_checkpoint
 
     cfg = apply_overrides(get_preset("baseline", "smoke"), {**SNOO, "optim.snoo.k": "3", "steps": "12",
                                                             "checkpoint_every": "7"})

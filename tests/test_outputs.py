@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from islands_kit.config import ExperimentConfig
+from islands_kit.config.presets import get_preset
 from islands_kit.data import eval_windows, load_data_corpus, split_bytes
 from islands_kit.io import atomic_write_bytes, replace_marked_block
-from islands_kit.metrics import compressor_bpb
 from islands_kit.notebooks import load_run
-from islands_kit.presets import get_preset
 from islands_kit.run import LINK_TIMELINE, run_experiment
+from islands_kit.train.metrics import compressor_bpb
 
 
 def test_atomic_writes_follow_the_umask(tmp_path):

@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from islands_kit import io as kit_io
-from islands_kit import preflight as pf
-from islands_kit import sampling
 from islands_kit.cli import main
 from islands_kit.config import ConfigError, ModelConfig, apply_overrides
+from islands_kit.config.presets import get_preset
 from islands_kit.io import atomic_write_bytes, sweep_stale_temporaries
 from islands_kit.model import ByteTransformer
-from islands_kit.presets import get_preset
 from islands_kit.run import LINK_TIMELINE, run_experiment
-from islands_kit.seal import seal
+from islands_kit.train import preflight as pf
+from islands_kit.train import sampling
+from islands_kit.train.seal import seal
 
 
 @pytest.fixture(autouse=True)
@@ -243,7 +243,7 @@ def test_a_second_run_into_a_held_folder_is_refused_and_a_stale_lock_is_taken_ov
     by a process that is gone, or whose pid now names another process, is stale and taken over."""
     import json
 
-    from islands_kit import locks
+    from islands_kit.records import locks
 
     out = tmp_path / "run"
     lock = out / locks.LOCK_FILE
@@ -268,7 +268,7 @@ def test_a_second_run_into_a_held_folder_is_refused_and_a_stale_lock_is_taken_ov
 def test_two_processes_with_the_same_out(tmp_path, capsys):
     """A second process asked for a folder another live process holds is refused at once, by the dry run too."""
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom islands_kit.locks import folder_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom islands_kit.records.locks import folder_lock\n"
                                f"with folder_lock({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
     try:

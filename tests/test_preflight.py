@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
-from islands_kit import preflight as pf
 from islands_kit.cli import main
 from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.config.presets import get_preset
 from islands_kit.data import load_corpus
-from islands_kit.presets import get_preset
 from islands_kit.run import run_experiment
+from islands_kit.train import preflight as pf
 
 SMOKE = ["run", "baseline", "--preset", "smoke"]
 
@@ -170,7 +170,7 @@ def test_the_activation_estimate_is_a_lower_bound_of_what_autograd_saves(size, o
     experts and more heads. Attention is linear in T: the fused kernel keeps no T x T scores."""
     import dataclasses
 
-    from islands_kit.presets import model_config
+    from islands_kit.config.presets import model_config
 
     m = dataclasses.replace(model_config(size), **over)
     per_token = (_saved_bytes(m, 2, 128) - _saved_bytes(m, 2, 64)) / (2 * 64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from islands_kit.presets import PRESETS, TWO_SITE_M1_CONTROL, preset_dict, two_site_m1_control
+from islands_kit.config.presets import PRESETS, TWO_SITE_M1_CONTROL, preset_dict, two_site_m1_control
 
 FIXTURE = Path(__file__).parent / "fixtures" / "preset_dicts.json"
 

@@ -1,4 +1,4 @@
-"""islands_kit.progress: what the lines say (step, tokens, tok/s, ETA, latest eval bpb), when they are written (a new
+"""islands_kit.train.progress: what the lines say (step, tokens, tok/s, ETA, latest eval bpb), when they are written (a new
 line off a terminal, one line rewritten in place on it), and that quiet means silent. A real run prints them too."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from islands_kit import progress as progress_mod
 from islands_kit.config import apply_overrides
-from islands_kit.presets import get_preset
-from islands_kit.progress import Progress, format_duration
+from islands_kit.config.presets import get_preset
 from islands_kit.run import run_experiment
+from islands_kit.train import progress as progress_mod
+from islands_kit.train.progress import Progress, format_duration
 
 
 class Clock:

@@ -10,9 +10,8 @@ import pytest
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, link_config, transfer_time_stats
 from islands_kit.config import SyncConfig, apply_overrides
-from islands_kit.islands import HARDWARE
+from islands_kit.config.presets import get_preset
 from islands_kit.model import MoETransformer
-from islands_kit.presets import get_preset
 from islands_kit.projection import (
     DecoupledPlan,
     LockStepPlan,
@@ -27,6 +26,7 @@ from islands_kit.projection import (
 from islands_kit.run import run_experiment
 from islands_kit.sync.decoupled_spec import DecoupledConfig
 from islands_kit.sync.diloco_spec import DiLoCoConfig
+from islands_kit.train.islands import HARDWARE
 
 QUIET = dict(loss_prob=0.0, corrupt_prob=0.0, jitter_sigma=0.0, tail_prob=0.0)
 

@@ -10,8 +10,8 @@ import torch
 
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.config.experiment_table import ExperimentRow, cells, register_experiment, unregister_experiment
+from islands_kit.config.presets import get_preset, preset_dict
 from islands_kit.config.strategies import STRATEGY_TRAITS, StrategyTraits
-from islands_kit.presets import get_preset, preset_dict
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import FragmentView, LockstepStrategy
 from islands_kit.sync.registry import BuildArgs, StrategySpec, register_strategy, registered, unregister_strategy

@@ -7,7 +7,7 @@ import torch
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.sync.routing import RoutingSync
 
 
@@ -46,7 +46,7 @@ def test_state_round_trip_mid_flight():
 
 def test_butterfly_routing_needs_a_power_of_two():
     from islands_kit.config import ExperimentConfig
-    from islands_kit.presets import preset_dict
+    from islands_kit.config.presets import preset_dict
 
     d = preset_dict("two_site", "smoke")
     d["islands"] = d["islands"] + [d["islands"][0]]  # three islands

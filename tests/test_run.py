@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from islands_kit.checkpoint import FILENAME
 from islands_kit.cli import main as cli_main
 from islands_kit.config import ConfigError, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
+from islands_kit.records.tracking import RESULT_KEYS
 from islands_kit.run import run_experiment
 from islands_kit.sync.butterfly import butterfly_schedule
-from islands_kit.tracking import RESULT_KEYS
+from islands_kit.train.checkpoint import FILENAME
 
 os.environ["WANDB_MODE"] = "disabled"
 
@@ -251,7 +251,7 @@ def test_straggler_lowers_utilisation_by_the_step_times():
     """On a data-centre link compute dominates, so in lock-step the run goes at the straggler's pace: island 1 (3x
     slower) is busy the whole run, island 0 waits for it at every sync. Utilisation and simulated time follow from
     the step times alone: (t0 + 3 t1) / (2 · 3 t1) and steps · 3 t1 (the link's share is under a thousandth)."""
-    from islands_kit.islands import step_seconds
+    from islands_kit.train.islands import step_seconds
 
     clean = run_experiment(smoke("two_site", steps=10, link__preset="intra-dc"))
     slow = run_experiment(smoke("two_site", steps=10, link__preset="intra-dc", faults__straggler_island=1,
@@ -274,8 +274,8 @@ def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
     cfg = smoke("two_site", steps=16, checkpoint_every=8, faults__attack="scale", faults__attack_start=4,
                 faults__defense="auto", sync__diloco__average="mean")  # the mean: the rule a defence replaces
     full = run_experiment(cfg, tmp_path / "a")
-    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment
+    from islands_kit.train.checkpoint import load_checkpoint
 
     exp = Experiment(cfg, tmp_path / "a")
     exp.load_state_dict(load_checkpoint(tmp_path / "a"))
@@ -294,8 +294,8 @@ def test_resume_with_an_adversary_and_defence_is_bit_identical(tmp_path):
 ])
 @pytest.mark.slow
 def test_resume_with_transfers_in_flight_is_bit_identical(tmp_path, experiment, steps, every, overrides, held):
-    from islands_kit.checkpoint import load_checkpoint
     from islands_kit.run import Experiment
+    from islands_kit.train.checkpoint import load_checkpoint
 
     cfg = smoke(experiment, steps=steps, checkpoint_every=every, **overrides)
     full = run_experiment(cfg, tmp_path / "a")

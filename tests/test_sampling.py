@@ -9,8 +9,8 @@ import torch
 
 from islands_kit import cli
 from islands_kit.config import ConfigError, ExperimentConfig
-from islands_kit.metrics import evaluate_bpb
-from islands_kit.sampling import DEPLOYED, generate, island_file, load_model
+from islands_kit.train.metrics import evaluate_bpb
+from islands_kit.train.sampling import DEPLOYED, generate, island_file, load_model
 
 
 @pytest.fixture(autouse=True)

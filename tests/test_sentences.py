@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from islands_kit import tour
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
-from islands_kit.notebooks import config_summary
-from islands_kit.presets import DEMO_PRESETS, get_preset
+from islands_kit.config.presets import DEMO_PRESETS, get_preset
+from islands_kit.notebooks import config_summary, tour
 from islands_kit.sync.diloco_spec import DiLoCoConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -89,7 +89,7 @@ def test_bad_arguments_name_the_rule() -> None:
 @pytest.mark.parametrize("bit,flagged", [(EXPONENT_TOP_BIT, True), (0, False)])
 def test_an_upset_in_a_run_reaches_the_defence_only_when_it_is_large(tmp_path, bit: int, flagged: bool) -> None:
     from islands_kit.config import apply_overrides
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
     from islands_kit.run import run_experiment
 
     cfg = apply_overrides(get_preset("two_site", "smoke"), {

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.config.presets import get_preset
 from islands_kit.orbital import circular, geometry, sgp4_orbit, tle, windows
 from islands_kit.orbital.config import OrbitConfig
-from islands_kit.presets import get_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = "starlink-plane-2025-07-19.tle"

@@ -10,9 +10,9 @@ import pytest
 
 from islands_kit.cli import main
 from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.config.presets import get_preset
 from islands_kit.orbital import geometry, windows
 from islands_kit.orbital.config import OrbitConfig
-from islands_kit.presets import get_preset
 
 R = 6371.0088  # km: written out here, not read from the library
 

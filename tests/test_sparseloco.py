@@ -11,12 +11,11 @@ import pytest
 import torch
 from vector_replicas import Vec, inner_direction, sync
 
-from islands_kit import codec_registry
-from islands_kit.codec_registry import CodecSpec
 from islands_kit.comm.codecs import ErrorFeedback, TopKCodec, get_codec
 from islands_kit.comm.transport import LocalTransport
-from islands_kit.config import ConfigError, SyncConfig, apply_overrides
-from islands_kit.presets import SPARSELOCO, get_preset
+from islands_kit.config import ConfigError, SyncConfig, apply_overrides, codec_registry
+from islands_kit.config.codec_registry import CodecSpec
+from islands_kit.config.presets import SPARSELOCO, get_preset
 from islands_kit.sync.diloco import DiLoCo
 
 P, H, DIM, CHUNK = 2, 5, 150, 64  # two fragments of 150 values: chunks of 64, 64 and a partial 22

@@ -12,8 +12,8 @@ from vector_replicas import Vec, inner_direction, sync
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, SyncConfig
+from islands_kit.config.presets import PRESETS, get_preset
 from islands_kit.model import ByteTransformer
-from islands_kit.presets import PRESETS, get_preset
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.schedule import fragment_offsets
@@ -294,7 +294,7 @@ def test_qsr_windows_by_hand():
 @pytest.mark.slow
 def test_qsr_with_h_base_always_winning_is_the_constant_schedule():
     from islands_kit.config import apply_overrides
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
     from islands_kit.run import run_experiment
 
     cfg = apply_overrides(get_preset("two_site", "smoke"), {"threads": 1, "progress": False})
@@ -313,7 +313,7 @@ def test_qsr_with_h_base_always_winning_is_the_constant_schedule():
 ])
 def test_bad_h_schedule_names_the_field(sets, field):
     from islands_kit.config import ConfigError, apply_overrides
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
 
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         apply_overrides(get_preset("two_site", "smoke"), sets)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from islands_kit.config import ConfigError, apply_overrides
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
 from islands_kit.protocol.runner import run_study, take_lock

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from islands_kit.comm.distributed import RankLayout
 from islands_kit.config import ConfigError, apply_overrides, parse_set
-from islands_kit.distributed import RankLayout
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -103,8 +103,8 @@ from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.comm.torch_dist import TorchDistTransport
-from islands_kit.distributed import RankLayout, init_from_env
-from islands_kit.presets import get_preset
+from islands_kit.comm.distributed import RankLayout, init_from_env
+from islands_kit.config.presets import get_preset
 
 cfg = get_preset("two_site", "smoke")
 init_from_env()
@@ -190,8 +190,8 @@ from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.comm.torch_dist import TorchDistTransport
-from islands_kit.distributed import RankLayout, init_from_env
-from islands_kit.presets import get_preset
+from islands_kit.comm.distributed import RankLayout, init_from_env
+from islands_kit.config.presets import get_preset
 from islands_kit.sync.topology import Topology, ring
 
 init_from_env()
@@ -242,8 +242,8 @@ HOSTILE_WORKER = r"""
 import pickle, sys
 from islands_kit.comm import control
 from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
-from islands_kit.distributed import RankLayout, init_from_env
-from islands_kit.presets import get_preset
+from islands_kit.comm.distributed import RankLayout, init_from_env
+from islands_kit.config.presets import get_preset
 
 class MakesMarker:
     def __reduce__(self):
@@ -300,7 +300,7 @@ def test_dead_peer_ends_survivor_without_waiting_for_timeout(tmp_path: Path) -> 
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "fault injection: rank 1 vanishes at step 3" in out
-    assert "islands-kit: error: islands_kit.distributed:" in out and "failed on rank 0 (island 0)" in out, out[-3000:]
+    assert "islands-kit: error: islands_kit.comm.distributed:" in out and "failed on rank 0 (island 0)" in out, out[-3000:]
     assert not (tmp_path / "die" / "result.json").exists()
 
 
@@ -342,7 +342,7 @@ def test_rank_layout_maps_islands_to_contiguous_ranks() -> None:
 
 def test_wrong_world_size_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
     """Checked before any rendezvous, so every rank fails at once with the same message."""
-    from islands_kit.distributed import make_transport
+    from islands_kit.comm.distributed import make_transport
 
     monkeypatch.setenv("WORLD_SIZE", "5")
     with pytest.raises(ConfigError, match=r"islands\[\*\]\.dp_ranks: WORLD_SIZE must equal len\(islands\) = 2 .* = 3 .*got WORLD_SIZE=5"):
@@ -352,7 +352,7 @@ def test_wrong_world_size_names_the_field(monkeypatch: pytest.MonkeyPatch) -> No
 def test_decoupled_needs_one_process_per_island(monkeypatch: pytest.MonkeyPatch) -> None:
     """two_site has dp_ranks (2, 1): 3 processes (one per data-parallel rank) are refused in decoupled mode, naming
     the field, before any rendezvous."""
-    from islands_kit.distributed import make_transport
+    from islands_kit.comm.distributed import make_transport
 
     monkeypatch.setenv("WORLD_SIZE", "3")
     cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.mode=decoupled"]))
@@ -364,7 +364,7 @@ def test_decoupled_needs_one_process_per_island(monkeypatch: pytest.MonkeyPatch)
     (["faults.preempt_island=1", "faults.preempt_start=2", "faults.preempt_steps=3"], "faults.preempt_island"),
 ])
 def test_unsupported_under_torch_distributed_names_the_field(monkeypatch: pytest.MonkeyPatch, sets: list[str], field: str) -> None:
-    from islands_kit.distributed import make_transport
+    from islands_kit.comm.distributed import make_transport
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(sets + ["sync.strategy=diloco"]))
@@ -397,7 +397,7 @@ def test_killed_rank_and_torchrun_resume_is_bit_identical(tmp_path: Path, experi
                                                           extra: list[str]) -> None:
     """One rank vanishes at step 7; every rank wrote its shard of step 6 (checkpoint_every=2) and pruned the older
     ones; a torchrun --resume finishes the run with the simulator's result.json (wall time aside)."""
-    from islands_kit.checkpoint import rank_shards
+    from islands_kit.train.checkpoint import rank_shards
 
     sets = ["steps=12", "eval_every=4", "checkpoint_every=2", *extra]
     out = tmp_path / "dist"
@@ -414,7 +414,7 @@ def test_killed_rank_and_torchrun_resume_is_bit_identical(tmp_path: Path, experi
 
 
 def test_torchrun_resume_refuses_a_missing_shard_on_every_rank(tmp_path: Path) -> None:
-    from islands_kit.checkpoint import latest_common_step, rank_shards
+    from islands_kit.train.checkpoint import latest_common_step, rank_shards
 
     assert latest_common_step([[2, 4, 6], [4, 6], [6, 4]]) == 6 and latest_common_step([[2], [4]]) is None
     sets = ["steps=4", "checkpoint_every=2"]
@@ -425,7 +425,7 @@ def test_torchrun_resume_refuses_a_missing_shard_on_every_rank(tmp_path: Path) -
     assert proc.returncode != 0
     assert proc.stdout.count("no step with a checkpoint shard for every one of the 2 ranks") + \
         proc.stderr.count("no step with a checkpoint shard for every one of the 2 ranks") >= 2  # both ranks say it
-    from islands_kit.checkpoint import load_checkpoint
+    from islands_kit.train.checkpoint import load_checkpoint
 
     with pytest.raises(ConfigError, match="per-rank shards written under torch.distributed; resume it with torchrun"):
         load_checkpoint(out)  # an in-process resume of a torchrun folder
@@ -479,7 +479,7 @@ def test_decoupled_run_survives_a_dead_island(tmp_path: Path, quorum: int) -> No
     assert proc.returncode == 0, out[-4000:]
     assert "fault injection: rank 1 vanishes at step 10" in out
     # noticed from the closed socket (closed or reset, as the OS reports it), not after the 60 s timeout
-    assert "island 1 is lost, the run goes on without it (islands_kit.distributed: message 'decoupled.contribution'" \
+    assert "island 1 is lost, the run goes on without it (islands_kit.comm.distributed: message 'decoupled.contribution'" \
         in out and re.search(r"Connection (closed|reset) by peer", out), out[-3000:]
     assert ("can no longer be met after step 12" in out) == (quorum == 2)
     res = json.loads((tmp_path / "dist" / "result.json").read_text())

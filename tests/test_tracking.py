@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from islands_kit.config import apply_overrides
-from islands_kit.presets import get_preset
-from islands_kit.run import run_experiment
-from islands_kit.tracking import (
+from islands_kit.config.presets import get_preset
+from islands_kit.records.tracking import (
     WANDB_RUN_FILE,
     offline_run_dirs,
     offline_run_records,
@@ -23,6 +22,7 @@ from islands_kit.tracking import (
     sync_command,
     wandb_off_note,
 )
+from islands_kit.run import run_experiment
 
 pytest.importorskip("wandb")
 
@@ -216,7 +216,7 @@ def wandb_log(records, block: int = 32768) -> bytes:
 def test_offline_run_records_reads_a_file_still_being_written(tmp_path):
     from wandb.proto import wandb_internal_pb2
 
-    from islands_kit.tracking import wait_for_offline_run
+    from islands_kit.records.tracking import wait_for_offline_run
 
     run = wandb_internal_pb2.Record()
     run.run.run_id = "abc"

@@ -16,12 +16,12 @@ import pytest
 import torch
 from lone_synchroniser import contribution, from_island_1, synchroniser
 
-from islands_kit.codec_registry import CODEC_SPECS
 from islands_kit.comm import control, peer
 from islands_kit.comm.codecs import Payload, encode_bytes, get_codec
 from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
 from islands_kit.comm.peer import ControlError, PayloadError, PayloadSpec
 from islands_kit.comm.torch_dist.frames import WORLD_SCHEMA as _WORLD_SCHEMA
+from islands_kit.config.codec_registry import CODEC_SPECS
 
 DEEP = b"[" * 3000 + b"]" * 3000  # ~6 KB: past Python's recursion limit in the json parser
 
@@ -231,8 +231,8 @@ def test_the_synchroniser_checks_values_and_drops_the_island_naming_it(scale, re
     """Decoupled mode had no value defence: a block scale of 1e15 (valid CRC) was merged and the island kept. With
     faults.defense the synchroniser runs lock-step's checks on each contribution and drops a flagged island."""
     from islands_kit.config import apply_overrides
+    from islands_kit.config.presets import get_preset
     from islands_kit.faults import attach
-    from islands_kit.presets import get_preset
 
     s, box, tick = synchroniser()
     attach(s.hooks, apply_overrides(get_preset("two_site", "smoke"), {"sync.mode": "decoupled", "faults.defense": "auto"}),
@@ -269,7 +269,7 @@ def test_a_final_send_time_past_the_last_landing_is_refused():
     from islands_kit.comm.messages import CONTRIBUTION as KIND
     from islands_kit.comm.transport import LocalTransport
     from islands_kit.config import apply_overrides
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
     from islands_kit.run import run_experiment
 
     post = LocalTransport.post
@@ -306,8 +306,8 @@ import sys
 import torch
 from islands_kit.comm.codecs import Payload, get_codec
 from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport
-from islands_kit.distributed import RankLayout, init_from_env
-from islands_kit.presets import get_preset
+from islands_kit.comm.distributed import RankLayout, init_from_env
+from islands_kit.config.presets import get_preset
 
 def say(line):  # one write per line: the ranks share one stdout pipe
     sys.stdout.write(line + "\n")
@@ -389,7 +389,7 @@ def test_the_clock_bound_is_absolute_and_does_not_compound():
 
 def test_every_run_gets_a_finite_horizon_from_its_config():
     from islands_kit.config import LinkConfig
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
     from islands_kit.train.experiment import Experiment
 
     cfg = get_preset("two_site", "smoke")
@@ -414,8 +414,8 @@ import torch.distributed as dist
 from islands_kit.comm.messages import CONTRIBUTION, CONTRIBUTION_SCHEMA
 from islands_kit.comm.torch_dist import TorchDistTransport
 from islands_kit.comm.torch_dist.frames import channel_id
-from islands_kit.distributed import RankLayout, init_from_env
-from islands_kit.presets import get_preset
+from islands_kit.comm.distributed import RankLayout, init_from_env
+from islands_kit.config.presets import get_preset
 
 def say(line):
     sys.stdout.write(line + "\n")

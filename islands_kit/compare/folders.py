@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.compare.rows import configuration_groups, group_labels, run_label
-from islands_kit.records import load_result
+from islands_kit.io import load_result
 
 
 def expand_run_dirs(paths: Sequence[str | Path], nested: list[Path] | None = None,

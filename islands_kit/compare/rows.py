@@ -1,7 +1,7 @@
 """The rows of a comparison: the checks that refuse to mislead, one reference, ratios paired by seed, and the
 statistics over seeds (``protocol.stats``: a paired t interval on log-ratios, only where there are >= 2 seeds).
 
-A comparison is a list of ``result.json`` records (:func:`islands_kit.tracking.load_result`). Before any number is
+A comparison is a list of ``result.json`` records (:func:`islands_kit.records.tracking.load_result`). Before any number is
 lined up:
 
 * the runs must share the **corpus** (its sha256) and the **token budget** (``steps x global batch x seq_len`` from

@@ -21,7 +21,7 @@ from islands_kit.compare.rows import (
     seed_summary,
     smoke_note,
 )
-from islands_kit.records import dumps_strict
+from islands_kit.io import dumps_strict
 
 FORMATS = ("table", "markdown", "csv", "json")
 WIDTH = 100  # a terminal table's width unless wide

@@ -13,7 +13,7 @@ work starts, with a message that names the field and the rule it broke (``Config
   experiment.py  islands, top-level fields and the rules that span sections
   coerce.py      mappings -> dataclasses;  keys.py  did-you-mean;  overrides.py  --set key=value
 """
-from islands_kit.codec_registry import CODECS
+from islands_kit.config.codec_registry import CODECS
 from islands_kit.config.coerce import from_dict
 from islands_kit.config.data import DataConfig
 from islands_kit.config.experiment import (

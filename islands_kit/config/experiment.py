@@ -24,7 +24,7 @@ class IslandConfig:
     batch_size: int = 32  # sequences per inner step
     micro_batch_size: int = 32  # sequences per forward/backward on one rank
     dp_ranks: int = 1  # data-parallel ranks inside the island
-    hardware: str = "h100"  # profile name from islands_kit.islands.HARDWARE
+    hardware: str = "h100"  # profile name from islands_kit.train.islands.HARDWARE
     n_accelerators: int = 1  # accelerators per island used by the simulated clock
 
     def validate(self, where: str) -> None:
@@ -41,7 +41,7 @@ class IslandConfig:
 @dataclass
 class ExperimentConfig:
     experiment: str = "baseline"  # baseline | two_site | eight_cell (config/experiment_table.py: the registered ones)
-    preset: str = "smoke"  # the preset this config started from (islands_kit.presets: smoke | demo | demo-long | gpu-small | gpu)
+    preset: str = "smoke"  # the preset this config started from (islands_kit.config.presets: smoke | demo | demo-long | gpu-small | gpu)
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast for forward/backward; fp32 weights, optimizer and sync state)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from islands_kit.codec_registry import CODECS
+from islands_kit.config.codec_registry import CODECS
 from islands_kit.config.keys import MOVED_KEYS
 from islands_kit.config.rules import _check, _check_fields
 from islands_kit.config.strategies import MODES, StrategyTraits, default_strategy, strategy_names, traits_of

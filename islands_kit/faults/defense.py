@@ -1,8 +1,9 @@
-"""The defences of the aggregation against a compromised island (Streaming DiLoCo only): checks, quarantine, and a
-robust rule (``faults/robust.py``) over the updates kept.
+"""The defences of the aggregation against a compromised island: checks, quarantine, and a robust rule
+(``faults/robust.py``) over the updates kept.
 
-Defences (:class:`Defense`, installed as ``DiLoCo.aggregator``; the transport then all-gathers the decoded updates
-instead of averaging them). Each sync of fragment p, for every island i present, in this order:
+:class:`Defense` attaches through ``faults.attach`` (``train/features.py``) on ``sync/hooks.py``'s points: ``aggregate``
+on ``merge`` (in place of the lock-step mean; the transport then all-gathers the decoded updates), ``screen`` and its
+kin on the decoupled synchroniser's. Each sync of fragment p, for every island i present, in this order:
 
 1. integrity: any non-finite value → flag ``non_finite`` (value = how many).
 2. replay: the exact bytes (a BLAKE2 digest) of an update island i already sent for fragment p, its direction
@@ -129,7 +130,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float | None:
 class Defense:
     """Checks every island's update of a fragment sync and aggregates the ones it keeps (module docstring).
 
-    ``aggregate(step, fragment, gathered)`` has the signature of ``DiLoCo.aggregator``: ``gathered`` is the
+    ``aggregate(step, fragment, gathered)`` is the ``merge`` hook (``sync/hooks.py``): ``gathered`` is the
     transport's all-gather, ``[(island, tokens, Δ_island (d,))]`` in island order; it returns the (d,) update the outer
     optimizer applies. ``window`` = H (quarantine length unit), ``observer`` = the island this process trusts when
     two islands sync (see the module docstring). Memory: the last update received and the last accepted from every

@@ -1,6 +1,6 @@
 """The byte-level MoE transformer (transformer.py) and its MoE layer (moe.py).
 
-Model sizes by name (``smoke``, ``demo``, ...) are in ``islands_kit.presets.MODEL_SIZES`` (``presets.model_config``).
+Model sizes by name (``smoke``, ``demo``, ...) are in ``islands_kit.config.presets.MODEL_SIZES`` (``presets.model_config``).
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from islands_kit.config import _check
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.notebooks.configs import check_overrides, notebook_config, resolve_out_dir
 from islands_kit.notebooks.runner import EXPERIMENT_NOTEBOOKS, NotebookError, run_notebook
-from islands_kit.progress import format_duration
-from islands_kit.tracking import load_result
+from islands_kit.records.tracking import load_result
+from islands_kit.train.progress import format_duration
 
 
 def comparison_experiments(experiments: Sequence[str]) -> list[str]:
@@ -159,7 +159,7 @@ def comparison_report(results: Sequence[Mapping[str, Any]], out_dir: str | Path,
     different corpora or token budgets are refused (``compare.ComparisonError``, a ValueError) unless
     ``allow_mismatch``."""
     from islands_kit.compare import report
-    from islands_kit.tracking import write_json_atomic
+    from islands_kit.records.tracking import write_json_atomic
 
     _check(len(results) >= 1, "results", "need at least one result", len(results))
     res = [dict(r) for r in results]
@@ -180,7 +180,7 @@ def comparison_to_wandb(rows: list[dict[str, Any]], shared: Mapping[str, Any], o
     ``out_dir/compare_*.png`` as images, ``compare.*`` as an artifact. Returns the
     lines that say where every offline run of the comparison is and the command that uploads them all."""
     from islands_kit.compare import comparison_summary
-    from islands_kit.tracking import log_comparison, resolve_wandb_mode
+    from islands_kit.records.tracking import log_comparison, resolve_wandb_mode
 
     out = Path(out_dir)
     seeds_file = out / "compare_seeds.json"
@@ -196,7 +196,7 @@ def comparison_to_wandb(rows: list[dict[str, Any]], shared: Mapping[str, Any], o
 
 def wandb_locations(out_dir: str | Path, project: str, group: str, mode: str, compare_id: str | None = None) -> str:
     """Where the wandb runs under ``out_dir`` are, and how to upload them (offline) or find them (online)."""
-    from islands_kit.tracking import offline_runs_hint
+    from islands_kit.records.tracking import offline_runs_hint
 
     if mode == "disabled":
         return "wandb: disabled (wandb_mode=disabled or WANDB_MODE=disabled): no wandb runs were written"

@@ -19,7 +19,7 @@ def notebook_config(experiment: str, preset: str, seed: int, steps: int,
     ``overrides`` parameter (any ``--set`` key: ``{"optim.lr": 3e-3, "threads": 1}``). A key set both ways is refused
     (set it in one place). Any bad value raises ConfigError naming the field and the rule; a corpus that names no
     registered corpus, hub dataset or existing file is refused here too, before training."""
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
 
     _check(isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0, "steps",
            "must be an integer >= 0 (0 = the preset's)", steps)
@@ -139,7 +139,7 @@ def check_scaling_parameters(preset: str, lengths: Sequence[int], widths: Sequen
     """The scaling notebook's parameters, each refused in one line naming it before anything trains: the preset, the
     cross (``scaling.cross``), the seeds, and per-experiment overrides — every point's config is built once."""
     from islands_kit import scaling
-    from islands_kit.presets import PRESETS
+    from islands_kit.config.presets import PRESETS
 
     _check(preset in PRESETS, "preset", "must be one of " + "|".join(PRESETS), preset)
     for name, v in (("width_at", width_at), ("length_at", length_at)):

@@ -8,10 +8,10 @@ from typing import Any, Mapping
 
 from islands_kit import plots
 from islands_kit.config import ExperimentConfig
-from islands_kit.figures import standard_figures
 from islands_kit.notebooks.configs import notebook_config, resolve_out_dir
 from islands_kit.notebooks.runs import load_run
 from islands_kit.notebooks.tables import config_summary, result_summary
+from islands_kit.plots.figures import standard_figures
 from islands_kit.run import run_experiment
 from islands_kit.train.result import Result
 

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from islands_kit.compare import ratio_phrase, smoke_note, x_fewer_bytes
 from islands_kit.config import ExperimentConfig
-from islands_kit.tracking import resolve_wandb_mode, wandb_group
+from islands_kit.records.tracking import resolve_wandb_mode, wandb_group
 
 
 def config_summary(cfg: ExperimentConfig) -> str:

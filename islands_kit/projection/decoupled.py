@@ -22,12 +22,12 @@ from islands_kit.comm.codecs import Payload, get_codec
 from islands_kit.comm.link import LinkModel, transfer_time_stats
 from islands_kit.comm.transport import Ledger
 from islands_kit.config import ExperimentConfig, SyncConfig
-from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
 from islands_kit.projection.lockstep import summary
 from islands_kit.projection.standin import SizedWire, config_for, stand_ins
 from islands_kit.sync.base import ClockedStrategy, strided_fragments
 from islands_kit.train.drivers import DecoupledDriver
+from islands_kit.train.islands import step_seconds
 
 __all__ = ["DecoupledPlan", "DecoupledResult", "decoupled_plan_for_config", "price_decoupled"]
 

@@ -18,13 +18,13 @@ from islands_kit.comm.codecs import Payload, get_codec
 from islands_kit.comm.link import LinkModel, transfer_time_stats
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ExperimentConfig, SyncConfig
-from islands_kit.islands import step_seconds
 from islands_kit.model import MoETransformer
 from islands_kit.projection.standin import SizedWire, config_for, stand_ins
 from islands_kit.sync.base import LockstepStrategy, strided_fragments
 from islands_kit.sync.diloco_spec import DiLoCoConfig
 from islands_kit.sync.routing import RoutingSync
 from islands_kit.train.drivers import LockstepDriver
+from islands_kit.train.islands import step_seconds
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,10 @@ from typing import Any, Sequence
 from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, effective_rate_bps, link_config
 from islands_kit.config import LinkConfig, ModelConfig, SyncConfig
-from islands_kit.islands import HARDWARE, step_flops
 from islands_kit.projection.decoupled import DecoupledPlan, DecoupledResult, price_decoupled
 from islands_kit.projection.lockstep import LockStepPlan, price_lock_step, summary
 from islands_kit.sync.diloco_spec import DiLoCoConfig
+from islands_kit.train.islands import HARDWARE, step_flops
 
 __all__ = ["ideal_link", "seed_scale_projection"]
 

@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import apply_overrides
-from islands_kit.estimate import estimate_run
-from islands_kit.io import replace_marked_block
+from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import known_runs, run_study
 from islands_kit.protocol.runs import Run, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
-from islands_kit.records import dumps_strict, finite
+from islands_kit.train.estimate import estimate_run
 
 RESULTS = Path("benchmarks") / "RESULTS.md"
 

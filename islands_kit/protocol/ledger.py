@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from islands_kit.io import dumps_strict, finite
 from islands_kit.protocol.runner import known_runs
 from islands_kit.protocol.runs import Run, machines
 from islands_kit.protocol.study import Study
-from islands_kit.records import dumps_strict, finite
 
 KEYS = ("experiment", "preset", "seed", "final_val_bpb", "final_tune_bpb", "sim_wall_clock_s", "cross_site_bytes",
         "ddp_equivalent_bytes", "tokens", "steps", "params_active", "wall_time_s", "cpu_time_s", "versions")

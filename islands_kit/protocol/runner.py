@@ -19,9 +19,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from islands_kit.locks import acquire, release
 from islands_kit.protocol.runs import Run, this_machine, tuned_pick
 from islands_kit.protocol.study import Study, StudyError, Trial
+from islands_kit.records.locks import acquire, release
 
 
 def take_lock(d: Path) -> bool:

@@ -35,7 +35,7 @@ from typing import Any
 
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
-from islands_kit.presets import PRESETS, get_preset
+from islands_kit.config.presets import PRESETS, get_preset
 from islands_kit.protocol.batch import BATCH_KEY, at_global_batch
 
 if sys.version_info >= (3, 11):

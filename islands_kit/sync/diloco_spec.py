@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from islands_kit.codec_registry import CODECS
+from islands_kit.config.codec_registry import CODECS
 from islands_kit.config.model import check_outer_optimizer
 from islands_kit.config.rules import MAX_LR, _check, _check_fields
 from islands_kit.config.strategies import StrategyTraits

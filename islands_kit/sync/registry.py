@@ -1,4 +1,4 @@
-"""The one registry of sync strategies, as ``codec_registry.py`` is the codecs': a spec per strategy, registered once.
+"""The one registry of sync strategies (as ``config/codec_registry.py`` is the codecs'): a spec per strategy, once.
 
 A spec is everything the kit needs to know of a strategy: its traits (``config/strategies.py``: the
 ``sync.strategy`` and ``sync.mode`` it answers, its driver, a one-line description, its capabilities), its own

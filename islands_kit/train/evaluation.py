@@ -7,10 +7,10 @@ import copy
 import torch
 
 from islands_kit.device import autocast
-from islands_kit.metrics import NonFiniteLoss, evaluate_bpb
 from islands_kit.model import ByteTransformer
 from islands_kit.sync.base import SyncStrategy
 from islands_kit.sync.routing import js_divergence, topk_overlap
+from islands_kit.train.metrics import NonFiniteLoss, evaluate_bpb
 from islands_kit.train.result import Diverged
 
 Windows = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets), each (N, T), on the device

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from islands_kit.checkpoint import check_state, check_world_size, part, save_checkpoint
 from islands_kit.comm import peer
 from islands_kit.comm.codecs import NonFiniteError
 from islands_kit.comm.link import LinkModel
@@ -26,14 +25,15 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
 from islands_kit.device import check_precision, resolve_device
 from islands_kit.device import describe as describe_device
-from islands_kit.islands import Island, step_seconds
-from islands_kit.metrics import compressor_bpb
 from islands_kit.model import ByteTransformer as MoETransformer
-from islands_kit.progress import Progress
+from islands_kit.records.tracking import Tracker
 from islands_kit.sync.ddp import ddp_equivalent_bytes
-from islands_kit.tracking import Tracker
+from islands_kit.train.checkpoint import check_state, check_world_size, part, save_checkpoint
 from islands_kit.train.evaluation import Evaluator
 from islands_kit.train.features import run_hooks
+from islands_kit.train.islands import Island, step_seconds
+from islands_kit.train.metrics import compressor_bpb
+from islands_kit.train.progress import Progress
 from islands_kit.train.result import Diverged, Result, git_sha, versions
 from islands_kit.train.strategies import build_driver, driver_class
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from islands_kit import sampling
 from islands_kit.io import RESULT_FILE, atomic_write_bytes
-from islands_kit.tracking import Tracker, dumps_strict, write_json_atomic
+from islands_kit.records.tracking import Tracker, dumps_strict, write_json_atomic
+from islands_kit.train import sampling
 from islands_kit.train.experiment import Experiment
 from islands_kit.train.result import Result
 

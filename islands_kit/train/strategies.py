@@ -5,11 +5,11 @@ from torch import nn
 
 from islands_kit.comm.transport import Transport
 from islands_kit.config import ExperimentConfig
-from islands_kit.islands import Island
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.hooks import Hooks
 from islands_kit.sync.registry import BuildArgs, strategy_spec
 from islands_kit.train.drivers import DecoupledDriver, Driver, LockstepDriver
+from islands_kit.train.islands import Island
 
 DRIVERS: dict[str, type[Driver]] = {"lockstep": LockstepDriver, "decoupled": DecoupledDriver}  # by sync.mode
 

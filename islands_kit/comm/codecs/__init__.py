@@ -45,7 +45,7 @@ Block codecs (all but fp32/bf16) lay out ``[nb float32 scales][packed codes]``: 
 * **Packing**: sub-byte codes are packed across the whole flattened tensor (not per block): element ``i`` goes into
   byte ``i // per_byte`` at bit offset ``bits * (i % per_byte)`` (first element in the low bits); pad bits are 0.
 
-The codec names, wire ids and grids come from the one registry, ``islands_kit.codec_registry.CODEC_SPECS``.
+The codec names, wire ids and grids come from the one registry, ``islands_kit.config.codec_registry.CODEC_SPECS``.
 
 **Fast path.** The torch code of this package *is* the definition. For the block codecs, when the kernel backend selects Triton
 (``model.kernels`` / ``$ISLANDS_KIT_KERNELS`` / auto: a CUDA GPU, or ``TRITON_INTERPRET=1``) and the tensors are on a

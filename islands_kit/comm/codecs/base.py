@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from islands_kit.codec_registry import CodecSpec
 from islands_kit.comm.codecs.grids import BF16_MAX
 from islands_kit.comm.codecs.payload import NonFiniteError, Payload
 from islands_kit.config import ConfigError
+from islands_kit.config.codec_registry import CodecSpec
 
 
 class Codec:

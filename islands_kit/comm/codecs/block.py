@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from islands_kit import kernels
-from islands_kit.codec_registry import CodecSpec
 from islands_kit.comm.codecs.base import Codec
 from islands_kit.comm.codecs.grids import (
     off_grid,
@@ -19,6 +18,7 @@ from islands_kit.comm.codecs.grids import (
     unpack,
 )
 from islands_kit.comm.codecs.payload import NonFiniteError, Payload
+from islands_kit.config.codec_registry import CodecSpec
 
 
 class BlockCodec(Codec):

@@ -1,11 +1,11 @@
 """The codec for a registry name."""
 from __future__ import annotations
 
-from islands_kit.codec_registry import CODEC_SPECS, CODECS, CodecSpec
 from islands_kit.comm.codecs.base import Bf16Codec, Codec, Fp32Codec
 from islands_kit.comm.codecs.block import Fp4Codec, Fp8E4M3Codec, UniformCodec
 from islands_kit.comm.codecs.topk import TopKCodec
 from islands_kit.config import ConfigError
+from islands_kit.config.codec_registry import CODEC_SPECS, CODECS, CodecSpec
 
 
 def _codec_class(spec: CodecSpec) -> type[Codec]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from islands_kit.codec_registry import CodecSpec
+from islands_kit.config.codec_registry import CodecSpec
 
 # Largest finite bf16 (0x7F7F) and the E4M3FN / E2M1 grids.
 BF16_MAX = float(torch.finfo(torch.bfloat16).max)

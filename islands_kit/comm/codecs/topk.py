@@ -5,12 +5,12 @@ from typing import Iterator
 
 import torch
 
-from islands_kit.codec_registry import CODEC_SPECS, CodecSpec
 from islands_kit.comm.codecs.base import Codec
 from islands_kit.comm.codecs.block import UniformCodec
 from islands_kit.comm.codecs.grids import off_grid, pack, pack_bits, scale_overflow, stream_bits, unpack
 from islands_kit.comm.codecs.payload import NonFiniteError, Payload
 from islands_kit.config import ConfigError
+from islands_kit.config.codec_registry import CODEC_SPECS, CodecSpec
 
 
 class TopKCodec(Codec):

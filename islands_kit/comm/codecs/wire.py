@@ -6,9 +6,9 @@ import zlib
 
 import torch
 
-from islands_kit.codec_registry import CODEC_SPECS
 from islands_kit.comm.codecs.factory import get_codec
 from islands_kit.comm.codecs.payload import Payload
+from islands_kit.config.codec_registry import CODEC_SPECS
 
 _MAGIC = b"IKCP"
 _VERSION = 1

@@ -1,6 +1,6 @@
 """``TorchDistTransport``: the ``Transport`` interface on torch.distributed (gloo on CPU, NCCL on GPU), launched by torchrun.
 The class is in ``transport.py`` (the wire frames in ``frames.py``, the point-to-point mailbox in ``mailbox.py``);
-the rank layout and launch glue live in ``islands_kit/distributed.py``, the control-message format in
+the rank layout and launch glue live in ``islands_kit/comm/distributed.py``, the control-message format in
 ``comm/control.py``.
 
 The sync strategies run unchanged: each process holds one island (``local_islands == [my island]``) and calls the same
@@ -11,7 +11,7 @@ simulated clock — equal to the last bit, wall_time_s aside).
 
 Not supported here in lock-step mode: absent (preempted) islands — every island takes part in every operation, so
 ``faults.preempt_island`` is rejected by ``distributed.make_transport`` unless ``sync.mode=decoupled`` (below). Checkpoints are one file per rank (see
-``islands_kit/checkpoint.py``); ``state_dict`` / ``load_state_dict`` below carry this transport's part.
+``islands_kit/train/checkpoint.py``); ``state_dict`` / ``load_state_dict`` below carry this transport's part.
 
 Ranks. Two launch shapes, chosen by ``WORLD_SIZE`` (``islands_kit.comm.layout.RankLayout.for_world``, passed in):
 

@@ -32,7 +32,7 @@ class PairMailbox:
     def _error(self, what: str, e: BaseException) -> DistributedError:
         cause = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return DistributedError(
-            f"islands_kit.distributed: {what} failed on rank {self.rank} (island {self.island}): a peer process "
+            f"islands_kit.comm.distributed: {what} failed on rank {self.rank} (island {self.island}): a peer process "
             f"exited, never arrived or stopped answering (timeout {self.timeout_s:g} s, ISLANDS_KIT_DIST_TIMEOUT_S). "
             f"Cause: {type(e).__name__}: {cause}")
 
@@ -47,7 +47,7 @@ class PairMailbox:
         wire refused (``comm.peer``); ``why`` says which, in one line. Nothing is sent to or read from it again."""
         if island not in self.lost:
             self.lost[island] = why
-            warnings.warn(f"islands_kit.distributed: island {island} is lost, the run goes on without it ({why})",
+            warnings.warn(f"islands_kit.comm.distributed: island {island} is lost, the run goes on without it ({why})",
                           RuntimeWarning, stacklevel=3)
 
     def _post_bytes(self, src: int, dst: int, kind: str, raw: bytes, data: bytes) -> None:
@@ -108,12 +108,12 @@ class PairMailbox:
             return None
         got_seq, kind_id, n_raw, n_data = (int(x) for x in head)
         if (got_seq, kind_id) != (seq, channel_id(kind)):
-            self._refused(src, f"islands_kit.distributed: protocol desync on rank {self.rank} (island "
+            self._refused(src, f"islands_kit.comm.distributed: protocol desync on rank {self.rank} (island "
                                f"{self.island}): expected {what} (rank {rank}), got header "
                                f"{[got_seq, kind_id, n_raw, n_data]}", required)
             return None
         if not (0 < n_raw <= limits[0] and 0 <= n_data <= limits[1]):
-            self._refused(src, f"islands_kit.distributed: on rank {self.rank}: {what} (rank {rank}) announced "
+            self._refused(src, f"islands_kit.comm.distributed: on rank {self.rank}: {what} (rank {rank}) announced "
                                f"{n_raw} + {n_data} bytes, over its kind's limits of {limits[0]} (control) + "
                                f"{limits[1]} (payload); refused before it is read", required)
             return None
@@ -127,7 +127,7 @@ class PairMailbox:
         return b[:n_raw], b[n_raw:], rank
 
     def _on_this_side(self, why: str) -> str:
-        return f"islands_kit.distributed: on rank {self.rank}: {why}"
+        return f"islands_kit.comm.distributed: on rank {self.rank}: {why}"
 
     def _wire_error(self, why: str) -> Exception:
         return DistributedError(why)

@@ -38,7 +38,7 @@ class TorchDistTransport(PairMailbox, Transport):
     def __init__(self, layout: RankLayout, link: LinkModel | None, decoupled: bool = False) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise DistributedError("TorchDistTransport: torch.distributed is not initialised; call "
-                                   "islands_kit.distributed.init_from_env() (or launch with torchrun) first")
+                                   "islands_kit.comm.distributed.init_from_env() (or launch with torchrun) first")
         self.rank = dist.get_rank()
         self.world_size = world = dist.get_world_size()
         self.layout = layout
@@ -121,7 +121,7 @@ class TorchDistTransport(PairMailbox, Transport):
             islands = [src]
         for j, n in zip(islands, got):
             if int(n) != wire.numel():
-                raise DistributedError(f"islands_kit.distributed: {what}: island {j} (rank {self.layout.first_rank(j)}) "
+                raise DistributedError(f"islands_kit.comm.distributed: {what}: island {j} (rank {self.layout.first_rank(j)}) "
                                        f"announced a frame of {int(n)} bytes where this operation's are {wire.numel()}; "
                                        "refused before it is received")
 
@@ -137,7 +137,7 @@ class TorchDistTransport(PairMailbox, Transport):
         seq, s, d, ch, reserved, sent_at, weight = META.unpack_from(b)
         if (seq, s, d, ch) != (op.seq, src, dst, channel_id(op.channel)):
             raise DistributedError(
-                f"islands_kit.distributed: protocol desync on rank {self.rank} (island {self.island}): expected "
+                f"islands_kit.comm.distributed: protocol desync on rank {self.rank} (island {self.island}): expected "
                 f"{op.kind} #{op.seq} on {op.channel!r} from island {src} to {dst}, got #{seq} from {s} to {d} "
                 "(every process must post the same operations in the same order)")
         rank = self.layout.first_rank(src)
@@ -149,7 +149,7 @@ class TorchDistTransport(PairMailbox, Transport):
             peer.read_weight(weight, rank, "weight", who)
             p = peer.read_payload(b[META_BYTES:], peer.PayloadSpec.of(op.mine), rank, who)
         except peer.PeerError as e:
-            raise DistributedError(f"islands_kit.distributed: on rank {self.rank}: {e}") from None
+            raise DistributedError(f"islands_kit.comm.distributed: on rank {self.rank}: {e}") from None
         return sent_at, weight, p
 
     # -- Transport ------------------------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ class TorchDistTransport(PairMailbox, Transport):
             try:
                 out.append(peer.read_control(raw, kind, schema, r, limit))
             except peer.ControlError as e:
-                raise DistributedError(f"islands_kit.distributed: {e}") from None
+                raise DistributedError(f"islands_kit.comm.distributed: {e}") from None
         return out
 
     def _gather_bytes(self, kind: str, raw: bytes, limit: int) -> list[bytes]:
@@ -319,7 +319,7 @@ class TorchDistTransport(PairMailbox, Transport):
         lens = [int(x) for x in sizes]
         for r, length in enumerate(lens):
             if not 0 < length <= limit:
-                raise DistributedError(f"islands_kit.distributed: {what} from rank {r}: announced {length} bytes, "
+                raise DistributedError(f"islands_kit.comm.distributed: {what} from rank {r}: announced {length} bytes, "
                                        f"outside (0, {limit}]; refused before reading it")
         width = max(lens)
         mine = torch.zeros(width, dtype=torch.uint8)
@@ -363,10 +363,10 @@ class TorchDistTransport(PairMailbox, Transport):
         try:  # a rank describes only itself, within what this run allows (comm/torch_dist/world.py)
             ledger, clock, sent = merge_world(objs, rules)
         except peer.PeerError as e:
-            raise DistributedError(f"islands_kit.distributed: {e}") from None
+            raise DistributedError(f"islands_kit.comm.distributed: {e}") from None
         got = {ch: e.bytes for ch, e in ledger.channels.items()}
         if {k: v for k, v in sent.items() if v} != {k: v for k, v in got.items() if v}:
-            raise DistributedError(f"islands_kit.distributed: ledger mismatch: bytes sent {sent} != bytes received {got}")
+            raise DistributedError(f"islands_kit.comm.distributed: ledger mismatch: bytes sent {sent} != bytes received {got}")
         return ledger, clock
 
     @contextlib.contextmanager

@@ -25,7 +25,7 @@ from torch import nn
 
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import SyncConfig, _check
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.sync.diloco import DiLoCo
 from islands_kit.sync.diloco_spec import DiLoCoConfig
 
@@ -120,7 +120,7 @@ def train_tiny_moe(train: torch.Tensor, steps: int = 60, seed: int = 0, aux_loss
 
     _check(isinstance(steps, int) and steps >= 1, "steps", "must be an integer >= 1", steps)
     _check(isinstance(record_every, int) and record_every >= 1, "record_every", "must be an integer >= 1", record_every)
-    from islands_kit.presets import model_config
+    from islands_kit.config.presets import model_config
 
     cfg = model_config("smoke", **{"n_experts": 8, "aux_loss_coef": aux_loss_coef, "bias_balancing": bias_balancing,
                                    **model_overrides})
@@ -221,7 +221,7 @@ def link_durations(preset: str = "transpacific-25g", payload_bytes: int = 64 << 
 
 def bpb_ladder(train: Any, val: Any, orders: Sequence[int] = (0, 1, 2, 3)) -> dict[str, float]:
     """From 8 bpb (uniform) down: byte n-gram models of increasing order, then gzip/bz2/xz, all on ``val``."""
-    from islands_kit.metrics import compressor_bpb
+    from islands_kit.train.metrics import compressor_bpb
 
     out = {"uniform over 256 byte values": 8.0}
     for k in orders:

@@ -12,7 +12,7 @@ from typing import Any
 
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.train.result import machine_fingerprint
 
 EXPERIMENTS = tuple(EXPERIMENT_TABLE)  # one fixture per experiment of the table

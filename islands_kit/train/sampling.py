@@ -25,8 +25,8 @@ import torch
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig, _check, from_dict
 from islands_kit.io import RESULT_FILE, atomic_write_bytes
 from islands_kit.model import ByteTransformer
-from islands_kit.preflight import check_memory, check_tensors
-from islands_kit.seal import check_seal, seal
+from islands_kit.train.preflight import check_memory, check_tensors
+from islands_kit.train.seal import check_seal, seal
 
 FORMAT = "islands_kit.model/2"
 DEPLOYED = "model.pt"

@@ -162,7 +162,7 @@ def config_from_file(data: dict[str, Any], experiment: str | None, preset: str |
     ``experiment`` / ``preset`` default to the file's own (preset: then ``smoke``); an experiment given both ways
     must agree. Every key of the file is applied like a ``--set`` (``link.preset`` first sets every link field),
     so a file from ``islands-kit config`` or a ``result.json`` reproduces its config exactly."""
-    from islands_kit.presets import get_preset
+    from islands_kit.config.presets import get_preset
 
     file_exp = data.get("experiment")
     if experiment and file_exp and experiment != file_exp:

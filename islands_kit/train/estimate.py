@@ -21,8 +21,8 @@ import time
 import torch
 
 from islands_kit.config import ExperimentConfig
-from islands_kit.progress import format_duration
 from islands_kit.train.experiment import Experiment
+from islands_kit.train.progress import format_duration
 
 
 @dataclasses.dataclass(frozen=True)

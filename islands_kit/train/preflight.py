@@ -30,8 +30,8 @@ import torch
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig
 from islands_kit.data import check_corpus_spec
 from islands_kit.device import check_precision, resolve_device
-from islands_kit.islands import HARDWARE
 from islands_kit.model import ByteTransformer
+from islands_kit.train.islands import HARDWARE
 
 # per island held by a process: weights, gradients and two optimizer moments (Adam; Shampoo holds more), float32
 COPIES_PER_ISLAND = 4

@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from islands_kit.checkpoint import check_resume, read_config
 from islands_kit.config import ConfigError, ExperimentConfig
-from islands_kit.estimate import estimate_run
-from islands_kit.locks import lock_owner
 from islands_kit.notebooks import config_summary
-from islands_kit.preflight import describe_memory, preflight
-from islands_kit.progress import format_duration
+from islands_kit.records.locks import lock_owner
+from islands_kit.train.checkpoint import check_resume, read_config
+from islands_kit.train.estimate import estimate_run
+from islands_kit.train.preflight import describe_memory, preflight
+from islands_kit.train.progress import format_duration
 
 
 def dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) -> int:
-    """Make every check a run makes before training (islands_kit.preflight: config, output folder, corpus, device,
+    """Make every check a run makes before training (islands_kit.train.preflight: config, output folder, corpus, device,
     memory; the checkpoint when resuming) for each run (one, or a sweep's one per seed), say what would run, where
     each run writes, and about how long each takes here (``estimate.estimate_run``: a few timed steps)."""
     devices = []

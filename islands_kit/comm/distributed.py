@@ -89,7 +89,7 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=t))
     except Exception as e:  # DistStoreError on a rendezvous timeout, RuntimeError on a refused connection
         raise DistributedError(
-            f"islands_kit.distributed: rendezvous failed on rank {rank} of {world} (MASTER_ADDR="
+            f"islands_kit.comm.distributed: rendezvous failed on rank {rank} of {world} (MASTER_ADDR="
             f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): not every process arrived within {t:g} s "
             f"(ISLANDS_KIT_DIST_TIMEOUT_S). Cause: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         ) from e

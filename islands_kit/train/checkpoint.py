@@ -42,10 +42,10 @@ from islands_kit.comm.transport import Transport
 from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import atomic_write_bytes
 from islands_kit.model import ByteTransformer
-from islands_kit.preflight import check_tensors
-from islands_kit.seal import check_seal, seal
+from islands_kit.train.preflight import check_tensors
+from islands_kit.train.seal import check_seal, seal
 
-FORMAT = "islands_kit.checkpoint/3"  # a new layout takes a new version: a file of another version is refused
+FORMAT = "islands_kit.train.checkpoint/3"  # a new layout takes a new version: a file of another version is refused
 FILENAME = "checkpoint.pt"
 SHARDS_SHOWN = 16  # shard steps each rank reports at resume (its latest)
 ERROR_CHARS = 4096  # a rank's one-line error at resume, as sent to the others

@@ -72,7 +72,7 @@ def _cmd_notebook(args: argparse.Namespace) -> int:
 
 
 def add_notebook(sub: Sub) -> None:
-    from islands_kit.resources import resource_dir
+    from islands_kit.notebooks.resources import resource_dir
 
     names = ", ".join(sorted(q.stem for q in resource_dir("notebooks").glob("*.ipynb")))
     n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill", formatter_class=HelpFormatter,
@@ -112,7 +112,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(text)
         if args.format == "table":  # where the runs' wandb runs are (and a comparison's: PARENT/wandb)
-            from islands_kit.tracking import offline_runs_hint
+            from islands_kit.records.tracking import offline_runs_hint
 
             dirs = [Path(r["dir"]) for r in sel.results]
             roots = dirs + [w for w in dict.fromkeys(d.parent / "wandb" for d in dirs) if w.is_dir()]
@@ -150,7 +150,7 @@ def add_compare(sub: Sub) -> None:
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     """Bytes sampled from a finished run's model (the deployed one, or ``--island I``'s replica)."""
-    from islands_kit.sampling import generate, load_model, printable
+    from islands_kit.train.sampling import generate, load_model, printable
 
     model, meta = load_model(args.run_dir, args.island)
     prompt = args.prompt.encode("utf-8")
@@ -195,7 +195,7 @@ def _cmd_corpora(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    from islands_kit.envinfo import environment, format_environment
+    from islands_kit.commands.envinfo import environment, format_environment
 
     print(format_environment(environment(), short=args.short))
     return 0

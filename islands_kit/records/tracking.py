@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from islands_kit.config.strategies import modes_of
-from islands_kit.figures import save_standard_figures
-from islands_kit.records import RESULT_KEYS, dumps_strict, finite, load_result, write_json_atomic
-from islands_kit.wandb_files import offline_run_records, wait_for_offline_run
+from islands_kit.io import RESULT_KEYS, dumps_strict, finite, load_result, write_json_atomic
+from islands_kit.plots.figures import save_standard_figures
+from islands_kit.records.wandb_files import offline_run_records, wait_for_offline_run
 
 __all__ = ["RESULT_KEYS", "Tracker", "dumps_strict", "load_result", "offline_run_records", "wait_for_offline_run",
            "write_json_atomic"]
