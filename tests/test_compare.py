@@ -168,7 +168,7 @@ def test_a_comparison_folder_with_side_runs_inside_a_run_compares_the_runs(tmp_p
 
 
 def test_seed_summary_lists_each_seed_once_with_a_paired_interval_only_from_two_seeds():
-    from islands_kit.protocol.stats import paired_ratio
+    from islands_kit.stats import paired_ratio
 
     bpbs = {"baseline": [3.0, 3.2, 3.1], "two_site": [3.3, 3.36, 3.2]}
     runs = [result(e, s, b) for e, v in bpbs.items() for s, b in enumerate(v)]

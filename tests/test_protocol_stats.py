@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from islands_kit.protocol.stats import paired_ratio, pick_regret, rank_correlation, t_quantile
+from islands_kit.stats import paired_ratio, pick_regret, rank_correlation, t_quantile
 
 
 def test_t_quantile_known_values():

@@ -1,7 +1,7 @@
 """Comparisons of finished runs that refuse to mislead (``islands-kit compare``, the compare notebook).
 
 - ``rows``: the checks (same corpus, same token budget), one reference, ratios paired by seed, a note where a run
-  trained other tokens than its pair, and the statistics over seeds (``protocol.stats``: intervals only from two
+  trained other tokens than its pair, and the statistics over seeds (``stats``: intervals only from two
   seeds on)
 - ``text``: the terminal table fitted to 100 columns (``wide``: every column), Markdown, CSV, JSON, the legend
 - ``folders``: which runs a folder stands for, and which it holds that are no row of a comparison (side runs, smoke

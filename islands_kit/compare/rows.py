@@ -1,5 +1,5 @@
 """The rows of a comparison: the checks that refuse to mislead, one reference, ratios paired by seed, and the
-statistics over seeds (``protocol.stats``: a paired t interval on log-ratios, only where there are >= 2 seeds).
+statistics over seeds (``stats``: a paired t interval on log-ratios, only where there are >= 2 seeds).
 
 A comparison is a list of ``result.json`` records (:func:`islands_kit.records.tracking.load_result`). Before any number is
 lined up:
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.config.experiment_table import is_reference
-from islands_kit.protocol.stats import RatioStat, paired_ratio
+from islands_kit.stats import RatioStat, paired_ratio
 
 # config fields that change no number of a run: left out when grouping the seeds of one configuration
 _NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads",
@@ -249,7 +249,7 @@ def group_labels(rows: Sequence[dict[str, Any]], groups: Sequence[Sequence[int]]
 def seed_summary(rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration (``configuration_groups``; ``rows`` and ``results`` in the same order): its seeds (each
     once), the mean bpb over them (sample sd from 2 seeds on, else None) and the bpb ratio to the reference
-    experiment paired per seed (``protocol.stats.paired_ratio``: geometric mean, 95% interval only from 2 seeds on,
+    experiment paired per seed (``stats.paired_ratio``: geometric mean, 95% interval only from 2 seeds on,
     ``resolved`` when it excludes 1). Seeds without a same-seed reference run, or that diverged, are left out of the
     paired ratio, and ``ratio_note`` says so."""
     groups = configuration_groups(results)

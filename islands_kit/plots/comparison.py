@@ -12,7 +12,7 @@ from islands_kit import references
 from islands_kit.compare import format_bytes, ratio_words
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE, EXPERIMENTS
 from islands_kit.plots.style import _CYCLE, History, _check_runs, _series, _xlabel, color, new_figure
-from islands_kit.protocol.stats import CONFIDENCE, t_quantile
+from islands_kit.stats import CONFIDENCE, t_quantile
 
 
 def comparison_curves(groups: Mapping[str, Sequence[History]], title: str | None = None) -> Figure:

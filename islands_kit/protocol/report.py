@@ -4,7 +4,7 @@ benchmarks/RESULTS.md from its JSON and fails on any difference).
 
 Per arm: its pick (made on the tuning split), the whole grid with both splits' bpb, the pick's validation bpb per seed,
 and against its reference arm, paired per seed: the ratio at equal tokens and at equal simulated wall-clock (its
-validation curve read at the reference's finishing time), each with a paired t interval (protocol/stats.py), and the
+validation curve read at the reference's finishing time), each with a paired t interval (islands_kit/stats.py), and the
 bytes it sent. Runs made on different machines or kernel sets are never paired (the entry's ``unpaired`` names them):
 the report holds one set of entries per machine that made runs (the most complete first), and ``across_machines``
 says how far the same pick's same seed moved from one machine to another.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.protocol.runs import Run, machines, trial_scores, tune_score, tuned_pick
-from islands_kit.protocol.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
+from islands_kit.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
 from islands_kit.protocol.study import Study, Trial
 
 SCHEMA = 2
