@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from islands_kit.config import apply_overrides
 from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
 from islands_kit.protocol.points import point_root, point_studies
@@ -43,10 +44,10 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
                 continue
             chosen = pick(sub, e["arm"], proot)
             res = None if chosen is None else Run(chosen, e["seeds"][0], sub.preset, proot, "score").result()
-            if res is None:
+            if chosen is None or res is None:
                 continue
             out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": e["arm"],
-                        "width": int(e["overrides"].get("model.d_model", 0)) or None,
+                        "width": apply_overrides(sub.base_config(chosen.experiment), chosen.overrides).model.d_model,
                         "params_active": res.get("params_active"), "steps": res.get("steps"),
                         "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
                         "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"]})
