@@ -11,6 +11,7 @@ that re-makes it. One ``published_fit`` entry: the same two fits of Charles et a
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,11 +20,12 @@ from typing import Any
 from islands_kit.config import apply_overrides
 from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
-from islands_kit.protocol.points import point_root, point_studies
+from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runs import Run, pick
 from islands_kit.protocol.study import Study, StudyError, load_study
 from islands_kit.records import dumps_strict, finite
+from islands_kit.resources import resource_dir
 from islands_kit.scaling import fit, references
 
 SCHEMA = 1
@@ -113,6 +115,27 @@ def write_trend(studies: Sequence[Study], roots: Sequence[Path] | None = None) -
     path = Path(str(targets.pop()))
     path.write_text(dumps_strict(build_trend(studies, roots), indent=1) + "\n")
     return path
+
+
+def notebook_trend(preset: str, out: Path, say: Any = print) -> dict[str, Any]:
+    """The scaling notebook's document: at ``smoke`` the smoke studies (benchmarks/studies/smoke/) run here, in this
+    process, under ``out`` (finished runs are kept) and fitted; at any other preset the recorded trend
+    (benchmarks/scaling-trend.json), or, before its runs are made, the published fit alone."""
+    bench = resource_dir("benchmarks")
+    if preset == "smoke":
+        studies = [load_study(bench / "studies" / "smoke" / f"scaling-{axis}.toml") for axis in ("size", "length")]
+        roots = [Path(out) / "runs" / s.name for s in studies]
+        for s, r in zip(studies, roots):
+            made = run_points(s, r, jobs=1, say=lambda _: None, execute_run=execute_in_process)
+            say(f"{s.name}: {len(made)} runs made, the rest finished before")
+        return build_trend(studies, roots)
+    if preset != "demo":
+        raise StudyError(f"preset: the scaling trend is recorded at demo (or made at smoke), not {preset!r}")
+    recorded = bench / "scaling-trend.json"
+    if recorded.is_file():
+        return dict(json.loads(recorded.read_text()))
+    say(f"{recorded} does not exist yet: the runs are not made (see its studies' commands); the published fit alone")
+    return {"schema": SCHEMA, "studies": [], "command": "", "entries": [published_entry()]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
