@@ -187,7 +187,10 @@ def resolve(base: ExperimentConfig, preset: str, plain: dict[str, str], knobs: d
         try:
             out.update(at_global_batch(cfg, batch))
         except ConfigError as e:
-            raise KnobError(str(e).replace(f"{BATCH_KEY}:", f"{BATCH_SCALE}:", 1) if BATCH_SCALE in knobs else str(e)) from None
+            if BATCH_KEY in knobs:
+                raise
+            raise KnobError(f"{BATCH_SCALE}: {knobs[BATCH_SCALE]} x the point's global batch {global_batch(cfg)} = "
+                            f"{batch}, which breaks the batch rule ({e})") from None
         cfg = apply_overrides(base, out)
     if set(knobs) - {BATCH_KEY}:  # the scaling knobs' trials (a plain study's rows may leave the regime on purpose)
         check_regime(cfg, preset, ", ".join(f"{k}={v}" for k, v in knobs.items()))
