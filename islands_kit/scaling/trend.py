@@ -22,7 +22,7 @@ from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runs import Run, pick
+from islands_kit.protocol.runs import Run, machines, pick
 from islands_kit.protocol.study import Study, StudyError, load_study
 from islands_kit.records import dumps_strict, finite
 from islands_kit.resources import resource_dir
@@ -44,8 +44,12 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
         for e in doc["entries"]:
             if e["kind"] != "arm" or e["arm"] == e["ref"] or not e.get("ratio_n"):
                 continue
-            chosen = pick(sub, e["arm"], proot)
-            res = None if chosen is None else Run(chosen, e["seeds"][0], sub.preset, proot, "score").result()
+            chosen, res = None, None
+            for m in machines(proot):  # the machine folder holding the arm's scored runs
+                chosen = pick(sub, e["arm"], proot / m)
+                res = None if chosen is None else Run(chosen, e["seeds"][0], sub.preset, proot / m, "score").result()
+                if res is not None:
+                    break
             if chosen is None or res is None:
                 continue
             out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": e["arm"],
