@@ -737,3 +737,17 @@ def test_side_by_side_runs_equal_runs_in_turn(tmp_path):
         assert a["val_curve"] == b["val_curve"] and a["ledger"] == b["ledger"]  # bit for bit
     with pytest.raises(NotebookError, match=r"^baseline: notebooks/baseline.ipynb failed .*no-such-kernel"):
         run_comparison(exps, shared, tmp_path / "bad", kernel_name="no-such-kernel", jobs=2)
+
+
+def test_scaling_notebook_runs_the_smoke_studies_and_draws_the_trend(tmp_path):
+    """At smoke the notebook runs the two smoke scaling studies in-process, fits them and draws both panels beside
+    the published points; a second run reuses every finished run."""
+    nb = run_notebook("scaling", {"preset": "smoke"}, tmp_path)
+    assert_png(tmp_path / "scaling_trend.png")
+    text = "".join(o.get("text", "") for c in nbformat.read(nb, as_version=4).cells for o in c.get("outputs", []))
+    assert "scaling-size-smoke: 12 runs made" in text and "scaling-length-smoke: 12 runs made" in text
+    assert "size axis (Charles et al. Table 4): exponent -0.424" in text
+    assert text.count("two_site: ") == 6  # three sizes and three lengths, each with its paired ratio
+    again = run_notebook("scaling", {"preset": "smoke"}, tmp_path)
+    text = "".join(o.get("text", "") for c in nbformat.read(again, as_version=4).cells for o in c.get("outputs", []))
+    assert "scaling-size-smoke: 0 runs made" in text

@@ -1,79 +1,198 @@
-"""The scaling study on tiny points: the cross of lengths and widths, configs per point, resumable runs (a finished
-run is not run again), the table's ratios paired per seed, and the figure."""
+"""The scaling trend: the knobs (width, tokens per active parameter, length) and the regime guard, studies with
+points, the fits against independent computations (scipy.stats.linregress, the closed-form WLS), Fieller's crossing
+(bounded and unbounded), the published fit, and the trend document from a points study's runs."""
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from islands_kit import plots, scaling
-from islands_kit.config import ConfigError
+from islands_kit.config import apply_overrides
+from islands_kit.config.presets import get_preset
+from islands_kit.protocol.knobs import KnobError, active_params, outer_steps, resolve, tokens_of
+from islands_kit.protocol.points import point_root, run_points
+from islands_kit.protocol.runs import Run
+from islands_kit.protocol.study import StudyError, load_study, parse_study
+from islands_kit.scaling import fit, references, trend
 
-
-def test_cross_has_each_point_once():
-    pts = scaling.cross([10, 30, 100], [32, 64], width_at=32, length_at=30)
-    assert [(p.steps, p.width, p.axis) for p in pts] == [(10, 32, "length"), (30, 32, "both"), (100, 32, "length"),
-                                                          (30, 64, "width")]
-    with pytest.raises(ConfigError, match="scaling.lengths"):
-        scaling.cross([], [32], 32, 10)
-    with pytest.raises(ConfigError, match="scaling.widths"):
-        scaling.point_config("baseline", "smoke", scaling.Point(10, 34, "width"), 0)
-
-
-def test_point_config_resizes_the_preset():
-    cfg = scaling.point_config("two_site", "smoke", scaling.Point(40, 64, "width"), seed=3,
-                               overrides={"optim.lr": 1e-3})
-    assert (cfg.model.d_model, cfg.model.d_expert, cfg.model.n_heads, cfg.steps, cfg.seed) == (64, 64, 2, 40, 3)
-    assert cfg.optim.lr == 1e-3 and cfg.optim.warmup_steps == 4 and cfg.eval_every == 5
+ROOT = Path(__file__).resolve().parent.parent
+SIZE = ROOT / "benchmarks" / "studies" / "scaling-size.toml"
+LENGTH = ROOT / "benchmarks" / "studies" / "scaling-length.toml"
 
 
-@pytest.mark.slow
-def test_study_runs_resumes_and_tables(tmp_path):
-    lines: list[str] = []
-    kw = dict(preset="smoke", lengths=[8, 16], widths=[16, 32], width_at=32, length_at=8, seeds=[0],
-              overrides={"two_site": {"sync.diloco.merge": "keep_local", "sync.diloco.alpha": 0.0}}, log=lines.append)
-    rows = scaling.run_study(tmp_path, **kw)
-    assert len(rows) == 3 and all(k in r for r in rows for k in ("two_site_ratio", "eight_cell_ratio", "flops"))
-    r = next(r for r in rows if r["steps"] == 16)
-    base = json.loads((tmp_path / "baseline" / "w32-s16" / "seed0" / "result.json").read_text())
-    two = json.loads((tmp_path / "two_site" / "w32-s16" / "seed0" / "result.json").read_text())
-    assert r["two_site_ratio"] == two["final_val_bpb"] / base["final_val_bpb"]
-    assert r["flops"] == 6.0 * base["params_active"] * base["tokens"]
-    assert any("about" in line and "left" in line for line in lines)  # progress with an ETA
-    lines.clear()
-    again = scaling.run_study(tmp_path, **kw)  # everything finished: nothing runs, same table
-    assert again == rows and lines == ["scaling study: 9 runs, 9 already finished, 0 to go -> " + str(tmp_path)]
-    assert "| length | 32 | 16 |" in scaling.table_markdown(rows)
-    fig = plots.scaling_ratios(rows)
-    ax = fig.axes[0]
-    assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 7  # 2 strategies x 2 arms + 3 published
-    lines = {ln.get_label(): ln for ln in ax.get_lines()}
-    longer = lines["two_site: longer runs (this kit)"]  # the length arm: steps 8 and 16 at width 32
-    want = sorted(r["flops"] for r in rows if r["axis"] in ("length", "both"))
-    assert list(longer.get_xdata()) == want
-    assert lines["eight_cell: wider models (this kit)"].get_linestyle() == "--"
+def cfg_of(study, point, trial):
+    sub = study.at_point(point)
+    return apply_overrides(sub.base_config(trial.experiment), trial.overrides)
 
 
-@pytest.mark.slow
-def test_scaling_notebook_runs_the_smoke_cross_and_reuses_finished_runs(tmp_path):
-    from islands_kit.notebooks import run_notebook
+def test_the_size_axis_keeps_tokens_per_active_param_within_two_percent_and_the_regime():
+    study = load_study(SIZE)
+    actives, ratios = [], []
+    for p in study.points:
+        for arm in study.arms:
+            for t in study.at_point(p).trials(arm):
+                cfg = cfg_of(study, p, t)
+                ratios.append(tokens_of(cfg) / active_params(cfg))
+                n = outer_steps(cfg)
+                assert n is None or n >= 24, (p.name, t.describe(), n)
+                actives.append(active_params(cfg))
+    assert max(ratios) / min(ratios) - 1 < 0.02 and all(abs(r / 30.5 - 1) < 0.02 for r in ratios)
+    assert len({a for a in actives}) == 4 and max(actives) / min(actives) >= 6
 
-    params = dict(preset="smoke", lengths=[8, 16], widths=[16, 32], width_at=32, length_at=8, seeds=[0],
-                  out_dir=str(tmp_path / "study"))
-    nb = run_notebook("scaling", params, tmp_path / "nb")
-    assert (tmp_path / "study" / "scaling_ratios.png").stat().st_size > 10_000
-    table = scaling.study_table(tmp_path / "study", scaling.cross([8, 16], [16, 32], 32, 8), [0])
-    assert len(table) == 3 and all("eight_cell_ratio" in r for r in table)
-    text = nb.read_text() if hasattr(nb, "read_text") else ""
-    assert "9 to go" in text and "eight_cell" in text
+
+def test_width_scales_heads_and_experts_and_active_params_match_the_model():
+    from islands_kit.model.transformer import ByteTransformer
+
+    base = get_preset("two_site", "demo")
+    for width, heads, expert in ((32, 2, 32), (48, 2, 48), (64, 2, 64), (96, 3, 96)):
+        cfg = apply_overrides(base, resolve(base, "demo", {}, {"width": str(width)}))
+        assert (cfg.model.d_model, cfg.model.n_heads, cfg.model.d_expert) == (width, heads, expert)
+        assert active_params(cfg) == ByteTransformer(cfg.model).num_active_params()
+    with pytest.raises(KnobError, match=r"^width: 50 does not split into 2 heads of an even size"):
+        resolve(base, "demo", {}, {"width": "50"})
 
 
-def test_scaling_notebook_refuses_a_bad_parameter_in_one_line(tmp_path):
-    from islands_kit.notebooks import check_scaling_parameters
+def test_small_points_shrink_the_batch_then_h_and_out_of_regime_trials_are_refused():
+    base = get_preset("two_site", "demo")
+    sets = resolve(base, "demo", {}, {"width": "32", "tokens_per_active_param": "30.5"})
+    cfg = apply_overrides(base, sets)
+    assert sum(i.batch_size for i in cfg.islands) == 10 and cfg.sync.H == 50 and outer_steps(cfg) == 28
+    tiny = apply_overrides(base, resolve(base, "demo", {}, {"width": "32", "tokens_per_active_param": "10"}))
+    assert sum(i.batch_size for i in tiny.islands) == 10 and tiny.sync.H < 50 and outer_steps(tiny) >= 24
+    with pytest.raises(KnobError, match=r"outer steps per fragment, under the regime's 24"):
+        resolve(base, "demo", {}, {"length": "600"})  # H = 50: 12 outer steps
+    with pytest.raises(KnobError, match=r"^tokens_per_active_param: 0.01 tokens per active parameter"):
+        resolve(base, "demo", {}, {"tokens_per_active_param": "0.01"})
+    with pytest.raises(KnobError, match=r"^batch_scale: 0.5 x the point.s global batch 10 = 5, which breaks .*does not split"):
+        resolve(base, "demo", {}, {"width": "32", "tokens_per_active_param": "30.5", "batch_scale": "0.5"})
+    with pytest.raises(KnobError, match="set one of the two"):
+        resolve(base, "demo", {}, {"length": "1200", "tokens_per_active_param": "30"})
+    # the length knob scales the warm-up and the evaluations with the steps and keeps H
+    long = apply_overrides(base, resolve(base, "demo", {}, {"length": "4800"}))
+    assert (long.steps, long.optim.warmup_steps, long.eval_every, long.sync.H) == (4800, 480, 600, 50)
 
-    with pytest.raises(ConfigError, match="^preset: must be one of"):
-        check_scaling_parameters("nope", [8], [16], 16, 8, [0], {})
-    with pytest.raises(ConfigError, match="^overrides:"):
-        check_scaling_parameters("smoke", [8], [16], 16, 8, [0], {"two_sites": {}})
-    with pytest.raises(ConfigError, match="sync.HH"):
-        check_scaling_parameters("smoke", [8], [16], 16, 8, [0], {"two_site": {"sync.HH": 3}})
+
+def test_points_studies_are_checked_before_any_run():
+    doc = {"name": "p", "preset": "demo", "seeds": [0, 1, 2], "arms": {"baseline": {"experiment": "baseline"},
+           "two_site": {"experiment": "two_site", "ref": "baseline"}},
+           "points": [{"name": "a", "axis": "size", "set": {"width": "32", "tokens_per_active_param": "30.5"}}]}
+    assert [p.name for p in parse_study(doc).points] == ["a"]
+    with pytest.raises(StudyError, match=r"points\[0\]: needs a name and an axis \(size \| length\), got 'width'"):
+        parse_study({**doc, "points": [{"name": "a", "axis": "width"}]})
+    with pytest.raises(StudyError, match=r"points 'b', arms.two_site: .*under the regime's 24"):
+        parse_study({**doc, "points": [{"name": "b", "axis": "length", "set": {"length": "600"}}]})
+    with pytest.raises(StudyError, match="no rows and no report of its own"):
+        parse_study({**doc, "report": "x.json"})
+    length = load_study(LENGTH)
+    assert [p.sets["length"] for p in length.points] == ["600", "1200", "2400", "4800"] and length.seeds == [0, 1, 2]
+
+
+def test_power_fit_matches_linregress_unweighted_and_closed_form_wls_weighted():
+    rng = np.random.default_rng(0)
+    n = np.logspace(4, 7, 8)
+    gap = 0.4 * n ** -0.3 * np.exp(rng.normal(0, 0.05, n.size))
+    f = fit.power_fit(n, gap)
+    ref = stats.linregress(np.log10(n), np.log10(gap))
+    t = stats.t.ppf(0.975, n.size - 2)
+    assert f.b == pytest.approx(ref.slope, rel=1e-7) and f.b_se == pytest.approx(ref.stderr, rel=1e-5)
+    assert f.b_ci95() == pytest.approx((ref.slope - t * ref.stderr, ref.slope + t * ref.stderr), rel=1e-5)
+    assert f.b_ci95()[0] < -0.3 < f.b_ci95()[1]
+    se = gap * rng.uniform(0.02, 0.2, n.size)  # each point's own interval
+    fw = fit.power_fit(n, gap, se)
+    x, y, w = np.log10(n), np.log10(gap), 1 / (se / gap) ** 2
+    xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+    b = np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2)
+    resid = y - (ym + b * (x - xm))
+    s2 = np.sum(w * resid ** 2) / (n.size - 2)
+    assert fw.b == pytest.approx(b, rel=1e-6) and fw.b_se == pytest.approx(math.sqrt(s2 / np.sum(w * (x - xm) ** 2)), rel=1e-4)
+    # a negative gap is left out of the power law
+    assert fit.power_fit([1e4, 1e5, 1e6, 1e7], [0.02, 0.01, 0.005, -0.001]).n == 3
+    with pytest.raises(ValueError, match="at least 3 points"):
+        fit.power_fit([1e4, 1e5, 1e6], [0.02, 0.01, -0.001])
+
+
+def test_fieller_crossing_bounded_and_unbounded():
+    rng = np.random.default_rng(1)
+    n = np.logspace(4, 8, 9)
+    gap = 0.02 - 0.004 * np.log10(n) + rng.normal(0, 0.0005, n.size)  # crosses 0 at 10^5
+    ll = fit.loglinear_fit(n, gap)
+    c = fit.crossing(ll)
+    assert c.size == pytest.approx(10 ** (-ll.a / ll.b)) and c.lo < c.size < c.hi and c.lo < 1e5 < c.hi
+    t, (vaa, vab), (_, vbb) = ll.t, *ll.cov
+    for end in (c.lo, c.hi):  # Fieller's ends solve (a + θ b)^2 = t^2 (Vaa + 2θ Vab + θ^2 Vbb)
+        th = math.log10(end)
+        assert (ll.a + th * ll.b) ** 2 == pytest.approx(t * t * (vaa + 2 * th * vab + th * th * vbb), rel=1e-6)
+    flat = fit.loglinear_fit(n, 0.01 + rng.normal(0, 0.003, n.size))
+    nc = fit.crossing(flat)
+    assert nc.size is None and nc.lo is None and "unbounded" in nc.reason
+    with pytest.raises(ValueError, match="power law never crosses 0"):
+        fit.crossing(fit.power_fit(n, np.abs(gap) + 0.01))
+
+
+def test_the_published_points_and_their_fit_against_an_independent_computation():
+    pts = references.charles_m2()
+    assert [p for p, _ in pts] == [35e6, 90e6, 180e6, 335e6, 550e6, 1.3e9, 2.4e9]
+    assert [g for _, g in pts] == [0.007, 0.005, 0.003, 0.001, 0.002, 0.002, -0.001]
+    assert references.charles_m2(with_table5=True)[-2:] == ((4e9, -0.0018), (10e9, -0.0019))
+    e = trend.published_entry()
+    pos = [(p, g) for p, g in pts if g > 0]
+    slope, intercept = np.polyfit(np.log10([p for p, _ in pos]), np.log10([g for _, g in pos]), 1)
+    ref = stats.linregress(np.log10([p for p, _ in pos]), np.log10([g for _, g in pos]))
+    t = stats.t.ppf(0.975, len(pos) - 2)
+    assert e["exponent"] == pytest.approx(slope, rel=1e-6) and e["power_a"] == pytest.approx(intercept, rel=1e-6)
+    assert e["exponent_ci95"] == pytest.approx([ref.slope - t * ref.stderr, ref.slope + t * ref.stderr], rel=1e-5)
+    b, a = np.polyfit(np.log10([p for p, _ in pts]), [g for _, g in pts], 1)
+    assert e["crossing"] == pytest.approx(10 ** (-a / b), rel=1e-6) and e["crossing_ci95"] is not None
+
+
+def fake_execute(run: Run):
+    """A run in this process without training: two_site's gap falls as a power of the active parameters."""
+    cfg = apply_overrides(get_preset(run.trial.experiment, run.preset), run.trial.overrides)
+    act = active_params(cfg)
+    base = 2.0 + 0.001 * run.seed
+    val = base if run.trial.arm == "baseline" else base * (1 + 3.0 * act ** -0.5 * (1 + 0.01 * run.seed))
+    lr = float(dict(run.trial.label).get("lr_scale", "1"))
+    res = {"final_val_bpb": val, "final_tune_bpb": val + abs(lr - 1), "sim_wall_clock_s": 10.0, "cross_site_bytes": 1,
+           "ddp_equivalent_bytes": 1, "params_active": act, "tokens": tokens_of(cfg), "steps": cfg.steps,
+           "versions": {"machine": "test"}}
+    run.dir.mkdir(parents=True, exist_ok=True)
+    (run.dir / "result.json").write_text(json.dumps(res))
+    return res
+
+
+def test_the_trend_reads_each_point_and_fits_the_axis(tmp_path):
+    study = load_study(ROOT / "benchmarks" / "studies" / "smoke" / "scaling-size.toml")
+    made = run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute)
+    assert len(made) == 3 * 4 and all((point_root(tmp_path, p)).is_dir() for p in study.points)
+    assert run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute) == []  # resumable
+    doc = trend.build_trend([study], [tmp_path])
+    pts = [e for e in doc["entries"] if e["kind"] == "point"]
+    assert [e["width"] for e in pts] == [16, 24, 32] and all(e["seeds"] == [0, 1] for e in pts)
+    for e in pts:
+        want = [1 + 3.0 * e["params_active"] ** -0.5 * (1 + 0.01 * s) for s in (0, 1)]
+        assert e["ratio_mean"] == pytest.approx(math.exp(np.mean(np.log(want))))
+    f = next(e for e in doc["entries"] if e["kind"] == "fit")
+    assert f["axis"] == "size" and f["exponent"] == pytest.approx(-0.5, abs=1e-4)
+    assert f["exponent_ci95"][0] <= f["exponent"] <= f["exponent_ci95"][1]
+    assert "python -m islands_kit.scaling.trend" in f["command"]
+
+
+def test_dry_run_says_each_points_cost(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from islands_kit.protocol import command
+
+    class Est:
+        total_s = 360.0
+
+    monkeypatch.setattr(command, "estimate_run", lambda cfg: Est())
+    study = load_study(SIZE)
+    args = argparse.Namespace(action="run", dry_run=True, study=str(SIZE), arms=None, jobs=2, write=False)
+    assert command.points_command(args, study, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert out.count("16 runs (12 tuning, 4 scoring, 0 rows)") == 4
+    assert "study scaling-size: 4 points, 64 runs, 64 to run: about 6.4 CPU-hours" in out

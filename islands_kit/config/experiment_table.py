@@ -68,7 +68,7 @@ class ExperimentRow:
     marker: str = "o"
     notebook: str = ""  # notebooks/NAME.ipynb that runs it ("" = none)
     reference: bool = False
-    scaling: bool = True  # one of the scaling study's strategies (islands_kit/scaling.py: the width x length grid)
+    scaling: bool = True  # one of the strategies the old scaling cross trained (SCALING_EXPERIMENTS)
 
 
 _TABLE: tuple[ExperimentRow, ...] = (

@@ -8,8 +8,8 @@ Where each piece lives (import them all from ``islands_kit.notebooks``):
 - ``runner``: ``run_notebook`` and ``dry_run_notebook`` (used by ``islands-kit notebook``), its parameter checks
   and the relative paths it reads from the caller's folder (``resolve_path_parameters``)
 - ``configs``: ``notebook_config`` turns a notebook's parameters into a validated ``ExperimentConfig``,
-  ``resolve_out_dir`` picks the output folder; ``decoupled_pair``, ``poisoned_island_setup`` and
-  ``check_scaling_parameters`` validate the runs of the two_site, poisoned-island and scaling notebooks
+  ``resolve_out_dir`` picks the output folder; ``decoupled_pair`` and ``poisoned_island_setup`` validate the runs
+  of the two_site and poisoned-island notebooks
 - ``tables``: ``config_summary``, ``result_summary`` and the plain-text tables (``format_rows``,
   ``decoupled_table``, ``poisoned_island_table``)
 - ``runs``: ``load_run`` reads a finished run back; ``seed_groups``, ``ddp_bytes_per_step`` and ``show_frontier``
@@ -30,7 +30,6 @@ from islands_kit.notebooks.comparison import (
 from islands_kit.notebooks.configs import (
     POISONED_RUNS,
     check_overrides,
-    check_scaling_parameters,
     decoupled_pair,
     notebook_config,
     poisoned_island_setup,
@@ -56,7 +55,7 @@ from islands_kit.notebooks.tables import config_summary, decoupled_table, format
 
 __all__ = [
     "EXPERIMENT_NOTEBOOKS", "KERNEL_QUIET", "NOTEBOOK_DIR", "POISONED_RUNS", "STANDARD_FIGURES", "NotebookError",
-    "check_overrides", "check_parameters", "check_scaling_parameters", "comparison_experiments", "comparison_report",
+    "check_overrides", "check_parameters", "comparison_experiments", "comparison_report",
     "comparison_setup", "comparison_to_wandb", "config_summary", "ddp_bytes_per_step", "decoupled_pair",
     "decoupled_table", "dry_run_notebook",
     "experiment_setup", "format_rows", "load_run", "notebook_config", "notebook_parameters", "notebook_path",

@@ -1,11 +1,11 @@
 """A notebook's parameters turned into validated configs before anything trains: one run's config
 (``notebook_config``) and output folder, the two_site notebook's lock-step vs decoupled pair, the poisoned-island
-notebook's three runs and the scaling notebook's cross of points. A bad value raises ConfigError naming the field."""
+notebook's three runs. A bad value raises ConfigError naming the field."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from islands_kit.config import LINK_PRESETS, ExperimentConfig, _check, apply_overrides
 
@@ -132,24 +132,3 @@ def poisoned_island_setup(preset: str, seed: int, steps: int, attack: str, attac
     tokens_per_step = clean.model.seq_len * sum(i.batch_size for i in clean.islands)
     out = resolve_out_dir(out_dir, Path("runs") / f"poisoned_island-{preset}-s{seed}")
     return {"runs": runs, "labels": labels, "start": start, "start_tokens": start * tokens_per_step, "out": out}
-
-
-def check_scaling_parameters(preset: str, lengths: Sequence[int], widths: Sequence[int], width_at: int,
-                             length_at: int, seeds: Sequence[int], overrides: Mapping[str, Any] | None) -> None:
-    """The scaling notebook's parameters, each refused in one line naming it before anything trains: the preset, the
-    cross (``scaling.cross``), the seeds, and per-experiment overrides — every point's config is built once."""
-    from islands_kit import scaling
-    from islands_kit.config.presets import PRESETS
-
-    _check(preset in PRESETS, "preset", "must be one of " + "|".join(PRESETS), preset)
-    for name, v in (("width_at", width_at), ("length_at", length_at)):
-        _check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name, "must be an integer >= 1", v)
-    _check(isinstance(seeds, (list, tuple)) and len(seeds) >= 1 and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds), "seeds",
-        "must be a non-empty list of integers >= 0", seeds)
-    ov = overrides or {}
-    _check(isinstance(ov, Mapping) and all(k in scaling.EXPERIMENTS and isinstance(v, Mapping) for k, v in ov.items()),
-           "overrides", "must map experiment names (" + "|".join(scaling.EXPERIMENTS) + ") to {--set key: value}", ov)
-    for p in scaling.cross(list(lengths), list(widths), width_at, length_at):
-        for e in scaling.EXPERIMENTS:
-            scaling.point_config(e, preset, p, seeds[0], ov.get(e))

@@ -17,14 +17,15 @@ Where each figure lives (call them all as ``plots.NAME``):
 - ``runs``: bpb curves and seed bands, bytes on the link, routing load, balance score vs load
 - ``decoupled``: each island's step clock in a decoupled run
 - ``orbital``: the satellites' contact windows with the sync events on them
-- ``comparison``: the comparison's curves (``compare --plot``), the compare table's bars, the scaling study's
-  ratios, the quality-vs-bytes frontier
+- ``comparison``: the comparison's curves (``compare --plot``), the compare table's bars, the quality-vs-bytes
+  frontier
+- ``scaling``: the scaling trend (the two-site gap vs active parameters and vs tokens, our fits, the published points)
 - ``schedules``: Streaming DiLoCo and butterfly timelines, butterfly mixing matrices
 - ``teaching``: the tour's bits-per-byte bars, routing states, loss curves, transfer times
 """
 from __future__ import annotations
 
-from islands_kit.plots.comparison import comparison_bars, comparison_curves, frontier, scaling_ratios
+from islands_kit.plots.comparison import comparison_bars, comparison_curves, frontier
 from islands_kit.plots.decoupled import decoupled_clocks
 from islands_kit.plots.orbital import contact_windows
 from islands_kit.plots.output import save, show
@@ -37,5 +38,5 @@ __all__ = [
     "COLORS", "X_AXES", "History", "balance_vs_load", "bpb_band", "bpb_bars", "bpb_curves", "butterfly_timeline", "color",
     "comparison_bars", "comparison_curves",
     "contact_windows", "decoupled_clocks", "fragment_timeline", "frontier", "link_bytes", "loss_curves", "mixing_matrices",
-    "new_figure", "routing_load", "routing_states", "save", "scaling_ratios", "show", "transfer_times",
+    "new_figure", "routing_load", "routing_states", "save", "show", "transfer_times",
 ]

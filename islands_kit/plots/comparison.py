@@ -8,9 +8,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from islands_kit import references
 from islands_kit.compare import format_bytes, ratio_words
-from islands_kit.config.experiment_table import EXPERIMENT_TABLE, EXPERIMENTS
+from islands_kit.config.experiment_table import EXPERIMENTS
 from islands_kit.plots.style import _CYCLE, History, _check_runs, _series, _xlabel, color, new_figure
 from islands_kit.stats import CONFIDENCE, t_quantile
 
@@ -112,45 +111,6 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
         ax.set_xlabel("experiment")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title or " vs ".join(EXPERIMENTS))
-    return fig
-
-
-def scaling_ratios(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
-    """bpb ratio to the synchronous baseline vs training FLOPs: our two_site and eight_cell points (mean over seeds,
-    seeds as small dots) beside the published DiLoCo points (Charles et al. 2025, Table 4: M = 2 and M = 8) and
-    Streaming DiLoCo (Douillard et al. 2025, M = 2), whose FLOPs assume ~20 tokens per parameter (Chinchilla)."""
-    if not rows:
-        raise ValueError("scaling_ratios: no finished points to draw (run the study first)")
-    fig, ax = new_figure(width=7.2, height=4.4)
-    # the two arms of the cross are two lines per strategy: longer runs at one width (solid), wider models at one
-    # length (dashed); the point where they meet belongs to both
-    arms = (("length", "longer runs", "-"), ("width", "wider models", "--"))
-    for e, marker in ((r.name, r.marker) for r in EXPERIMENT_TABLE.values() if not r.reference):
-        for axis, what, style in arms:
-            pts: dict[float, list[float]] = {}
-            for r in rows:
-                if f"{e}_ratio" in r and r.get("axis", axis) in (axis, "both"):
-                    pts.setdefault(float(r["flops"]), []).append(100.0 * (r[f"{e}_ratio"] - 1.0))
-            if not pts:
-                continue
-            xs = sorted(pts)
-            for x in xs:
-                if len(pts[x]) > 1:
-                    ax.scatter([x] * len(pts[x]), pts[x], s=8, color=color(e, 0), alpha=0.4)
-            ax.plot(xs, [float(np.mean(pts[x])) for x in xs], marker=marker, linestyle=style, color=color(e, 0),
-                    markerfacecolor=color(e, 0) if style == "-" else "white", label=f"{e}: {what} (this kit)")
-    refs = (("DiLoCo M=2 (Charles et al. 2025)", references.REFERENCE_DILOCO_M2, "two_site", "^"),
-            ("DiLoCo M=8 (Charles et al. 2025)", references.REFERENCE_DILOCO_M8, "eight_cell", "^"),
-            ("Streaming DiLoCo M=2 (Douillard et al. 2025)", references.REFERENCE_STREAMING_M2, "two_site", "x"))
-    for label, pts_ref, like, marker in refs:
-        ax.plot([references.reference_flops(n) for n, _ in pts_ref], [100.0 * d for _, d in pts_ref], linestyle=":",
-                marker=marker, color=color(like, 0), markerfacecolor="none", label=label)
-    ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("training compute (FLOPs, 6 x active params x tokens; published: 20 tokens/param assumed)")
-    ax.set_ylabel("bpb / loss vs synchronous baseline (%)")
-    ax.set_title(title or "Gap to synchronous training vs compute")
-    ax.legend(fontsize=7)
     return fig
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from islands_kit.config import apply_overrides
 from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
+from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import known_runs, run_study
 from islands_kit.protocol.runs import Run, this_machine
@@ -98,6 +99,36 @@ def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str,
     return doc
 
 
+def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
+    """``study run|report`` of a study with points: per point its dry run, its runs or its report and ledger."""
+    subs = point_studies(study)
+    if args.action == "run" and args.dry_run:
+        costs = [dry_run(sub, point_root(root, p)) for p, sub in subs]
+        print(f"study {study.name}: {len(subs)} points, {sum(c['runs'] for c in costs)} runs, "
+              f"{sum(c['left'] for c in costs)} to run: about {sum(c['cpu_hours'] for c in costs):.1f} CPU-hours")
+        return 0
+    if args.action == "run":
+        for p, sub in subs:
+            ledger = ledger_path(sub)
+            if ledger is not None and (n := restore(sub, point_root(root, p), ledger)):
+                print(f"study {sub.name}: {n} finished runs restored from {ledger}")
+        arms = [a for a in args.arms.split(",") if a] if args.arms else None
+        made = run_points(study, root, jobs=args.jobs, arms=arms)
+        print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
+              f"islands-kit study report {shlex.quote(args.study)} --write")
+        return 0
+    for p, sub in subs:
+        doc = finite(make_report(sub, point_root(root, p), f"islands-kit study run {study.path} --jobs 2"))
+        if args.write and sub.report:
+            Path(sub.report).parent.mkdir(parents=True, exist_ok=True)
+            Path(sub.report).write_text(dumps_strict(doc, indent=1) + "\n")
+            ledger = ledger_path(sub)
+            assert ledger is not None
+            write_ledger(sub, point_root(root, p), ledger)
+        print(render(doc))
+    return 0
+
+
 def _cmd(args: argparse.Namespace) -> int:
     try:
         study = load_study(args.study)
@@ -105,6 +136,8 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"islands-kit study: {e}")
         return 2
     root = Path(args.out) if args.out else default_root(study)
+    if study.points:
+        return points_command(args, study, root)
     if args.action == "run" and args.dry_run:
         dry_run(study, root)
         return 0

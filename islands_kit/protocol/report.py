@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.protocol.runs import Run, machines, trial_scores, tune_score, tuned_pick
-from islands_kit.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
 from islands_kit.protocol.study import Study, Trial
+from islands_kit.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
 
 SCHEMA = 2
 

@@ -36,7 +36,8 @@ from typing import Any
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.presets import PRESETS, get_preset
-from islands_kit.protocol.batch import BATCH_KEY, at_global_batch
+from islands_kit.protocol.batch import BATCH_KEY
+from islands_kit.protocol.knobs import KNOBS, resolve
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,6 +99,19 @@ class Row:
     control: str | None = None
 
 
+@dataclass(frozen=True)
+class Point:
+    """One point of a scaling study: ``axis`` (size | length) and its knob values (``sets``: width,
+    tokens_per_active_param, length, lr_scale, or any ``--set`` key); every arm is tuned and scored there."""
+
+    name: str
+    axis: str
+    sets: dict[str, str]
+
+
+AXES = ("size", "length")
+
+
 @dataclass
 class Study:
     name: str
@@ -110,20 +124,31 @@ class Study:
     report: str | None = None
     description: str = ""
     path: Path | None = None
+    points: list[Point] = field(default_factory=list)
+    point_reports: str | None = None  # the folder of the points' reports and ledgers
+    trend: str | None = None  # the scaling trend's JSON (islands_kit/scaling/trend.py)
 
     # -- expansion -----------------------------------------------------------------------------------------------
     def base_config(self, experiment: str) -> ExperimentConfig:
         return get_preset(experiment, self.preset)
 
     def expand(self, experiment: str, settings: dict[str, str]) -> dict[str, str]:
-        """The ``--set`` overrides of ``settings`` (``batch`` resolved into its keys), checked against the config."""
-        plain = {k: v for k, v in settings.items() if k != BATCH_KEY}
-        out = {**RUN_SETS, **self.sets, **plain}
-        cfg = apply_overrides(self.base_config(experiment), out)
-        if BATCH_KEY in settings:
-            out.update(at_global_batch(cfg, _as_int(settings[BATCH_KEY], f"{BATCH_KEY}")))
-            apply_overrides(self.base_config(experiment), out)  # the moved keys must make a valid config too
+        """The ``--set`` overrides of the study's and ``settings``' (``batch`` and the scaling knobs resolved into
+        their keys: protocol/knobs.py), checked against the config."""
+        merged = {**self.sets, **settings}
+        knobs = {k: v for k, v in merged.items() if k in KNOBS or k == BATCH_KEY}
+        plain = {k: v for k, v in merged.items() if k not in knobs}
+        base = self.base_config(experiment)
+        out = resolve(base, self.preset, {**RUN_SETS, **plain}, knobs)
+        apply_overrides(base, out)  # the moved keys must make a valid config too
         return out
+
+    def at_point(self, point: Point) -> Study:
+        """The study at one of its points: its arms and grids with the point's knobs set, tuned and scored on their
+        own (runs under ``<root>/<point>``, report ``<reports>/<study>-<point>.json``)."""
+        report = f"{self.point_reports}/{self.name}-{point.name}.json" if self.point_reports else None
+        return Study(f"{self.name}-{point.name}", self.preset, self.seeds, self.tune_seeds, {**self.sets, **point.sets},
+                     self.arms, [], report, f"{self.description} (point {point.name})", self.path)
 
     def trials(self, arm: str) -> list[Trial]:
         a = self.arms[arm]
@@ -162,14 +187,6 @@ class Study:
 
 
 # -- loading ---------------------------------------------------------------------------------------------------------
-def _as_int(v: Any, where: str) -> int:
-    try:
-        out = int(str(v))
-    except ValueError:
-        raise StudyError(f"{where}: must be a whole number (got {v!r})") from None
-    return out
-
-
 def _strings(d: Any, where: str) -> dict[str, str]:
     if not isinstance(d, dict):
         raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
@@ -190,11 +207,29 @@ def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
         raise StudyError(f"{where}: unknown field(s) {', '.join(extra)} (allowed: {', '.join(sorted(keys))})")
 
 
+def _points(raw: Any, w: str) -> list[Point]:
+    if not isinstance(raw, list):
+        raise StudyError(f"{w}points: must be a list of tables ([[points]])")
+    out = []
+    for i, p in enumerate(raw):
+        pw = f"{w}points[{i}]"
+        if not isinstance(p, dict):
+            raise StudyError(f"{pw}: must be a table")
+        _allowed(p, {"name", "axis", "set"}, pw)
+        if "name" not in p or p.get("axis") not in AXES:
+            raise StudyError(f"{pw}: needs a name and an axis ({' | '.join(AXES)}), got {p.get('axis')!r}")
+        out.append(Point(str(p["name"]), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set")))
+    if len({p.name for p in out}) != len(out):
+        raise StudyError(f"{w}points: two points share a name")
+    return out
+
+
 def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     """A study from a parsed TOML document; every field checked, every trial expanded once (so a bad key or value
     fails here, naming it, before any run)."""
     w = f"{path}: " if path else ""
-    _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report"}, w.rstrip(": ") or "study")
+    _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
+                   "point_reports", "trend"}, w.rstrip(": ") or "study")
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
@@ -246,8 +281,20 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     if len(set(names)) != len(names):
         raise StudyError(f"{w}rows: two rows share a name")
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
-                  arms, rows, doc.get("report"), str(doc.get("description", "")), path)
+                  arms, rows, doc.get("report"), str(doc.get("description", "")), path,
+                  _points(doc.get("points", []), w), doc.get("point_reports"), doc.get("trend"))
     study.check_budgets()
+    if study.points:
+        if rows or study.report:
+            raise StudyError(f"{w}points: a study with points has no rows and no report of its own (each point's "
+                             "report goes to point_reports)")
+        for pt in study.points:  # every trial at every point: a knob that cannot be made (or leaves the regime) fails now
+            for name in arms:
+                try:
+                    study.at_point(pt).trials(name)
+                except ValueError as e:
+                    raise StudyError(f"{w}points '{pt.name}', arms.{name}: {e}") from None
+        return study
     stand_in = {}
     for name in arms:
         try:

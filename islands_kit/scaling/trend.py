@@ -1,0 +1,162 @@
+"""A scaling study's points, read through the protocol's report (and ledger), into ``benchmarks/scaling-trend.json``.
+
+One ``point`` entry per (point, non-reference arm): ``axis`` (size | length), ``width``, ``params_active``,
+``steps``, ``tokens`` (of the arm's pick), ``arm``, ``seeds`` (paired with the reference), ``ratio_mean`` and
+``ratio_ci95`` (islands_kit/stats.py). One ``fit`` entry per axis and arm: the power law's ``exponent`` with
+``exponent_ci95`` over the points with a positive gap, and the log-linear fit's ``crossing`` (the size, or tokens,
+where the fitted gap reaches 0; null when its Fieller interval is unbounded, with the reason), and the ``command``
+that re-makes it. One ``published_fit`` entry: the same two fits of Charles et al.'s Table 4 M = 2 points.
+
+    python -m islands_kit.scaling.trend benchmarks/studies/scaling-size.toml benchmarks/studies/scaling-length.toml
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from islands_kit.config import apply_overrides
+from islands_kit.io import dumps_strict, finite
+from islands_kit.notebooks.resources import resource_dir
+from islands_kit.protocol.command import default_root
+from islands_kit.protocol.ledger import ledger_path, restore
+from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
+from islands_kit.protocol.report import make_report
+from islands_kit.protocol.runs import Run, machines, pick
+from islands_kit.protocol.study import Study, StudyError, load_study
+from islands_kit.scaling import fit, references
+
+SCHEMA = 1
+X_OF_AXIS = {"size": "params_active", "length": "tokens"}
+
+
+def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
+    """Every finished point of ``study`` (restored from its ledgers where the run folders are missing)."""
+    out = []
+    for p, sub in point_studies(study):
+        proot = point_root(root, p)
+        ledger = ledger_path(sub)
+        if ledger is not None:
+            restore(sub, proot, ledger)
+        doc = make_report(sub, proot, "trend")
+        for e in doc["entries"]:
+            if e["kind"] != "arm" or e["arm"] == e["ref"] or not e.get("ratio_n"):
+                continue
+            chosen, res = None, None
+            for m in machines(proot):  # the machine folder holding the arm's scored runs
+                chosen = pick(sub, e["arm"], proot / m)
+                res = None if chosen is None else Run(chosen, e["seeds"][0], sub.preset, proot / m, "score").result()
+                if res is not None:
+                    break
+            if chosen is None or res is None:
+                continue
+            out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": e["arm"],
+                        "width": apply_overrides(sub.base_config(chosen.experiment), chosen.overrides).model.d_model,
+                        "params_active": res.get("params_active"), "steps": res.get("steps"),
+                        "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
+                        "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"]})
+    return out
+
+
+def fit_entry(axis: str, arm: str, points: Sequence[dict[str, Any]], command: str) -> dict[str, Any]:
+    """The axis's fits over its points (exponent and crossing None, with a note, below three usable points)."""
+    x_key = X_OF_AXIS[axis]
+    pts = [p for p in points if p["ratio_ci95"] is not None and p[x_key]]
+    x = [float(p[x_key]) for p in pts]
+    gap = [p["ratio_mean"] - 1.0 for p in pts]
+    se = [fit.se_from_ci(*p["ratio_ci95"]) for p in pts]
+    entry: dict[str, Any] = {"kind": "fit", "axis": axis, "arm": arm, "x": x_key, "model": "power law over the "
+                             "positive gaps (WLS, log-log); crossing from gap linear in log10 x (Fieller)",
+                             "exponent": None, "exponent_ci95": None, "points_in_power_fit": sum(g > 0 for g in gap),
+                             "crossing": None, "crossing_ci95": None, "crossing_note": "", "command": command}
+    try:
+        pw = fit.power_fit(x, gap, se)
+        entry.update({"exponent": pw.b, "exponent_ci95": list(pw.b_ci95()), "power_a": pw.a, "power_cov": pw.cov})
+    except ValueError as e:
+        entry["exponent_note"] = str(e)
+    try:
+        ll = fit.loglinear_fit(x, gap, se)
+        c = fit.crossing(ll)
+        entry.update({"crossing": c.size, "crossing_ci95": None if c.lo is None else [c.lo, c.hi],
+                      "crossing_note": c.reason, "loglinear_a": ll.a, "loglinear_b": ll.b, "loglinear_cov": ll.cov})
+    except ValueError as e:
+        entry["crossing_note"] = str(e)
+    return entry
+
+
+def published_entry() -> dict[str, Any]:
+    pts = references.charles_m2()
+    n, gap = [p for p, _ in pts], [g for _, g in pts]
+    pw, ll = fit.power_fit(n, gap), fit.loglinear_fit(n, gap)
+    c = fit.crossing(ll)
+    return {"kind": "published_fit", "axis": "size", "source": references.SOURCE, "points": [list(p) for p in pts],
+            "exponent": pw.b, "exponent_ci95": list(pw.b_ci95()), "power_a": pw.a, "power_cov": pw.cov,
+            "points_in_power_fit": pw.n, "crossing": c.size, "crossing_ci95": None if c.lo is None else [c.lo, c.hi],
+            "crossing_note": c.reason, "loglinear_a": ll.a, "loglinear_b": ll.b, "loglinear_cov": ll.cov}
+
+
+def build_trend(studies: Sequence[Study], roots: Sequence[Path] | None = None) -> dict[str, Any]:
+    """The trend document of ``studies`` (their runs under ``roots``, default runs/studies/NAME)."""
+    roots = list(roots) if roots is not None else [default_root(s) for s in studies]
+    files = " ".join(str(s.path) for s in studies)
+    command = (" && ".join(f"islands-kit study run {s.path} --jobs 2 && islands-kit study report {s.path} --write"
+                           for s in studies) + f" && python -m islands_kit.scaling.trend {files}")
+    points = [e for s, r in zip(studies, roots) for e in point_entries(s, r)]
+    fits = []
+    for axis in sorted({p.axis for s in studies for p in s.points}):
+        for arm in sorted({e["arm"] for e in points if e["axis"] == axis}):
+            fits.append(fit_entry(axis, arm, [e for e in points if e["axis"] == axis and e["arm"] == arm], command))
+    return finite({"schema": SCHEMA, "studies": [s.name for s in studies], "command": command,
+                   "entries": points + fits + [published_entry()]})
+
+
+def write_trend(studies: Sequence[Study], roots: Sequence[Path] | None = None) -> Path:
+    targets = {s.trend for s in studies}
+    if len(targets) != 1 or None in targets:
+        raise StudyError(f"trend: the studies must name one trend file (got {sorted(map(str, targets))})")
+    path = Path(str(targets.pop()))
+    path.write_text(dumps_strict(build_trend(studies, roots), indent=1) + "\n")
+    return path
+
+
+def notebook_trend(preset: str, out: Path, say: Any = print) -> dict[str, Any]:
+    """The scaling notebook's document: at ``smoke`` the smoke studies (benchmarks/studies/smoke/) run here, in this
+    process, under ``out`` (finished runs are kept) and fitted; at any other preset the recorded trend
+    (benchmarks/scaling-trend.json), or, before its runs are made, the published fit alone."""
+    bench = resource_dir("benchmarks")
+    if preset == "smoke":
+        studies = [load_study(bench / "studies" / "smoke" / f"scaling-{axis}.toml") for axis in ("size", "length")]
+        roots = [Path(out) / "runs" / s.name for s in studies]
+        for s, r in zip(studies, roots):
+            made = run_points(s, r, jobs=1, say=lambda _: None, execute_run=execute_in_process)
+            say(f"{s.name}: {len(made)} runs made, the rest finished before")
+        return build_trend(studies, roots)
+    if preset != "demo":
+        raise StudyError(f"preset: the scaling trend is recorded at demo (or made at smoke), not {preset!r}")
+    recorded = bench / "scaling-trend.json"
+    if recorded.is_file():
+        return dict(json.loads(recorded.read_text()))
+    say(f"{recorded} does not exist yet: the runs are not made (see its studies' commands); the published fit alone")
+    return {"schema": SCHEMA, "studies": [], "command": "", "entries": [published_entry()]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m islands_kit.scaling.trend STUDY.toml [STUDY.toml ...]")
+        return 2
+    try:
+        studies = [load_study(a) for a in args]
+        if any(not s.points for s in studies):
+            raise StudyError("trend: every study must have [[points]]")
+        print(f"wrote {write_trend(studies)}")
+    except StudyError as e:
+        print(f"scaling trend: {e}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
