@@ -87,10 +87,11 @@ def worker(args: argparse.Namespace) -> None:
     from islands_kit.comm.distributed import make_transport
     from islands_kit.comm.torch_dist import META_BYTES
     from islands_kit.run import Experiment
+    from islands_kit.sync.registry import link_model
 
     cfg = _config(args)
     counts = _count_wire()
-    transport = make_transport(cfg)
+    transport = make_transport(cfg, link_model(cfg))
     exp = Experiment(cfg, None, transport)
     transport.barrier()
     times, cpu = _step_times(exp, args.steps)

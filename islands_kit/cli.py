@@ -131,8 +131,9 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
     transport = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by torchrun: torch.distributed transport
         from islands_kit.comm.distributed import make_transport
+        from islands_kit.sync.registry import link_model
 
-        transport = make_transport(cfg)
+        transport = make_transport(cfg, link_model(cfg))
     res = run_experiment(cfg, out, transport, resume=resume)
     if res is not None and getattr(res, "get", None) and res.get("final_val_bpb") is not None and is_writer():
         bpb = (f"DIVERGED at step {res['diverged_at_step']} ({res['diverged_reason']}), final_val_bpb=nan"

@@ -46,5 +46,5 @@ if __name__ == "__main__":
     from islands_kit.cli import main
 
     plain = distributed.make_transport
-    distributed.make_transport = lambda cfg: plain(cfg, FaultyTransport)  # the CLI imports it at call time
+    distributed.make_transport = lambda cfg, link: plain(cfg, link, FaultyTransport)  # the CLI imports it at call time
     sys.exit(main(sys.argv[1:]))

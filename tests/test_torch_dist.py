@@ -346,7 +346,7 @@ def test_wrong_world_size_names_the_field(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setenv("WORLD_SIZE", "5")
     with pytest.raises(ConfigError, match=r"islands\[\*\]\.dp_ranks: WORLD_SIZE must equal len\(islands\) = 2 .* = 3 .*got WORLD_SIZE=5"):
-        make_transport(get_preset("two_site", "smoke"))
+        make_transport(get_preset("two_site", "smoke"), None)  # refused before the link is used
 
 
 def test_decoupled_needs_one_process_per_island(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -357,7 +357,7 @@ def test_decoupled_needs_one_process_per_island(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("WORLD_SIZE", "3")
     cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(["sync.mode=decoupled"]))
     with pytest.raises(ConfigError, match=r"islands\[\*\]\.dp_ranks: sync\.mode=decoupled runs one process per island"):
-        make_transport(cfg)
+        make_transport(cfg, None)  # refused before the link is used
 
 
 @pytest.mark.parametrize("sets,field", [
@@ -369,7 +369,7 @@ def test_unsupported_under_torch_distributed_names_the_field(monkeypatch: pytest
     monkeypatch.setenv("WORLD_SIZE", "2")
     cfg = apply_overrides(get_preset("two_site", "smoke"), parse_set(sets + ["sync.strategy=diloco"]))
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-        make_transport(cfg)
+        make_transport(cfg, None)  # refused before the link is used
 
 
 def test_undefended_nan_island_diverges_at_the_same_step_as_the_simulator(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Launch glue for torch.distributed: ``init_from_env`` (torchrun's environment -> a process group with bounded waits)
-and ``make_transport(cfg)`` (a ``TorchDistTransport`` for the config, after checking WORLD_SIZE against it).
+and ``make_transport(cfg, link)`` (a ``TorchDistTransport`` for the config over the run's link model, after checking WORLD_SIZE against it).
 
     torchrun --standalone --nproc-per-node 2 -m islands_kit run two_site --preset smoke --out runs/two_site-dist
     torchrun --standalone --nproc-per-node 8 -m islands_kit run eight_cell --preset smoke --out runs/eight_cell-dist
@@ -97,10 +97,11 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     return rank, world
 
 
-def make_transport(cfg: ExperimentConfig,
+def make_transport(cfg: ExperimentConfig, link: LinkModel,
                    transport_cls: type[TorchDistTransport] = TorchDistTransport) -> TorchDistTransport:
-    """A ``TorchDistTransport`` (or the subclass ``transport_cls``: the tests' fault injection) for ``cfg``,
-    initialising torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
+    """A ``TorchDistTransport`` (or the subclass ``transport_cls``: the tests' fault injection) for ``cfg`` over the
+    run's link model ``link`` (the strategy's: ``sync.registry.link_model(cfg)``, as the simulator's), initialising
+    torch.distributed if needed. WORLD_SIZE is checked against the config *before* the rendezvous, so a
     wrong process count fails at once on every rank."""
     layout = RankLayout.for_world(cfg, world_size())  # raises a ConfigError naming islands[*].dp_ranks
     decoupled = cfg.sync.traits.own_clocks
@@ -115,7 +116,7 @@ def make_transport(cfg: ExperimentConfig,
                           f"lock-step collective needs every island); the in-process simulator has both (got "
                           f"{f.preempt_island})")
     init_from_env()
-    return transport_cls(layout, LinkModel(cfg.link, seed=cfg.seed), decoupled=decoupled)
+    return transport_cls(layout, link, decoupled=decoupled)
 
 
 def shutdown() -> None:

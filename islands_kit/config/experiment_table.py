@@ -69,6 +69,7 @@ class ExperimentRow:
     notebook: str = ""  # notebooks/NAME.ipynb that runs it ("" = none)
     reference: bool = False
     scaling: bool = True  # one of the strategies the old scaling cross trained (SCALING_EXPERIMENTS)
+    compare: bool = True  # in the default comparison (``make demo``, notebooks/compare.py) when it has a notebook
 
 
 _TABLE: tuple[ExperimentRow, ...] = (
@@ -100,6 +101,18 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        butterfly=dict(exchanges_per_window=6, merge="delay_aware", final_average=True)),
                   demo={"optim": {"lr": 7.14e-3}, "sync": {"butterfly": {"exchanges_per_window": 16}}},
                   color="#2ca02c", marker="s", notebook="eight_cell"),
+    # two sites of four cells (the eight cells' batches, so the baseline's global batch): each site's cells average
+    # their replicas every H1 = 10 steps over the site's fast link, and the sites run two_site's streaming DiLoCo
+    # (H2 = 50, int4 with error feedback, keep_local, int8 final flush) over the WAN through a hierarchical all-reduce
+    # (sync/hierarchical.py). Untuned: two_site's lr and outer step; the plain mean (the hierarchical all-reduce sums).
+    # Not in the default comparison until it is tuned and scored like the others (benchmarks/studies/hierarchical-h1.toml)
+    ExperimentRow("hierarchical", "two sites of four cells: site syncs every H1, DiLoCo across the WAN every H2", cells(8),
+                  dict(strategy="hierarchical", H=50, n_fragments=2, tau=1, codec="int4", stochastic_rounding=True,
+                       error_feedback=True, routing_sync=True,
+                       diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, merge="keep_local", final_codec="int8"),
+                       hierarchical=dict(cells_per_site=4, site_every=10, site_mode="mean", site_link="intra-dc")),
+                  demo={"optim": {"lr": 3e-3}},
+                  color="#ff7f0e", marker="v", notebook="hierarchical", compare=False),
     # a ground station's island and four satellites of a ring of nine (orbital/settings.py: islands, time compression, tokens),
     # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings, the
     # synchroniser's grace about one demo tick, and an outer gradient that waited for a pass past its merge carried

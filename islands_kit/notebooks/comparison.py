@@ -23,8 +23,10 @@ from islands_kit.train.progress import format_duration
 
 def comparison_experiments(experiments: Sequence[str]) -> list[str]:
     """``experiments``, or when empty every experiment of the table with a notebook that runs on the link a
-    comparison shares (a row that sets its own link, the orbit's, is compared on its own)."""
-    return list(experiments) or [r.name for r in EXPERIMENT_TABLE.values() if r.notebook and "link" not in r.settings]
+    comparison shares (a row that sets its own link, the orbit's, is compared on its own) and that the table puts
+    in the default comparison (``ExperimentRow.compare``)."""
+    return list(experiments) or [r.name for r in EXPERIMENT_TABLE.values()
+                                 if r.notebook and r.compare and "link" not in r.settings]
 
 
 def comparison_setup(experiments: Sequence[str], preset: str, seed: int, steps: int, corpus: str, link: str,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from islands_kit.config import ConfigError, ExperimentConfig, SyncConfig
 from islands_kit.config.strategies import STRATEGY_TRAITS, StrategyTraits, add_traits
@@ -25,6 +25,7 @@ from islands_kit.sync.hooks import Hooks
 if TYPE_CHECKING:
     from torch import nn
 
+    from islands_kit.comm.link import LinkModel
     from islands_kit.comm.transport import Transport
     from islands_kit.sync.base import SyncStrategy
 
@@ -44,16 +45,20 @@ class BuildArgs:
 
 
 Builder = Callable[[BuildArgs], "SyncStrategy"]
+LinkBuilder = Callable[[ExperimentConfig], "LinkModel"]
 
 
 @dataclass(frozen=True)
 class StrategySpec:
     """One strategy: its traits, its builder (a callable, or ``"module:function"`` imported when first built) and
-    the settings sections it owns (``sync.<key>.*``; none when it has no knobs of its own)."""
+    the settings sections it owns (``sync.<key>.*``; none when it has no knobs of its own). ``link``: a strategy
+    whose islands talk over more than one kind of link (the hierarchical sites' fast link beside the WAN) names how
+    its link model is built from the config (a callable or ``"module:function"``): the transport is made with it."""
 
     traits: StrategyTraits
     builder: Builder | str
     sections: tuple[Section, ...] = ()
+    link: LinkBuilder | str | None = None  # the run's link model from its config; None = one ``link.*`` for every pair
 
     @property
     def name(self) -> str:
@@ -72,9 +77,29 @@ class StrategySpec:
         """The strategy over ``args``; a builder named by path is imported from its module first."""
         if not isinstance(self.builder, str):
             return self.builder(args)
-        module, _, attr = self.builder.partition(":")
-        made: SyncStrategy = getattr(importlib.import_module(module), attr)(args)
+        made: SyncStrategy = _resolve(self.builder)(args)
         return made
+
+    def make_link(self, cfg: ExperimentConfig) -> LinkModel:
+        """The run's link model: the spec's own (``link``), else ``link.*`` for every pair of islands."""
+        if self.link is None:
+            from islands_kit.comm.link import LinkModel
+
+            return LinkModel(cfg.link, seed=cfg.seed)
+        made: LinkModel = (self.link if not isinstance(self.link, str) else _resolve(self.link))(cfg)
+        return made
+
+
+def _resolve(path: str) -> Callable[..., Any]:
+    """The function ``"module:function"`` names (imported now)."""
+    module, _, attr = path.partition(":")
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return fn
+
+
+def link_model(cfg: ExperimentConfig) -> LinkModel:
+    """The link model a run of ``cfg`` prices its transfers with (``StrategySpec.make_link``)."""
+    return strategy_spec(cfg.sync).make_link(cfg)
 
 
 _SPECS: dict[str, StrategySpec] = {}

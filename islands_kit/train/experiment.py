@@ -19,7 +19,6 @@ import torch
 
 from islands_kit.comm import peer
 from islands_kit.comm.codecs import NonFiniteError
-from islands_kit.comm.link import LinkModel
 from islands_kit.comm.transport import COST_MODEL, LocalTransport, Transport
 from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_bytes
@@ -28,6 +27,7 @@ from islands_kit.device import describe as describe_device
 from islands_kit.model import ByteTransformer as MoETransformer
 from islands_kit.records.tracking import Tracker
 from islands_kit.sync.ddp import ddp_equivalent_bytes
+from islands_kit.sync.registry import link_model
 from islands_kit.train.checkpoint import check_state, check_world_size, part, save_checkpoint
 from islands_kit.train.evaluation import Evaluator
 from islands_kit.train.features import run_hooks
@@ -72,7 +72,7 @@ class Experiment:
         self.val_bytes = int(final_y.numel())
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
-        self.transport = transport or LocalTransport(n, LinkModel(cfg.link, seed=cfg.seed))
+        self.transport = transport or LocalTransport(n, link_model(cfg))  # the strategy's link model (sync/registry.py)
         # faults, a bit flip, the orbit's eclipses and report: each feature on the run's hook points (train/features.py)
         self.hooks = run_hooks(cfg, self.transport.local_islands)
         # -- islands: identical initial weights, separate data streams -------------------------------------------
