@@ -1,8 +1,8 @@
 """TorchDistTransport (torch.distributed, gloo) against the in-process simulator, and its failure bounds.
 
 End to end through the real CLI under torchrun: two_site with 2 processes (one per island), two_site with 3 processes
-(one per data-parallel rank: island 0's two ranks share gradients and Shampoo blocks over their island group) and
-eight_cell with 8 processes must write the same result.json as the simulator — final_val_bpb, the byte ledger per
+(one per data-parallel rank: island 0's two ranks share gradients and Shampoo blocks over their island group),
+eight_cell and hierarchical with 8 processes must write the same result.json as the simulator — final_val_bpb, the byte ledger per
 channel and link, the simulated clock, peak rate and transfer times — to the last bit (only wall_time_s and cpu_time_s differ).
 Failures: a peer that vanishes ends the survivor with a DistributedError long before the (deliberately huge) timeout;
 a peer that hangs ends it after the per-operation timeout; a peer that never arrives ends the rendezvous after it.
@@ -75,6 +75,10 @@ def _simulate(experiment: str, sets: list[str], out: Path) -> dict:
     # every rank's new reference must be the same bits for the deltas to decode as in the simulator
     ("eight_cell", 8, ["sync.codec=int8", "sync.butterfly.payload=delta", "sync.H=4",
                        "sync.butterfly.exact_average_every=1"]),
+    # hierarchical: site syncs every 2 steps and WAN fragment syncs every 4 (reduce-scatter, int4 exchange across the
+    # sites, all-gather) over send/recv rounds, on the two link kinds
+    ("hierarchical", 8, ["sync.H=4", "sync.hierarchical.site_every=2"]),
+    ("hierarchical", 8, ["sync.H=4", "sync.hierarchical.site_every=3", "sync.hierarchical.site_mode=pairwise"]),
 ])
 def test_torchrun_matches_simulator(tmp_path: Path, experiment: str, nproc: int, extra: list[str]) -> None:
     sets = FAST + extra
