@@ -100,7 +100,7 @@ def test_the_ledger_holds_exactly_what_each_level_sends_and_each_link_times_its_
     site_syncs = T // H1
     site = site_syncs * S * C * 2 * 4 * sum(sizes)
     wan, wan_syncs = 0, 0
-    for p, (n, off) in enumerate(zip(sizes, fragment_offsets(H, cfg.sync.n_fragments))):
+    for n, off in zip(sizes, fragment_offsets(H, cfg.sync.n_fragments)):
         shard = math.ceil(n / C)
         regular = sum(1 for t in range(1, T + 1) if t % H == off)
         flush = 1 if T % H != off else 0  # the final flush of the steps since the last sync (int8)
@@ -134,7 +134,8 @@ def test_one_cell_a_site_is_two_site_to_the_last_bit(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("sets,match", [
-    (["sync.hierarchical.cells_per_site=3"], r"^sync\.hierarchical\.cells_per_site: must be a power of two >= 1 \(the site's butterfly rounds\) \(got 3\)"),
+    (["sync.hierarchical.cells_per_site=3"],
+     r"^sync\.hierarchical\.cells_per_site: must be a power of two >= 1 \(the site's butterfly rounds\) \(got 3\)"),
     (["sync.hierarchical.site_mode=ring"], r"^sync\.hierarchical\.site_mode: must be one of mean\|pairwise"),
     (["sync.hierarchical.site_every=0"], r"^sync\.hierarchical\.site_every: must be >= 1"),
     (["sync.hierarchical.site_link=lan"], r"^sync\.hierarchical\.site_link: must be one of transpacific-25g\|intra-dc"),
