@@ -5,6 +5,7 @@ transfers, one cell a site is two_site to the last bit, and the rules name their
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides, parse_set
 from islands_kit.model import MoETransformer
 from islands_kit.presets import get_preset
+from islands_kit.protocol.study import load_study
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
 from islands_kit.sync.hierarchical import Hierarchical, site_links
@@ -163,3 +165,15 @@ def test_two_sites_of_one_cell_keep_every_diloco_setting_and_four_sites_of_two_c
     assert all(torch.allclose(_flat(models[i]), torch.stack(v).mean(0), atol=1e-6) for i in range(8))
     # two WAN rounds of one ⌈18 / 2⌉ = 9-value shard from every cell
     assert transport.ledger.bytes("fragments") == 2 * 8 * 9 * 4
+
+
+def test_the_h1_study_loads_and_sweeps_only_h1_at_a_fixed_h2() -> None:
+    study = load_study(Path(__file__).parents[1] / "benchmarks" / "studies" / "hierarchical-h1.toml")
+    assert study.preset == "demo" and set(study.arms) == {"baseline", "two_site"}
+    trials = [study.row_trial(row, {}) for row in study.rows]  # standalone rows: each expands to a valid config
+    assert [t.experiment for t in trials] == ["hierarchical"] * 3
+    assert sorted(int(t.overrides["sync.hierarchical.site_every"]) for t in trials) == [1, 10, 50]
+    assert {t.overrides["sync.H"] for t in trials} == {"50"}
+    rest = [{k: v for k, v in t.overrides.items() if k != "sync.hierarchical.site_every"} for t in trials]
+    assert rest[0] == rest[1] == rest[2]  # nothing else varies
+    assert all(row.control in {"two_site", "hierarchical H1=10"} for row in study.rows)
