@@ -44,7 +44,7 @@ from islands_kit.train.golden import measured_rtol, same_number
 GOLDEN = Path(__file__).parent / "golden"
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ("baseline", "two_site", "eight_cell", "orbital", "compare", "tour")
+NOTEBOOKS = ("baseline", "two_site", "eight_cell", "hierarchical", "orbital", "compare", "tour")
 EXPERIMENT_PNGS = ("bpb_vs_tokens.png", "bpb_vs_sim_time.png", "link_bytes.png", "routing_load.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -107,7 +107,8 @@ def test_experiment_notebooks_declare_their_knobs():
     knobs = {"baseline": set(),
              "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync", "frontier_file",
                           "decoupled_windows", "straggler_factor", "decoupled_link"},
-             "eight_cell": {"H", "exchanges_per_window", "delay", "codec", "frontier_file"}}
+             "eight_cell": {"H", "exchanges_per_window", "delay", "codec", "frontier_file"},
+             "hierarchical": {"H", "site_every", "site_mode", "site_link", "codec"}}
     for name, own in knobs.items():
         assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == common | own
     # the orbital experiment flies its own link (leo-orbit, link.orbit.*): no link parameter, its orbit's knobs
@@ -556,6 +557,23 @@ def stream_text(path: Path, name: str = "stdout") -> list[str]:
 
 PROGRESS_LINE = re.compile(r"\[(\w+) s0\] step (\d+)/24 \(\d+%\) \| [\d.]+k? tokens \| [\d,]+ tok/s \| ETA [\dms.]+ \| "
                            r"train [\d.]+ bpb \([\d.]+ nats\)( \| val (\d\.\d{3}) bpb @(\d+))?$")
+
+
+@pytest.mark.slow
+def test_hierarchical_notebook_runs_at_smoke_and_draws_the_two_level_schedule(tmp_path):
+    """Not in the compare notebook (its row is out of the default comparison): run on its own, with its H1 knob."""
+    out = tmp_path / "hier"
+    executed = run_notebook("hierarchical", {"preset": "smoke", "seed": 0, "wandb_mode": "disabled", "site_every": 4},
+                            out)
+    res = load_run(out)["result"]
+    h = res["hierarchical"]
+    assert res["experiment"] == "hierarchical" and (h["site_every"], h["site_syncs"]) == (4, 24 // 4)
+    assert h["site_bytes"] == res["ledger"]["channels"]["site"]["bytes"] > h["wan_bytes"] > 0
+    for png in EXPERIMENT_PNGS + ("hierarchical_schedule.png",):
+        assert_png(out / png)
+    text = "".join(stream_text(executed))
+    assert f"site link: 6 H1 syncs, {h['site_bytes']:,} bytes" in text and f"WAN:       {h['wan_syncs']} fragment syncs" in text
+    assert not any(stream_text(executed, "stderr")), stream_text(executed, "stderr")
 
 
 @pytest.mark.slow

@@ -383,3 +383,20 @@ def test_the_contact_windows_legend_sits_off_the_data():
     fig = plots.contact_windows(result, timeline)
     ax = fig.axes[0]
     assert len(legend_texts(ax)) == 3 and not _overlaps(fig, ax)
+
+
+def test_hierarchical_schedule_draws_each_link_kinds_busy_spans_and_the_site_syncs():
+    from islands_kit.plots.hierarchical import busy_spans
+
+    timeline = [[0.0, 0.1, 8, 0, 4, "fragments"], [0.05, 0.2, 8, 4, 0, "fragments"], [0.3, 0.3001, 4, 0, 1, "site"],
+                [0.5, 0.6, 8, 1, 5, "fragments"], [0.3, 0.30005, 4, 1, 0, "routing"]]
+    assert busy_spans(timeline, "fragments") == [(0.0, 0.2), (0.5, 0.6)]  # overlapping transfers merged
+    assert busy_spans(timeline, "site") == [(0.3, 0.3001)]
+    result = {"hierarchical": {"sites": 2, "cells_per_site": 4, "site_every": 10, "site_mode": "mean", "site_syncs": 1,
+                               "site_sync_times": [[10, 0.3, 0.3001]]}}
+    fig = plots.hierarchical_schedule(result, timeline)
+    ax = fig.axes[0]
+    bars = [c for c in ax.collections]
+    assert len(bars) == 2 and [len(b.get_paths()) for b in bars] == [1, 2]  # site lane, then WAN lane
+    assert ax.get_xlabel() == "simulated time (s)" and "2 sites x 4 cells" in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1].startswith("H1 = 10 site sync (mean), 1 in all")
