@@ -124,7 +124,7 @@ def test_the_registered_strategy_and_row_reach_every_list_and_the_config(ring_ki
 def test_everything_is_as_it_was_after_the_test() -> None:
     assert "ring" not in strategy_names() and "ring" not in registered() and "ring" not in SECTIONS
     assert "ring_cells" not in EXPERIMENTS and "ring" not in {f.name for f in dataclasses.fields(SyncConfig)}
-    with pytest.raises(ConfigError, match=r"^sync\.strategy: must be one of ddp\|diloco\|butterfly \(got 'ring'\)"):
+    with pytest.raises(ConfigError, match=r"^sync\.strategy: must be one of ddp\|diloco\|butterfly\|hierarchical \(got 'ring'\)"):
         SyncConfig(strategy="ring")
 
 

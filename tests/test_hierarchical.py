@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from islands_kit.comm.codecs import get_codec
-from islands_kit.comm.link import link_config
+from islands_kit.comm.link import LinkModel, link_config
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides, parse_set
 from islands_kit.model import MoETransformer
@@ -21,8 +21,8 @@ from islands_kit.presets import get_preset
 from islands_kit.protocol.study import load_study
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
-from islands_kit.sync.hierarchical import Hierarchical, site_links
-from islands_kit.sync.registry import BuildArgs
+from islands_kit.sync.hierarchical import Hierarchical, SiteLinks, site_links
+from islands_kit.sync.registry import BuildArgs, link_model
 from islands_kit.sync.schedule import fragment_offsets
 
 
@@ -177,3 +177,17 @@ def test_the_h1_study_loads_and_sweeps_only_h1_at_a_fixed_h2() -> None:
     rest = [{k: v for k, v in t.overrides.items() if k != "sync.hierarchical.site_every"} for t in trials]
     assert rest[0] == rest[1] == rest[2]  # nothing else varies
     assert all(row.control in {"two_site", "hierarchical H1=10"} for row in study.rows)
+
+
+def test_the_spec_builds_the_two_link_kinds_and_other_strategies_keep_one_link() -> None:
+    links = link_model(_cfg())
+    assert isinstance(links, SiteLinks) and links.site.cfg == link_config("intra-dc")
+    assert links.cfg == get_preset("hierarchical", "smoke").link
+    assert type(link_model(get_preset("two_site", "smoke"))) is LinkModel
+    # a transfer inside a site goes on the site link, one across on the WAN: each keeps its own directions
+    inside, across = links.transfer(1 << 20, 0.0, 0, 3), links.transfer(1 << 20, 0.0, 0, 4)
+    assert inside.end_s < link_config("intra-dc").rtt_s * 100 < across.end_s
+    state = links.state_dict()
+    again = SiteLinks(_cfg())
+    again.load_state_dict(state)
+    assert again.state_dict() == state and again.site.state_dict() == links.site.state_dict() != []

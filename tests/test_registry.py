@@ -73,14 +73,14 @@ def test_a_toy_strategy_and_experiment_run_at_smoke(toy: None, tmp_path) -> None
 
 def test_the_toy_is_gone_after_the_test() -> None:
     assert "periodic_mean" not in registered() and "periodic_mean" not in STRATEGY_TRAITS
-    with pytest.raises(ConfigError, match=r"^experiment: must be one of baseline\|two_site\|eight_cell\|orbital \(got 'four_cell'\)"):
+    with pytest.raises(ConfigError, match=r"^experiment: must be one of baseline\|two_site\|eight_cell\|hierarchical\|orbital \(got 'four_cell'\)"):
         preset_dict("four_cell")
 
 
 def test_unknown_names_list_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"^sync\.strategy: must be one of ddp\|diloco\|butterfly \(got 'gossip'\)"):
+    with pytest.raises(ConfigError, match=r"^sync\.strategy: must be one of ddp\|diloco\|butterfly\|hierarchical \(got 'gossip'\)"):
         apply_overrides(get_preset("two_site"), {"sync.strategy": "gossip"})
-    with pytest.raises(ConfigError, match=r"^experiment: must be one of baseline\|two_site\|eight_cell\|orbital \(got 'ring'\)"):
+    with pytest.raises(ConfigError, match=r"^experiment: must be one of baseline\|two_site\|eight_cell\|hierarchical\|orbital \(got 'ring'\)"):
         get_preset("ring")
     with pytest.raises(ConfigError, match=r"^experiment: must be one of baseline\|two_site\|eight_cell"):
         apply_overrides(get_preset("two_site"), {"experiment": "ring"})

@@ -112,7 +112,7 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, merge="keep_local", final_codec="int8"),
                        hierarchical=dict(cells_per_site=4, site_every=10, site_mode="mean", site_link="intra-dc")),
                   demo={"optim": {"lr": 3e-3}},
-                  color="#ff7f0e", marker="v", notebook="hierarchical", compare=False),
+                  color="#ff7f0e", marker="v", notebook="hierarchical", compare=False, scaling=False),
     # a ground station's island and four satellites of a ring of nine (orbital/settings.py: islands, time compression, tokens),
     # decoupled DiLoCo since eclipses throttle the satellites to different paces; two_site's sync settings, the
     # synchroniser's grace about one demo tick, and an outer gradient that waited for a pass past its merge carried
