@@ -16,7 +16,9 @@ from islands_kit.comm.codecs import get_codec
 from islands_kit.comm.link import LinkModel, link_config
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides, parse_set
+from islands_kit.config.experiment_table import SCALING_EXPERIMENTS
 from islands_kit.model import MoETransformer
+from islands_kit.notebooks import EXPERIMENT_NOTEBOOKS, comparison_experiments
 from islands_kit.presets import get_preset
 from islands_kit.protocol.study import load_study
 from islands_kit.run import run_experiment
@@ -191,3 +193,10 @@ def test_the_spec_builds_the_two_link_kinds_and_other_strategies_keep_one_link()
     again = SiteLinks(_cfg())
     again.load_state_dict(state)
     assert again.state_dict() == state and again.site.state_dict() == links.site.state_dict() != []
+
+
+def test_the_row_stays_out_of_the_default_comparison_and_the_scaling_study() -> None:
+    """``make demo`` (the compare notebook) keeps training baseline, two_site and eight_cell until hierarchical is
+    tuned and scored like them; its own notebook runs it."""
+    assert comparison_experiments([]) == ["baseline", "two_site", "eight_cell"]
+    assert "hierarchical" in EXPERIMENT_NOTEBOOKS and "hierarchical" not in SCALING_EXPERIMENTS
