@@ -46,7 +46,7 @@ wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 link = "transpacific-25g"  # the WAN between the sites: transpacific-25g | intra-dc | consumer-1g | leo-satellite
 overrides = {}  # any other config field by its --set key, e.g. {"optim.lr": 0.003, "threads": 1}
-# hierarchical knobs; None means the preset value (islands_kit.presets)
+# hierarchical knobs; None means the preset value (islands_kit.config.presets)
 H = None  # H2: inner steps per WAN window (each fragment syncs across the sites once per window)
 site_every = None  # H1 (sync.hierarchical.site_every): the cells of a site average every H1 steps
 site_mode = None  # mean (every cell gets the site mean) | pairwise (one butterfly round per site sync)

@@ -17,9 +17,9 @@ from islands_kit.comm.link import LinkModel, link_config
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides, parse_set
 from islands_kit.config.experiment_table import SCALING_EXPERIMENTS
-from islands_kit.model import MoETransformer
+from islands_kit.model import build_model
 from islands_kit.notebooks import EXPERIMENT_NOTEBOOKS, comparison_experiments
-from islands_kit.presets import get_preset
+from islands_kit.config.presets import get_preset
 from islands_kit.protocol.study import load_study
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
@@ -96,7 +96,7 @@ def test_the_ledger_holds_exactly_what_each_level_sends_and_each_link_times_its_
     res = run_experiment(cfg, tmp_path / "run")
     h = res["hierarchical"]
     S, C, T, H, H1 = 2, 4, cfg.steps, cfg.sync.H, 5
-    model = MoETransformer(cfg.model)
+    model = build_model(cfg.model)
     params = dict(model.named_parameters())
     frags = strided_fragments(model.block_param_names(), model.extra_param_names(), cfg.sync.n_fragments)
     sizes = [sum(params[n].numel() for n in names) for names in frags]
