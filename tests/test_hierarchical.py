@@ -17,9 +17,9 @@ from islands_kit.comm.link import LinkModel, link_config
 from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import ConfigError, apply_overrides, parse_set
 from islands_kit.config.experiment_table import SCALING_EXPERIMENTS
+from islands_kit.config.presets import get_preset
 from islands_kit.model import build_model
 from islands_kit.notebooks import EXPERIMENT_NOTEBOOKS, comparison_experiments
-from islands_kit.config.presets import get_preset
 from islands_kit.protocol.study import load_study
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import strided_fragments
