@@ -61,7 +61,7 @@ def test_help_lists_experiments_and_presets_and_version(capsys):
     for name in ("baseline", "two_site", "eight_cell", "orbital", *PRESETS, "islands-kit config EXPERIMENT"):
         assert name in text
     nb = build_parser()._subparsers._group_actions[0].choices["notebook"].format_help()
-    assert "notebooks: baseline, compare, eight_cell, orbital, poisoned_island, scaling, tour, two_site" in " ".join(nb.split())
+    assert "notebooks: baseline, compare, eight_cell, hierarchical, orbital, poisoned_island, scaling, tour, two_site" in " ".join(nb.split())
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"islands-kit {__version__}"
