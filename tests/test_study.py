@@ -59,6 +59,10 @@ def test_the_global_batch_moves_every_step_counted_key_at_equal_tokens():
     assert sets["steps"] == "2400" and sets["optim.warmup_steps"] == "240" and sets["eval_every"] == "300"
     assert sets["sync.H"] == "100"  # as many outer steps per fragment (and bytes) as at batch 40
     assert int(sets["steps"]) * 20 == cfg.steps * 40  # equal tokens, exactly
+    # a strategy's own step-counted settings move too (the hierarchical sites' H1), and only for that strategy
+    hier = at_global_batch(get_preset("hierarchical", "demo"), 24)
+    assert hier["sync.hierarchical.site_every"] == "17" and hier["steps"] == "2000"
+    assert "sync.hierarchical.site_every" not in sets
     with pytest.raises(ConfigError, match=r"^batch: 20 does not split .*islands.0.batch_size 5"):
         at_global_batch(get_preset("eight_cell", "demo"), 20)
     with pytest.raises(ConfigError, match=r"^batch: 80 would train 12.5 steps .* divides 1000"):

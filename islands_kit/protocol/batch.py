@@ -3,8 +3,9 @@
 The batch lives in several keys (each island's ``batch_size`` and ``micro_batch_size``); a trial at another global
 batch must also train as many tokens (``steps`` moves inversely) and keep everything counted in steps where it was in
 tokens — the warm-up, the evaluation and log cadence, the sync window H (so every trial takes as many outer steps per
-fragment and sends as many bytes: the regime, DESIGN.md), DiLoCo's warm start, Shampoo's start and SNOO's K. The
-overlap delay τ stays in steps (it is a latency, counted in the steps that run while a payload travels).
+fragment and sends as many bytes: the regime, DESIGN.md), DiLoCo's warm start, Shampoo's start and SNOO's K, and
+the settings the run's strategy declares as counted in steps (``StrategySpec.step_keys``: the hierarchical sites'
+H₁). The overlap delay τ stays in steps (it is a latency, counted in the steps that run while a payload travels).
 
 With f = new / old global batch: per-island batches × f (whole numbers, the islands' shares kept), ``steps`` / f
 (exactly: equal tokens), the step-counted keys / f rounded to the nearest whole step (at least 1).
@@ -15,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig
+from islands_kit.sync.registry import strategy_spec
 
 BATCH_KEY = "batch"
 # step-counted settings that move with the batch (dotted paths; a value of 0 means "off" and stays 0)
@@ -55,7 +57,7 @@ def at_global_batch(cfg: ExperimentConfig, batch: int) -> dict[str, str]:
         raise ConfigError(f"{BATCH_KEY}: {batch} would train {float(steps):g} steps for the preset's tokens "
                           f"({cfg.steps} steps at {old}): pick a global batch that divides {cfg.steps * old}")
     out["steps"] = str(int(steps))
-    for key in STEP_KEYS:
+    for key in STEP_KEYS + strategy_spec(cfg.sync).step_keys:
         v = int(_get(cfg, key))
         if v > 0:
             out[key] = str(max(1, round(v / f)))

@@ -79,4 +79,5 @@ TRAITS = StrategyTraits("hierarchical", "hierarchical", "lockstep",
                         summary="hierarchical: {s.hierarchical.cells_per_site} cells a site synced ({s.hierarchical.site_mode}) "
                         "every H1={s.hierarchical.site_every} steps over {s.hierarchical.site_link}; across sites "
                         "streaming DiLoCo " + SUMMARY)
-SPEC = StrategySpec(TRAITS, "islands_kit.sync.hierarchical:build", (SECTION,), link="islands_kit.sync.hierarchical:site_links")
+SPEC = StrategySpec(TRAITS, "islands_kit.sync.hierarchical:build", (SECTION,), link="islands_kit.sync.hierarchical:site_links",
+                    step_keys=("sync.hierarchical.site_every",))

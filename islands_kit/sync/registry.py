@@ -53,12 +53,15 @@ class StrategySpec:
     """One strategy: its traits, its builder (a callable, or ``"module:function"`` imported when first built) and
     the settings sections it owns (``sync.<key>.*``; none when it has no knobs of its own). ``link``: a strategy
     whose islands talk over more than one kind of link (the hierarchical sites' fast link beside the WAN) names how
-    its link model is built from the config (a callable or ``"module:function"``): the transport is made with it."""
+    its link model is built from the config (a callable or ``"module:function"``): the transport is made with it.
+    ``step_keys``: its own settings counted in inner steps (dotted ``--set`` keys), which move with the global batch
+    at equal tokens like ``sync.H`` does (``protocol/batch.py``)."""
 
     traits: StrategyTraits
     builder: Builder | str
     sections: tuple[Section, ...] = ()
     link: LinkBuilder | str | None = None  # the run's link model from its config; None = one ``link.*`` for every pair
+    step_keys: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
