@@ -63,7 +63,7 @@ corrupt_prob = None  # link.corrupt_prob: chunks hit by an upset in flight (CRC-
 from islands_kit import plots
 from islands_kit.plots.figures import standard_figures
 from islands_kit.notebooks import config_summary, load_run, notebook_config, resolve_out_dir, result_summary
-from islands_kit.orbital.experiment import orbit_summary
+from islands_kit.train.orbit import orbit_summary
 
 cfg = notebook_config("orbital", preset, seed, steps, {
     "data.corpus": corpus, "wandb_mode": wandb_mode, "wandb_project": wandb_project, "wandb_group": wandb_group,

@@ -1,4 +1,4 @@
-"""The orbital experiment (its row of the experiment table, islands_kit/orbital/experiment.py and settings.py):
+"""The orbital experiment (its row of the experiment table, islands_kit/train/orbit.py and settings.py):
 satellites that relay over inter-satellite links, eclipse throttling on the simulated clock, the controls that take
 the orbit apart one effect at a time, and smoke runs whose transfers all move inside their link's contact windows,
 with result.json's orbit section and its figure."""
@@ -16,10 +16,10 @@ from islands_kit.config.experiment_table import experiment_row
 from islands_kit.config.presets import PRESETS, get_preset
 from islands_kit.orbital import windows
 from islands_kit.orbital.config import OrbitConfig
-from islands_kit.orbital.experiment import attach, eclipses, on_orbit
 from islands_kit.orbital.settings import CONTROLS, N_TRAINING, RING
 from islands_kit.run import run_experiment
 from islands_kit.sync.hooks import Hooks
+from islands_kit.train.orbit import attach, eclipses, on_orbit
 
 
 def test_inter_satellite_links_relay_every_satellite_through_any_pass() -> None:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 class SimClock:
     """Per-island simulated time, with busy (compute) and idle (waiting for a payload) totals. How long a step takes
     is the caller's to say (the drivers ask the run's ``step_seconds`` hook point: an orbiting island in eclipse is
-    slower, ``islands_kit/orbital/experiment.py``)."""
+    slower, ``islands_kit/train/orbit.py``)."""
 
     def __init__(self, islands: list[int]) -> None:
         self.now = {i: 0.0 for i in islands}

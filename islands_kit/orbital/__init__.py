@@ -1,5 +1,5 @@
-"""Orbital islands, in one place: where the satellites are, when each link is up, and what the ``orbital``
-experiment does with it.
+"""Orbital islands: where the satellites are and when each link is up (what a run does with it, on its hook
+points, is ``train/orbit.py``).
 
   geometry.py    closed forms on numbers (Kepler, the mask's central angle, the shadow, line of sight) and the
                  window finder; the interface every orbit model gives (``OrbitSource``)
@@ -10,9 +10,8 @@ experiment does with it.
   windows.py     schedules: each link's contact windows, relaying over inter-satellite links, eclipses, the plan
                  the link model reads (``comm/link/contact.py``)
   settings.py    the orbital experiment's islands, link, time compression and controls (the experiment table's row)
-  experiment.py  the run's side, on its hook points: eclipse throttling of each step, result.json's ``orbit`` section
 
-Imports point one way: geometry <- config <- circular, sgp4_orbit <- windows <- comm <- experiment; config and settings
+Imports point one way: geometry <- config <- circular, sgp4_orbit <- windows (<- comm/link <- train/orbit.py); config and settings
 sit under ``islands_kit.config`` (which imports them), so this package loads the config first: whichever of the
 two a program imports first, the other is complete when it is used.
 """
