@@ -297,7 +297,7 @@ def test_gpu_check_measurements_run_end_to_end_at_cpu_smoke_size(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     s = json.loads((tmp_path / "summary.json").read_text())
     runs = s["runs"]["smoke"]
-    assert set(runs) == {"baseline", "two_site", "eight_cell"}
+    assert set(runs) == {"baseline", "two_site", "eight_cell", "hierarchical"}
     assert all(r["tokens_per_s"] > 0 and r["device"] == "cpu" for r in runs.values())
     # the full preset's time is projected from the measured steps (smoke: 24 steps from 4)
     assert all(r["projected_full_s"] == pytest.approx(r["wall_s"] / 4 * 24) and r["full_steps"] == 24 for r in runs.values())

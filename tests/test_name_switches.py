@@ -10,7 +10,9 @@ from islands_kit.config.experiment_table import EXPERIMENTS
 from islands_kit.config.strategies import MODES, STRATEGY_TRAITS
 
 PKG = Path(__file__).resolve().parent.parent / "islands_kit"
-HOMES = {f"sync/{name}{part}.py" for name in ("ddp", "diloco", "butterfly", "decoupled") for part in ("", "_spec")} | {
+# each registered strategy's home (its module and its spec beside it), the registry and the tables
+HOMES = {f"sync/{name}{part}.py" for name in STRATEGY_TRAITS for part in ("", "_spec")
+         if (PKG / "sync" / f"{name}{part}.py").is_file()} | {
     "sync/__init__.py", "sync/registry.py", "config/strategies.py", "config/experiment_table.py"}
 # the routing channel's own setting (all_reduce | butterfly: how expert loads travel), not a strategy
 NOT_A_STRATEGY = {"routing_sync_mode"}

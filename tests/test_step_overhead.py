@@ -42,7 +42,7 @@ def test_compile_flag_reaches_the_config(bench):
 def test_measure_steps_rows(bench, capsys):
     torch.set_num_threads(1)
     rows = bench.measure_steps("smoke", repeats=2, steps=1, warmup=1, skip=1)
-    assert [r["experiment"] for r in rows] == bench.lockstep_experiments() == ["baseline", "two_site", "eight_cell"]
+    assert [r["experiment"] for r in rows] == bench.lockstep_experiments() == ["baseline", "two_site", "eight_cell", "hierarchical"]
     for r in rows:
         assert r["kit_ms"] > 0 and r["plain_ms"] > 0 and r["plain-fused_ms"] > 0
         assert "compiled/kit" not in r  # only with compile=True

@@ -41,7 +41,6 @@ REGIME_EXEMPT = ("smoke",)
 STEP_MULTIPLE = 4
 # step-counted settings that follow the length of a run (a schedule kept in shape); sync.H does not (it is the cadence)
 SCHEDULE_KEYS = ("optim.warmup_steps", "eval_every", "log_every", "checkpoint_every")
-OUTER_STRATEGIES = ("diloco", "butterfly")
 
 
 class KnobError(ConfigError):
@@ -60,8 +59,9 @@ def tokens_of(cfg: ExperimentConfig) -> int:
 
 
 def outer_steps(cfg: ExperimentConfig) -> int | None:
-    """Outer steps per fragment a run of ``cfg`` takes (steps // H); None for a strategy without outer steps."""
-    return cfg.steps // cfg.sync.H if cfg.sync.strategy in OUTER_STRATEGIES and cfg.sync.H > 0 else None
+    """Outer steps per fragment a run of ``cfg`` takes (steps // H); None for a synchronous strategy (no outer steps:
+    the registry's ``synchronous`` trait)."""
+    return cfg.steps // cfg.sync.H if not cfg.sync.traits.synchronous and cfg.sync.H > 0 else None
 
 
 def _number(v: str, name: str, positive_int: bool = False) -> float:
