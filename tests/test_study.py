@@ -100,6 +100,8 @@ def test_the_pick_follows_the_tuning_split_when_validation_disagrees(tmp_path):
     doc = make_report(study, tmp_path, "cmd")
     base = next(e for e in doc["entries"] if e["arm"] == "baseline")
     assert base["picked_on"] == "tune" and base["label"] == {"optim.lr": "3e-3"}
+    assert base["pick_at_grid_edge"] == ["optim.lr=3e-3 (largest of the grid)"]  # its best may lie above the grid
+    assert "pick at the grid's edge: optim.lr=3e-3 (largest of the grid)" in render(doc)
     assert base["transfer"]["spearman"] == pytest.approx(-1.0) and base["transfer"]["pick_wins_on_val"] is False
     assert base["transfer"]["regret"] == pytest.approx(2.2 / 2.0 - 1)
 

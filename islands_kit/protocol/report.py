@@ -102,6 +102,21 @@ def _bytes(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]) -> di
     return out
 
 
+def grid_edges(grid: dict[str, list[str]], label: dict[str, str]) -> list[str]:
+    """The grid axes (of 3 or more numeric values) on whose smallest or largest value the pick sits: its best may lie
+    outside the grid, and the tuning budget did not show it."""
+    out = []
+    for key, values in grid.items():
+        try:
+            nums = sorted(float(v) for v in values)
+            mine = float(label[key])
+        except (KeyError, ValueError):
+            continue
+        if len(nums) >= 3 and mine in (nums[0], nums[-1]):
+            out.append(f"{key}={label[key]} ({'smallest' if mine == nums[0] else 'largest'} of the grid)")
+    return out
+
+
 def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned_on: Path | None = None) -> dict[str, Any]:
     """``arm``'s entry from this machine's runs (``root``); its grid from the machine it was tuned on (``tuned_on``,
     default this one)."""
@@ -131,6 +146,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
     unpaired: list[str] = []
     seeds = _pair(mine, ref, unpaired)
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
+                  "pick_at_grid_edge": grid_edges(a.grid, dict(chosen.label)),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
                   "sim_wall_clock_s": [mine[s]["sim_wall_clock_s"] for s in sorted(mine)],
                   "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,

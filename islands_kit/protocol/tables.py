@@ -68,6 +68,8 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
         else:
             tok = tim = "1 (reference)"
         status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
+        if e.get("pick_at_grid_edge"):
+            status += "; pick at the grid's edge: " + ", ".join(e["pick_at_grid_edge"])
         if e.get("tuned_on") not in (None, e.get("machine")):
             status += f"; tuned on {e['tuned_on']}"
         out.append(f"| {e['arm']} | {_label(e.get('label'))} | {vals} | {tok} | {tim} | {_bytes(e)} | {status} |")
