@@ -44,9 +44,12 @@ def fake_executor(val_of, tune_of=None, machine=MACHINE, calls=None):
                "cross_site_bytes": 1000 if run.trial.arm == "baseline" else 10, "ddp_equivalent_bytes": 1000,
                "versions": {"machine": machine}}
         run.dir.mkdir(parents=True, exist_ok=True)
-        (run.dir / "result.json").write_text(json.dumps(res))
         (run.dir / "history.jsonl").write_text("\n".join(json.dumps(h) for h in (
             {"sim_time_s": 25.0, "val_bpb": val + 1.0}, {"sim_time_s": res["sim_wall_clock_s"], "val_bpb": val})))
+        # result.json last and whole, like a real run's (write_json_atomic): the runner's other thread may look for it
+        tmp = run.dir / "result.json.tmp"
+        tmp.write_text(json.dumps(res))
+        os.replace(tmp, run.dir / "result.json")
         return res
     return execute
 
