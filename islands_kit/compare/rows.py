@@ -308,21 +308,19 @@ def comparison_summary(rows: Sequence[dict[str, Any]], seed_rows: Sequence[dict[
     ``bpb_vs_ref/<label>/{mean,ci95_low,ci95_high,n,resolved,text}``,
     the interval only from 2 paired seeds on (``seed_summary``'s rows); from a single seed the ratio with ``n`` = 1 and
     the text "n = 1, no interval", never a zero-width interval."""
+    def keys(label: str, mean: Any, n: int, ci: Any, resolved: bool, text: Any) -> dict[str, Any]:
+        k = f"bpb_vs_ref/{label}"
+        return {f"{k}/mean": mean, f"{k}/n": n, f"{k}/ci95_low": None if ci is None else ci[0],
+                f"{k}/ci95_high": None if ci is None else ci[1], f"{k}/resolved": resolved, f"{k}/text": text}
+
     out: dict[str, Any] = {}
     if seed_rows:
         for r in seed_rows:
-            if r.get("is_reference"):
-                continue
-            key = f"bpb_vs_ref/{r['experiment']}"
-            ci = r.get("bpb_vs_ref_ci95")
-            out.update({f"{key}/mean": r.get("bpb_vs_ref_mean"), f"{key}/n": r.get("bpb_vs_ref_n", 0),
-                        f"{key}/ci95_low": None if ci is None else ci[0], f"{key}/ci95_high": None if ci is None else ci[1],
-                        f"{key}/resolved": bool(r.get("bpb_vs_ref_resolved")), f"{key}/text": r.get("bpb_vs_ref_text")})
+            if not r.get("is_reference"):
+                out.update(keys(r["experiment"], r.get("bpb_vs_ref_mean"), r.get("bpb_vs_ref_n", 0), r.get("bpb_vs_ref_ci95"),
+                                bool(r.get("bpb_vs_ref_resolved")), r.get("bpb_vs_ref_text")))
         return out
     for r in rows:
-        if r["run"] == r["reference"]:
-            continue
-        key = f"bpb_vs_ref/{r['run']}"
-        out.update({f"{key}/mean": r["bpb_vs_ref"], f"{key}/n": 1, f"{key}/ci95_low": None, f"{key}/ci95_high": None,
-                    f"{key}/resolved": False, f"{key}/text": f"{r['bpb_vs_ref']:.4f} (n = 1, no interval)"})
+        if r["run"] != r["reference"]:
+            out.update(keys(r["run"], r["bpb_vs_ref"], 1, None, False, f"{r['bpb_vs_ref']:.4f} (n = 1, no interval)"))
     return out

@@ -70,14 +70,11 @@ def known_runs(study: Study, base: Path, machine: str) -> tuple[list[Run], dict[
     picks: dict[str, Trial] = {}
     for arm in study.arms:
         found = tuned_pick(study, arm, base, machine)
-        if found is None:
+        if found is None or found[1] == machine:  # tuned here, or not yet anywhere (seed 0's run doubles as a score)
             runs += [Run(t, s, study.preset, root, "tune") for t in study.trials(arm) for s in study.tune_seeds]
-            continue
-        chosen, tuned_on = found
-        picks[arm] = chosen
-        if tuned_on == machine:  # its tuning runs are this machine's: keep them listed (seed 0's doubles as a score)
-            runs += [Run(t, s, study.preset, root, "tune") for t in study.trials(arm) for s in study.tune_seeds]
-        runs += [Run(chosen, s, study.preset, root, "score") for s in study.seeds]
+        if found is not None:
+            picks[arm] = found[0]
+            runs += [Run(found[0], s, study.preset, root, "score") for s in study.seeds]
     for row in study.rows:
         if row.arm is None or row.arm in picks:
             t = study.row_trial(row, picks)
