@@ -14,13 +14,14 @@ from islands_kit.config.presets import get_preset
 from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
 from islands_kit.protocol.runner import run_study, take_lock
-from islands_kit.protocol.runs import Run, machine_slug, pick
+from islands_kit.protocol.runs import Run, machine_folder, machine_slug, machines, pick
 from islands_kit.protocol.study import StudyError, load_study, parse_study
 from islands_kit.protocol.tables import render
 
 TINY = Path(__file__).parent / "studies" / "tiny.toml"
 MACHINE = "torch x | AVX512 | test box"
-BOX = "test-box"  # the runs' folder under the study's folder
+BOX = machine_slug(MACHINE)  # the runs' folder under the study's folder
+BOX_A, BOX_B = machine_slug(MACHINE + " a"), machine_slug(MACHINE + " b")  # two machines
 
 
 def study_doc(**over):
@@ -248,26 +249,26 @@ def test_the_ledger_carries_finished_runs_to_a_checkout_without_run_folders(tmp_
 def test_an_arm_tuned_on_one_machine_is_scored_at_every_seed_on_another_and_never_paired_across(tmp_path):
     study = parse_study(study_doc())
     val = lambda arm, label, seed: (2.0 if arm == "baseline" else 2.06 + 0.01 * seed) + float(label["optim.lr"])  # noqa: E731
-    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine="box-a", execute_run=fake_executor(val))
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX_A, execute_run=fake_executor(val))
     calls: list = []
     other = "torch x | AVX2 | box b"
     shifted = lambda arm, label, seed: val(arm, label, seed) * (1.01 if arm == "two_site" else 1.0)  # noqa: E731
-    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine="box-b",
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX_B,
               execute_run=fake_executor(shifted, machine=other, calls=calls))
     # no tuning again on box b: each arm's pick (tuned on box a) at all three seeds, seed 0 included
     assert sorted(calls) == sorted((a, "optim.lr=1e-3", s) for a in ("baseline", "two_site") for s in range(3))
     doc = make_report(study, tmp_path, "cmd")
-    assert [m["machine"] for m in doc["machines"]] == ["box-a", "box-b"]
+    assert [m["machine"] for m in doc["machines"]] == [BOX_A, BOX_B]
     assert [m["fingerprint"] for m in doc["machines"]] == [MACHINE, other]
     ts = {e["machine"]: e for e in doc["entries"] if e["arm"] == "two_site"}
-    assert ts["box-b"]["tuned_on"] == "box-a" and ts["box-b"]["seeds"] == [0, 1, 2]
-    assert ts["box-b"]["unpaired"] == [] and ts["box-b"]["ratio_n"] == 3  # paired with box b's own baseline
-    assert ts["box-b"]["ratio_mean"] == pytest.approx(1.01 * ts["box-a"]["ratio_mean"])
+    assert ts[BOX_B]["tuned_on"] == BOX_A and ts[BOX_B]["seeds"] == [0, 1, 2]
+    assert ts[BOX_B]["unpaired"] == [] and ts[BOX_B]["ratio_n"] == 3  # paired with box b's own baseline
+    assert ts[BOX_B]["ratio_mean"] == pytest.approx(1.01 * ts[BOX_A]["ratio_mean"])
     moved = {a["arm"]: a for a in doc["across_machines"]}
-    assert moved["two_site"]["machines"] == ["box-a", "box-b"] and moved["two_site"]["moves"] == pytest.approx([0.01] * 3)
+    assert moved["two_site"]["machines"] == [BOX_A, BOX_B] and moved["two_site"]["moves"] == pytest.approx([0.01] * 3)
     assert moved["baseline"]["max_abs_move"] == pytest.approx(0.0)
     table = render(doc)
-    assert table.count("| arm | pick (tuning split)") == 2 and "tuned on box-a" in table and "+1.00%" in table
+    assert table.count("| arm | pick (tuning split)") == 2 and f"tuned on {BOX_A}" in table and "+1.00%" in table
 
 
 def test_machine_folders_name_the_cpu_and_never_collide():
@@ -275,3 +276,14 @@ def test_machine_folders_name_the_cpu_and_never_collide():
     assert machine_slug(amd).startswith("amd-epyc-avx512-")
     assert machine_slug(amd) != machine_slug(amd.replace("AVX512", "AVX2"))
     assert machine_slug(amd) != machine_slug(amd.replace("2.13.0", "2.14.0"))
+
+
+def test_only_machine_folders_are_machines(tmp_path):
+    """A study folder may hold other folders (an arm's from before runs were kept per machine, a scratch copy): only
+    machine_slug-shaped names are machines, and a run is never filed under any other name."""
+    for name in (BOX_A, "baseline", "two_site", "notes-2026"):
+        (tmp_path / name).mkdir()
+    assert machines(tmp_path) == [BOX_A]
+    assert machine_folder(BOX_A) == BOX_A
+    with pytest.raises(StudyError, match="machine: 'box-a' is not a machine folder name"):
+        machine_folder("box-a")

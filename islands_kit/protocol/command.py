@@ -20,7 +20,7 @@ from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import known_runs, run_study
-from islands_kit.protocol.runs import Run, this_machine
+from islands_kit.protocol.runs import Run, machine_folder, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
 from islands_kit.train.estimate import estimate_run
@@ -59,7 +59,7 @@ def _cost_key(t: Trial) -> str:
 def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = None) -> dict[str, Any]:
     """What running ``study`` on this machine would cost. Nothing is written: the finished runs (the folders' and the
     ledger's) are gathered in a scratch copy, since a pick another machine finished decides what is left here."""
-    machine = machine or this_machine()
+    machine = machine_folder(machine)
     ledger = ledger_path(study)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)

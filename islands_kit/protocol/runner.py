@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.runs import Run, this_machine, tuned_pick
+from islands_kit.protocol.runs import Run, machine_folder, tuned_pick
 from islands_kit.protocol.study import Study, StudyError, Trial
 from islands_kit.records.locks import acquire, release
 
@@ -103,7 +103,7 @@ def run_study(study: Study, base: Path, jobs: int = 2, say: Callable[[str], None
     this) — only those of ``arms`` when given: an arm's tuning, scoring and rows — ``jobs`` at a time, until nothing is
     left that this invocation can start; the runs it made. Rows and scoring runs join as soon as their arm's pick is
     known."""
-    machine = machine or this_machine()
+    machine = machine_folder(machine)
     unknown = sorted(set(arms or []) - set(study.arms))
     if unknown:
         raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {study.name} ({', '.join(study.arms)})")

@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.study import Study, Trial
+from islands_kit.protocol.study import Study, StudyError, Trial
 
 
 def machine_slug(fingerprint: str) -> str:
@@ -38,9 +39,25 @@ def this_machine() -> str:
     return machine_slug(machine_fingerprint())
 
 
+SLUG = re.compile(r"[a-z0-9-]*-[0-9a-f]{8}")  # machine_slug's shape: readable words, then 8 hex digits
+
+
+def machine_folder(machine: str | None) -> str:
+    """``machine`` (default: this machine), checked to be a ``machine_slug`` name: the only folders ``machines`` reads."""
+    if machine is None:
+        return this_machine()
+    if not SLUG.fullmatch(machine):
+        raise StudyError(f"machine: {machine!r} is not a machine folder name (lower-case words and digits joined by "
+                         "'-', ending in 8 hex digits: machine_slug)")
+    return machine
+
+
 def machines(base: Path) -> list[str]:
-    """The machines that made runs under a study's folder ``base``."""
-    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    """The machines that made runs under a study's folder ``base``: its folders named as ``machine_slug`` names
+    them (any other folder there, e.g. an arm's from before runs were kept per machine, is not a machine)."""
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and SLUG.fullmatch(p.name))
 
 
 @dataclass(frozen=True)
