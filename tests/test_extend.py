@@ -20,10 +20,10 @@ from islands_kit.comm.transport import LocalTransport
 from islands_kit.config import EXPERIMENTS, ConfigError, SyncConfig, apply_overrides
 from islands_kit.config.experiment_table import ExperimentRow, cells, register_experiment, unregister_experiment
 from islands_kit.config.presets import get_preset
-from islands_kit.config.rules import _check, _check_fields
 from islands_kit.config.strategies import StrategyTraits, strategy_names
 from islands_kit.config.sync import SECTIONS, Section
 from islands_kit.notebooks import comparison_experiments
+from islands_kit.rules import _check, _check_fields
 from islands_kit.run import run_experiment
 from islands_kit.sync.base import FragmentView, LockstepStrategy, strided_fragments
 from islands_kit.sync.registry import BuildArgs, StrategySpec, register_strategy, registered, unregister_strategy

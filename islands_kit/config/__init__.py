@@ -28,7 +28,9 @@ from islands_kit.config.keys import MOVED_KEYS, SYNONYMS
 from islands_kit.config.link import LINK_PRESETS, LinkConfig, link_config
 from islands_kit.config.model import ModelConfig, OptimConfig, SnooConfig
 from islands_kit.config.overrides import apply_overrides, parse_set
-from islands_kit.config.rules import (
+from islands_kit.config.sync import Section, SyncConfig
+from islands_kit.orbital.config import OrbitConfig, StationConfig
+from islands_kit.rules import (
     INT_MAX,
     MAX_CHUNK_FAILURE,
     MAX_LR,
@@ -39,8 +41,6 @@ from islands_kit.config.rules import (
     ConfigError,
     _check,
 )
-from islands_kit.config.sync import Section, SyncConfig
-from islands_kit.orbital.config import OrbitConfig, StationConfig
 
 __all__ = [
     "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",

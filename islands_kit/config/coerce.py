@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from islands_kit.config.keys import nearest
-from islands_kit.config.rules import ConfigError, _check, _finite, _show
+from islands_kit.rules import ConfigError, _check, _finite, _show
 
 
 def _coerce(tp: Any, value: Any, path: str) -> Any:

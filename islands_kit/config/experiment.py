@@ -11,9 +11,9 @@ from islands_kit.config.experiment_table import EXPERIMENT_TABLE, PRESETS
 from islands_kit.config.faults import FaultConfig
 from islands_kit.config.link import LinkConfig
 from islands_kit.config.model import ModelConfig, OptimConfig
-from islands_kit.config.rules import MAX_THREADS, SEED_MAX, STEPS_MAX, _check, _check_fields
 from islands_kit.config.strategies import strategies_that
 from islands_kit.config.sync import SECTIONS, SyncConfig
+from islands_kit.rules import MAX_THREADS, SEED_MAX, STEPS_MAX, _check, _check_fields
 
 
 @dataclass

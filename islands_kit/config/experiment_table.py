@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, overload
 
-from islands_kit.config.rules import ConfigError
 from islands_kit.orbital import settings as orbital
+from islands_kit.rules import ConfigError
 
 
 @dataclass(frozen=True)

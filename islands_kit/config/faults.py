@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from islands_kit.config.rules import _check, _check_fields
+from islands_kit.rules import _check, _check_fields
 
 ATTACKS = ("none", "sign_flip", "scale", "nan", "noise", "replay")
 DEFENSES = ("none", "auto", "trimmed_mean", "median", "clip")

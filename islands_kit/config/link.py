@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from islands_kit.config.rules import MAX_CHUNK_FAILURE, MAX_SENDS_PER_CHUNK, _check, _check_fields
 from islands_kit.orbital.config import OrbitConfig
+from islands_kit.rules import MAX_CHUNK_FAILURE, MAX_SENDS_PER_CHUNK, _check, _check_fields
 
 # Physical ranges of a link. Rates: 1 bit/s (below any modem) to 1e18 bit/s (1000x the fastest fibre; the kit's
 # "free link" stand-in for projections sits there): past them transfer times underflow to 0 or overflow to inf.

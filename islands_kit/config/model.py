@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from islands_kit.config.rules import MAX_LR, _check, _check_fields
+from islands_kit.rules import MAX_LR, _check, _check_fields
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import Any
 from islands_kit.config.experiment import ExperimentConfig
 from islands_kit.config.keys import dotted_keys, nearest
 from islands_kit.config.link import link_config
-from islands_kit.config.rules import ConfigError, _check
+from islands_kit.rules import ConfigError, _check
 
 
 def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:

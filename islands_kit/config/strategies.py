@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from islands_kit.config.rules import ConfigError
+from islands_kit.rules import ConfigError
 
 MODES = ("lockstep", "decoupled")  # the valid values of sync.mode, one driver each (train/drivers.py)
 

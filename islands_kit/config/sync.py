@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from islands_kit.config.codec_registry import CODECS
 from islands_kit.config.keys import MOVED_KEYS
-from islands_kit.config.rules import _check, _check_fields
 from islands_kit.config.strategies import MODES, StrategyTraits, default_strategy, strategy_names, traits_of
+from islands_kit.rules import _check, _check_fields
 
 MAX_CODEC_BLOCK = 1 << 20  # values per codec block: a million (SparseLoCo chunks are 4096); 10**12 would allocate 4 TB
 

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from islands_kit.config.rules import _check, _check_fields
 from islands_kit.orbital import geometry, tle
+from islands_kit.rules import _check, _check_fields
 
 # Named elevation masks (degrees above the horizon a ground link needs). ground_station: the upper end of the 5-10°
 # that LEO ground stations such as ESA's Redu track down to; user_terminal: Starlink's user-terminal mask (FCC 2021).

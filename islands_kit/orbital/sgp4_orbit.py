@@ -26,10 +26,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from islands_kit.config.rules import ConfigError
 from islands_kit.orbital import geometry, tle
 from islands_kit.orbital.config import OrbitConfig, parse_utc
 from islands_kit.orbital.geometry import Vec, Window
+from islands_kit.rules import ConfigError
 
 try:
     import skyfield_data

@@ -24,11 +24,11 @@ import bisect
 import math
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from islands_kit.config.rules import ConfigError
 from islands_kit.orbital import circular, geometry
 from islands_kit.orbital.config import OrbitConfig
 from islands_kit.orbital.geometry import OrbitSource, Window
 from islands_kit.orbital.sgp4_orbit import Sgp4Orbit
+from islands_kit.rules import ConfigError
 
 
 class LinkContacts(NamedTuple):

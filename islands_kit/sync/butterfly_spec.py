@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from islands_kit.config.rules import _check, _check_fields
 from islands_kit.config.strategies import StrategyTraits
 from islands_kit.config.sync import Section
+from islands_kit.rules import _check, _check_fields
 from islands_kit.sync.registry import StrategySpec
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from islands_kit.config.rules import _check, _check_fields
 from islands_kit.config.strategies import StrategyTraits
 from islands_kit.config.sync import Section
+from islands_kit.rules import _check, _check_fields
 from islands_kit.sync.diloco_spec import SUMMARY
 from islands_kit.sync.registry import StrategySpec
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from islands_kit.config.codec_registry import CODECS
 from islands_kit.config.model import check_outer_optimizer
-from islands_kit.config.rules import MAX_LR, _check, _check_fields
 from islands_kit.config.strategies import StrategyTraits
 from islands_kit.config.sync import Section
+from islands_kit.rules import MAX_LR, _check, _check_fields
 from islands_kit.sync.registry import StrategySpec
 
 
