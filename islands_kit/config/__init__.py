@@ -1,9 +1,9 @@
 """Typed experiment configuration: dataclasses, eager validation, named links, dotted overrides.
 
 Every field is validated in ``__post_init__`` (or ``ExperimentConfig.validate``) so a bad value fails before any
-work starts, with a message that names the field and the rule it broke (``ConfigError``). One file per section:
+work starts, with a message that names the field and the rule it broke (``ConfigError``, the scalar type check and
+the shared bounds live in ``islands_kit/rules.py``, below this package and ``orbital/``). One file per section:
 
-  rules.py       ConfigError, the scalar type check, shared bounds
   model.py       model.*, optim.*
   sync.py        sync.* (what every strategy shares) and the registered strategies' own sections (sync.<key>.*),
                  strategies.py  their traits; a strategy declares both beside its code (sync/*_spec.py)
