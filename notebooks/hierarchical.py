@@ -91,3 +91,5 @@ h = run["result"]["hierarchical"]
 plots.show(plots.hierarchical_schedule(run["result"], run["timeline"]), out / "hierarchical_schedule.png")
 print(f"site link: {h['site_syncs']} H1 syncs, {h['site_bytes']:,} bytes, {h['site_transfer_s']:.3g} s of transfers")
 print(f"WAN:       {h['wan_syncs']} fragment syncs, {h['wan_bytes']:,} bytes, {h['wan_transfer_s']:.3g} s of transfers")
+print(f"every byte on each link kind (the MoE routing statistics included): site links {h['site_link_bytes']:,}, "
+      f"WAN {h['wan_link_bytes']:,}")

@@ -114,6 +114,12 @@ def test_the_ledger_holds_exactly_what_each_level_sends_and_each_link_times_its_
     assert (h["site_syncs"], h["wan_syncs"]) == (site_syncs, wan_syncs)
     assert res["ledger"]["channels"]["site"]["bytes"] == h["site_bytes"] == site
     assert res["ledger"]["channels"]["fragments"]["bytes"] == h["wan_bytes"] == res["fragment_bytes"] == wan
+    # each link kind's every byte: the routing statistics' ring all-reduce (cells 0..7 in order) puts an equal share
+    # on each of its 8 directed links, 2 of which (3 -> 4, 7 -> 0) cross the WAN
+    routing = res["ledger"]["channels"]["routing"]["bytes"]
+    assert routing > 0 and routing % 8 == 0
+    assert h["wan_link_bytes"] == wan + routing * 2 // 8 and h["site_link_bytes"] == site + routing * 6 // 8
+    assert h["site_link_bytes"] + h["wan_link_bytes"] == res["cross_site_bytes"]
     assert res["outer_steps_per_fragment"] == [sum(1 for t in range(1, T + 1) if t % H == o) + (T % H != o)
                                                for o in fragment_offsets(H, cfg.sync.n_fragments)]
     # each link kind on its own model: a site transfer takes about the site link's half round trip, a WAN one at

@@ -89,15 +89,19 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
                 "complete grid):", "", "| arm | trial | tuning-split bpb | validation bpb |", "|---|---|---|---|"]
         out += [f"| {arm} | {_label(g['label'])} | {g['final_tune_bpb']:.4f} | {g['final_val_bpb']:.4f} |" for arm, g in trials]
     if rows:
-        out += ["", "| row | val bpb per seed | tokens | / its arm's pick | / its control | / the reference arm | status |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["", "| row | val bpb per seed | tokens | / its arm's pick | / its control | / the reference arm | "
+                "/ its control, equal simulated time | / the reference arm, equal simulated time | bytes on the link | "
+                "status |", "|---|---|---|---|---|---|---|---|---|---|"]
         for e in rows:
             vals = " / ".join(f"{v:.4f}" for v in e.get("val_bpb", [])) or "-"
             cells = []
-            for key in ("vs_arm", "vs_control", "vs_ref"):
+            for key, kind in (("vs_arm", ""), ("vs_control", ""), ("vs_ref", ""), ("vs_control", "time_"),
+                              ("vs_ref", "time_")):
                 r = e.get(key)
-                cells.append("-" if r is None else _ratio(r["ratio_mean"], r["ratio_ci95"], r["ratio_n"]))
-                n_cmp += 1 if r is not None and r["ratio_n"] else 0
+                n = 0 if r is None else r.get(f"{kind}ratio_n", 0)
+                cells.append("-" if r is None else _ratio(r.get(f"{kind}ratio_mean"), r.get(f"{kind}ratio_ci95"), n))
+                n_cmp += 1 if n else 0
+            cells.append(_bytes(e))
             status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
             toks = sorted({t for t in e.get("tokens", []) if t is not None})
             tok = "-" if not toks else f"{toks[0]:,}" if len(toks) == 1 else f"{toks[0]:,}-{toks[-1]:,}"

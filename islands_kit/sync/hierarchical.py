@@ -216,14 +216,19 @@ class Hierarchical(DiLoCo):
 
     # -- what the run records -------------------------------------------------------------------------------------
     def result_fields(self) -> dict[str, Any]:
-        """result.json's ``hierarchical`` section: the shape, the syncs of each level and each link kind's bytes and
-        busy seconds (this process's ledger is the world's when the result is written)."""
+        """result.json's ``hierarchical`` section: the shape, the syncs of each level, the bytes and busy seconds of
+        the strategy's own two channels (``site_bytes``: H1 syncs, reduce-scatters and all-gathers; ``wan_bytes``: the
+        fragments), and every byte each link kind carried whatever its channel (``site_link_bytes``,
+        ``wan_link_bytes``: the MoE routing statistics' ring crosses both kinds). This process's ledger is the
+        world's when the result is written."""
         led = self.transport.ledger
         busy = {ch: sum(end - start for start, end, _, _, _, c in led.timeline if c == ch) for ch in (SITE, WAN)}
+        on_site = sum(b for (src, dst), b in led.links.items() if src // self.C == dst // self.C)
         return {"hierarchical": {
             "sites": self.S, "cells_per_site": self.C, "site_every": self.H1, "site_mode": self.mode,
             "site_syncs": self.site_syncs, "wan_syncs": self.wan_syncs,
             "site_bytes": led.bytes(SITE), "wan_bytes": led.bytes(WAN),
+            "site_link_bytes": on_site, "wan_link_bytes": sum(led.links.values()) - on_site,
             "site_transfer_s": busy[SITE], "wan_transfer_s": busy[WAN],
             "site_sync_times": self.site_log}}
 
