@@ -43,7 +43,9 @@ def fake_executor(val_of, tune_of=None, machine=MACHINE, calls=None):
         tune = (tune_of or val_of)(run.trial.arm, label, run.seed)
         res = {"final_val_bpb": val, "final_tune_bpb": tune, "sim_wall_clock_s": 100.0 if run.trial.arm == "baseline" else 50.0,
                "cross_site_bytes": 1000 if run.trial.arm == "baseline" else 10, "ddp_equivalent_bytes": 1000,
-               "versions": {"machine": machine}}
+               "versions": {"machine": machine}, "compute_utilization": 0.5 if run.trial.arm == "baseline" else 0.8,
+               "ledger": {"channels": {"gradients" if run.trial.arm == "baseline" else "fragments":
+                                       {"bytes": 1000 if run.trial.arm == "baseline" else 10, "messages": 4}}}}
         run.dir.mkdir(parents=True, exist_ok=True)
         (run.dir / "history.jsonl").write_text("\n".join(json.dumps(h) for h in (
             {"sim_time_s": 25.0, "val_bpb": val + 1.0}, {"sim_time_s": res["sim_wall_clock_s"], "val_bpb": val})))
@@ -269,6 +271,9 @@ def test_an_arm_tuned_on_one_machine_is_scored_at_every_seed_on_another_and_neve
     assert moved["baseline"]["max_abs_move"] == pytest.approx(0.0)
     table = render(doc)
     assert table.count("| arm | pick (tuning split)") == 2 and f"tuned on {BOX_A}" in table and "+1.00%" in table
+    # where each machine's scored runs spent their simulated time and bytes, from the JSON alone
+    assert table.count("| two_site | 3 | 50.0 s | 80.0% | fragments 10 |") == 2
+    assert table.count("| baseline | 3 | 100.0 s | 50.0% | gradients 1,000 |") == 2
 
 
 def test_machine_folders_name_the_cpu_and_never_collide():
@@ -287,3 +292,17 @@ def test_only_machine_folders_are_machines(tmp_path):
     assert machine_folder(BOX_A) == BOX_A
     with pytest.raises(StudyError, match="machine: 'box-a' is not a machine folder name"):
         machine_folder("box-a")
+
+
+def test_arms_run_at_fixed_settings_say_so_and_make_no_tuning_tables(tmp_path):
+    """An arm with no grid (its settings fixed, e.g. another study's pick) is one trial: the table shows its settings
+    as fixed, and the tuning-transfer tables (a choice among trials) leave it out."""
+    study = parse_study(study_doc(arms={
+        "baseline": {"experiment": "baseline", "fixed": {"optim.lr": "3e-3"}},
+        "two_site": {"experiment": "two_site", "ref": "baseline", "fixed": {"optim.lr": "4.24e-3"}}}))
+    val = lambda arm, label, seed: 2.0 if arm == "baseline" else 2.1  # noqa: E731
+    run_study(study, tmp_path, jobs=1, say=lambda s: None, machine=BOX, execute_run=fake_executor(val))
+    table = render(make_report(study, tmp_path, "cmd"))
+    assert "| baseline | fixed optim.lr=3e-3 | 2.0000 / 2.0000 / 2.0000 | 1 (reference) |" in table
+    assert "| two_site | fixed optim.lr=4.24e-3 | 2.1000 / 2.1000 / 2.1000 | 1.0500" in table
+    assert "Spearman" not in table and "Every finished tuning trial" not in table

@@ -102,6 +102,17 @@ def _bytes(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]) -> di
     return out
 
 
+def _where(mine: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Where the scored runs' simulated time and bytes went: per seed the simulated wall-clock and the compute
+    utilisation, and the first seed's bytes per ledger channel (the same at every seed of a lock-step schedule)."""
+    seeds = sorted(mine)
+    led = mine[seeds[0]].get("ledger") if seeds else None  # None: a ledger line from before the ledger kept it
+    return {"sim_wall_clock_s": [mine[s]["sim_wall_clock_s"] for s in seeds],
+            "compute_utilization": [mine[s].get("compute_utilization") for s in seeds],
+            "bytes_by_channel": None if led is None else {ch: int(v["bytes"]) for ch, v in
+                                                          sorted(led.get("channels", {}).items()) if v.get("bytes")}}
+
+
 def grid_edges(grid: dict[str, list[str]], label: dict[str, str]) -> list[str]:
     """The grid axes (of 3 or more numeric values) on whose smallest or largest value the pick sits: its best may lie
     outside the grid, and the tuning budget did not show it."""
@@ -136,6 +147,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
             val_vals.append(val)
     entry: dict[str, Any] = {"kind": "arm", "arm": arm, "experiment": a.experiment, "preset": study.preset,
                              "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds, "grid": grid,
+                             "fixed": dict(a.fixed),
                              "machine": root.name, "tuned_on": (tuned_on or root).name}
     chosen = picks.get(arm)
     if chosen is None:
@@ -148,7 +160,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
                   "pick_at_grid_edge": grid_edges(a.grid, dict(chosen.label)),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
-                  "sim_wall_clock_s": [mine[s]["sim_wall_clock_s"] for s in sorted(mine)],
+                  **_where(mine),
                   "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,
                   "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",
                   "unpaired": unpaired})
@@ -173,7 +185,7 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
     mine = _scored(study, t, row.seeds, root)
     entry.update({"experiment": t.experiment, "overrides": t.overrides, "seeds": sorted(mine),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
-                  "tokens": [mine[s].get("tokens") for s in sorted(mine)],
+                  "tokens": [mine[s].get("tokens") for s in sorted(mine)], **_where(mine),
                   "status": "done" if len(mine) == len(row.seeds) else f"{len(mine)}/{len(row.seeds)} seeds"})
     # against the arm it changes one thing of (or its control), and against the study's reference arm
     refs: dict[str, Trial] = {}

@@ -72,10 +72,16 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
             status += "; pick at the grid's edge: " + ", ".join(e["pick_at_grid_edge"])
         if e.get("tuned_on") not in (None, e.get("machine")):
             status += f"; tuned on {e['tuned_on']}"
-        out.append(f"| {e['arm']} | {_label(e.get('label'))} | {vals} | {tok} | {tim} | {_bytes(e)} | {status} |")
-    tuned_here = [e for e in arms if e.get("tuned_on") in (None, e.get("machine"))]
-    out += ["", "How the tuning split's pick transfers to the validation bytes (per arm, over its grid at the tuning seeds):",
-            "", "| arm | trials | Spearman rho (tune vs val) | pick's regret on val | pick also best on val |", "|---|---|---|---|---|"]
+        parts = [_label(e.get("label"))] if e.get("label") or not e.get("fixed") else []
+        if e.get("fixed"):  # the arm's settings that were not tuned
+            parts.append(f"fixed {_label(e['fixed'])}")
+        pick = "; ".join(parts)
+        out.append(f"| {e['arm']} | {pick} | {vals} | {tok} | {tim} | {_bytes(e)} | {status} |")
+    tuned_here = [e for e in arms if e.get("tuned_on") in (None, e.get("machine")) and len(e["grid"]) > 1]  # a choice
+    if tuned_here:
+        out += ["", "How the tuning split's pick transfers to the validation bytes (per arm, over its grid at the tuning "
+                "seeds):", "", "| arm | trials | Spearman rho (tune vs val) | pick's regret on val | pick also best on val |",
+                "|---|---|---|---|---|"]
     for e in tuned_here:
         t = e.get("transfer")
         if t is None:
@@ -106,4 +112,27 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
             toks = sorted({t for t in e.get("tokens", []) if t is not None})
             tok = "-" if not toks else f"{toks[0]:,}" if len(toks) == 1 else f"{toks[0]:,}-{toks[-1]:,}"
             out.append(f"| {e['row']} | {vals} | {tok} | {' | '.join(cells)} | {status} |")
+    _render_where([e for e in arms if e.get("seeds")] + [e for e in rows if e.get("seeds")], out)
     return n_cmp
+
+
+def _mean(values: list[Any]) -> float | None:
+    got = [float(v) for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def _render_where(entries: list[dict[str, Any]], out: list[str]) -> None:
+    """Where each scored arm's and row's simulated time and bytes went (reports written before these fields
+    existed have none: no table)."""
+    have = [e for e in entries if "compute_utilization" in e]
+    if not have:
+        return
+    out += ["", "Where the simulated time and the bytes went (mean over the scored seeds; bytes per ledger channel at "
+            "the first seed):", "", "| arm or row | seeds | simulated wall-clock | compute utilisation | bytes per "
+            "channel |", "|---|---|---|---|---|"]
+    for e in have:
+        t, u = _mean(e.get("sim_wall_clock_s", [])), _mean(e["compute_utilization"])
+        by = e.get("bytes_by_channel")
+        chans = "-" if by is None else ", ".join(f"{ch} {b:,}" for ch, b in by.items()) or "none"
+        out.append(f"| {e.get('row') or e['arm']} | {len(e['seeds'])} | {'-' if t is None else f'{t:.1f} s'} | "
+                   f"{'-' if u is None else f'{100 * u:.1f}%'} | {chans} |")
