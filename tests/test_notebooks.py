@@ -38,6 +38,7 @@ from islands_kit.notebooks import (
     run_notebook,
     tour,
 )
+from islands_kit.protocol.tables import render
 from islands_kit.records.tracking import RESULT_KEYS
 from islands_kit.train.golden import measured_rtol, same_number
 
@@ -573,6 +574,10 @@ def test_hierarchical_notebook_runs_at_smoke_and_draws_the_two_level_schedule(tm
         assert_png(out / png)
     text = "".join(stream_text(executed))
     assert f"site link: 6 H1 syncs, {h['site_bytes']:,} bytes" in text and f"WAN:       {h['wan_syncs']} fragment syncs" in text
+    assert f"site links {h['site_link_bytes']:,}, WAN {h['wan_link_bytes']:,}" in text
+    # the recorded H1 sweep, rendered from its JSON (the table RESULTS.md holds)
+    sweep = json.loads((ROOT / "benchmarks" / "hierarchical-h1.json").read_text())
+    assert render(sweep) in text and "| hierarchical H1=1 |" in text
     assert not any(stream_text(executed, "stderr")), stream_text(executed, "stderr")
 
 
