@@ -3,6 +3,7 @@ points, the fits against independent computations (scipy.stats.linregress, the c
 (bounded and unbounded), the published fit, and the trend document from a points study's runs."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -190,9 +191,21 @@ def test_dry_run_says_each_points_cost(tmp_path, monkeypatch, capsys):
         total_s = 360.0
 
     monkeypatch.setattr(command, "estimate_run", lambda cfg: Est())
-    study = load_study(SIZE)
+    # the study's own ledgers hold runs already made (benchmarks/scaling/): this counts the plan from nothing
+    study = dataclasses.replace(load_study(SIZE), point_reports=str(tmp_path / "no-ledgers"))
     args = argparse.Namespace(action="run", dry_run=True, study=str(SIZE), arms=None, jobs=2, write=False)
     assert command.points_command(args, study, tmp_path) == 0
     out = capsys.readouterr().out
     assert out.count("16 runs (12 tuning, 4 scoring, 0 rows)") == 4
     assert "study scaling-size: 4 points, 64 runs, 64 to run: about 6.4 CPU-hours" in out
+
+
+def test_the_figure_says_when_an_axis_has_no_fit_of_ours_yet():
+    """Points land one at a time over sessions: a panel with fewer than three says so instead of drawing nothing."""
+    from islands_kit.scaling.figure import scaling_trend
+
+    two = [{"kind": "point", "axis": "size", "arm": "two_site", "params_active": n, "tokens": 30 * n, "ratio_mean": r,
+            "ratio_ci95": [r - 0.01, r + 0.01]} for n, r in ((59_680, 1.033), (120_240, 1.028))]
+    fig = scaling_trend({"entries": two + [trend.fit_entry("size", "two_site", two, "cmd"), trend.published_entry()]})
+    texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert texts == [["2 point(s) of ours measured: no fit of ours yet (3 needed)"], ["no point of ours measured yet"]]

@@ -64,6 +64,11 @@ def scaling_trend(doc: Mapping[str, Any], title: str | None = None) -> Figure:
             if pub_e is not None:
                 _draw_fit(ax, _power(pub_e), [n for n, g in pub if g > 0], ":", "black",
                           f"their power-law fit, {_exponent(pub_e)}")
+        ours = [e for e in entries if e["kind"] == "point" and e["axis"] == axis]
+        fits = [e for e in entries if e["kind"] == "fit" and e["axis"] == axis and e.get("exponent") is not None]
+        if not fits:  # say why there is no line of ours (points still being measured)
+            ax.text(0.02, 0.02, f"{len(ours)} point(s) of ours measured: no fit of ours yet (3 needed)"
+                    if ours else "no point of ours measured yet", transform=ax.transAxes, fontsize=8, color="0.3")
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_xlabel(xlabel)
