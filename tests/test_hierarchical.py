@@ -177,14 +177,17 @@ def test_two_sites_of_one_cell_keep_every_diloco_setting_and_four_sites_of_two_c
 
 def test_the_h1_study_loads_and_sweeps_only_h1_at_a_fixed_h2() -> None:
     study = load_study(Path(__file__).parents[1] / "benchmarks" / "studies" / "hierarchical-h1.toml")
-    assert study.preset == "demo" and set(study.arms) == {"baseline", "two_site"}
-    trials = [study.row_trial(row, {}) for row in study.rows]  # standalone rows: each expands to a valid config
+    assert study.preset == "demo" and set(study.arms) == {"baseline", "two_site", "hierarchical"}
+    assert all(study.arms[a].ref == "baseline" for a in ("two_site", "hierarchical"))
+    assert all(len(t) == 1 for t in (study.trials(a) for a in study.arms))  # every arm at its one headline pick
+    picks = {a: study.trials(a)[0] for a in study.arms}
+    trials = [picks["hierarchical"]] + [study.row_trial(row, picks) for row in study.rows]
     assert [t.experiment for t in trials] == ["hierarchical"] * 3
     assert sorted(int(t.overrides["sync.hierarchical.site_every"]) for t in trials) == [1, 10, 50]
     assert {t.overrides["sync.H"] for t in trials} == {"50"}
     rest = [{k: v for k, v in t.overrides.items() if k != "sync.hierarchical.site_every"} for t in trials]
     assert rest[0] == rest[1] == rest[2]  # nothing else varies
-    assert all(row.control in {"two_site", "hierarchical H1=10"} for row in study.rows)
+    assert all(row.arm == row.control == "hierarchical" for row in study.rows)
 
 
 def test_the_spec_builds_the_two_link_kinds_and_other_strategies_keep_one_link() -> None:
