@@ -209,3 +209,21 @@ def test_the_figure_says_when_an_axis_has_no_fit_of_ours_yet():
     fig = scaling_trend({"entries": two + [trend.fit_entry("size", "two_site", two, "cmd"), trend.published_entry()]})
     texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
     assert texts == [["2 point(s) of ours measured: no fit of ours yet (3 needed)"], ["no point of ours measured yet"]]
+
+
+def test_the_figure_carries_our_fit_to_the_published_sizes_without_a_band():
+    """Three points make a fit: its solid line spans our sizes, its dashed extrapolation reaches Charles et al.'s
+    largest model and is the fitted power law there, not a redrawn curve."""
+    from islands_kit.scaling.figure import scaling_trend
+
+    pts = [{"kind": "point", "axis": "size", "arm": "two_site", "params_active": n, "tokens": 30 * n, "ratio_mean": r,
+            "ratio_ci95": [r - 0.01, r + 0.01]} for n, r in ((59_680, 1.033), (120_240, 1.028), (201_280, 1.022))]
+    fit = trend.fit_entry("size", "two_site", pts, "cmd")
+    fig = scaling_trend({"entries": pts + [fit, trend.published_entry()]})
+    dashed = [ln for ln in fig.axes[0].lines if ln.get_linestyle() == "--"]
+    assert len(dashed) == 1
+    x, y = dashed[0].get_data()
+    top = max(n for n, _ in references.charles_m2())
+    assert x[0] == pytest.approx(201_280) and x[-1] == pytest.approx(top)
+    assert y[-1] == pytest.approx(100.0 * 10 ** (fit["power_a"] + fit["exponent"] * np.log10(top)), rel=1e-6)
+    assert fig.axes[1].texts[0].get_text() == "no point of ours measured yet"

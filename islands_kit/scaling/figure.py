@@ -31,6 +31,16 @@ def _draw_fit(ax: Any, f: LineFit | None, xs: list[float], style: str, tint: Any
     ax.fill_between(grid, 100.0 * lo, 100.0 * hi, color=tint, alpha=0.15, linewidth=0)
 
 
+def _extrapolate(ax: Any, f: LineFit | None, x0: float, x1: float, tint: Any) -> None:
+    """Our fitted line carried on, thin and dashed and without a band, from our largest size to the published
+    study's: where the reader sets it against their points (the band out there spans decades: docs/methods.md)."""
+    if f is None or x1 <= x0:
+        return
+    grid = np.logspace(np.log10(x0), np.log10(x1), 60)
+    ax.plot(grid, 100.0 * f.gap(grid), linestyle="--", linewidth=0.8, color=tint,
+            label="our fit extrapolated (no band: it spans the panel)")
+
+
 def _exponent(e: Mapping[str, Any]) -> str:
     ci = e.get("exponent_ci95")
     if e.get("exponent") is None or ci is None:
@@ -56,6 +66,8 @@ def scaling_trend(doc: Mapping[str, Any], title: str | None = None) -> Figure:
             fit_e = next((e for e in entries if e["kind"] == "fit" and e["axis"] == axis and e["arm"] == arm), None)
             if fit_e is not None:
                 _draw_fit(ax, _power(fit_e), xs, "-", color(arm, 0), f"our power-law fit, {_exponent(fit_e)}")
+                if axis == "size":
+                    _extrapolate(ax, _power(fit_e), max(xs), max(n for n, _ in references.charles_m2()), color(arm, 0))
         if axis == "size":
             pub = references.charles_m2()
             ax.plot([n for n, _ in pub], [100.0 * g for _, g in pub], linestyle="none", marker="^", color="black",
