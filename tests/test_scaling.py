@@ -227,3 +227,28 @@ def test_the_figure_carries_our_fit_to_the_published_sizes_without_a_band():
     assert x[0] == pytest.approx(201_280) and x[-1] == pytest.approx(top)
     assert y[-1] == pytest.approx(100.0 * 10 ** (fit["power_a"] + fit["exponent"] * np.log10(top)), rel=1e-6)
     assert fig.axes[1].texts[0].get_text() == "no point of ours measured yet"
+
+
+def test_one_queue_keeps_every_slot_busy_across_points_in_point_order(tmp_path):
+    """``jobs`` runs at a time across the points, not one run per point: the first point's runs start first, and the
+    last point left still gets both slots (a study's long last point would otherwise run on one core). Each of the
+    last point's runs waits at a barrier for a second one in flight: run one at a time, the barrier breaks."""
+    import threading
+
+    study = load_study(ROOT / "benchmarks" / "studies" / "smoke" / "scaling-size.toml")
+    names = [p.name for p in study.points]
+    both = threading.Barrier(2, timeout=20)
+    lock, starts = threading.Lock(), []
+
+    def paired(run: Run):
+        point = run.dir.relative_to(tmp_path).parts[0]
+        with lock:
+            starts.append(point)
+        if point == names[-1]:
+            both.wait()  # BrokenBarrierError unless another of this point's runs is in flight
+        return fake_execute(run)
+
+    made = run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=paired)
+    assert len(made) == 3 * 4 and starts[:2] == [names[0]] * 2
+    firsts = [starts.index(n) for n in names]
+    assert firsts == sorted(firsts)  # points start in their order

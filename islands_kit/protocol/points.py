@@ -1,7 +1,7 @@
 """A study with points (``[[points]]``, protocol/study.py): every point is the study's arms and grids with the point's
 knobs set, tuned and scored on its own — its runs under ``<root>/<point>``, its report and ledger under the study's
-``point_reports``. The runner keeps ``jobs`` runs going across the points (each point in flight runs one at a time,
-``jobs`` points at once), resumable like any study.
+``point_reports``. The runner keeps ``jobs`` runs going from one queue across the points (the earliest point's runs
+first; a later point's fill a free slot, so the last point left still uses every slot), resumable like any study.
 
 ``execute_in_process`` makes a run in this process (no subprocess start-up): the notebook's smoke points and the
 tests use it; the real runs go through ``runner.execute`` (one process and one thread per run).
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from islands_kit.config import apply_overrides
 from islands_kit.config.presets import get_preset
-from islands_kit.protocol.runner import execute, run_study
+from islands_kit.protocol.runner import execute, run_parts
 from islands_kit.protocol.runs import Run
 from islands_kit.protocol.study import Point, Study
 from islands_kit.run import run_experiment
@@ -31,19 +30,12 @@ def point_root(root: Path, point: Point) -> Path:
 
 
 def run_points(study: Study, root: Path, jobs: int = 2, say: Callable[[str], None] = print,
-               execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None) -> list[Run]:
-    """Run every point of ``study`` (``jobs`` points at a time, one run each), resumably; the runs made."""
-    subs = point_studies(study)
-
-    def one(item: tuple[Point, Study]) -> list[Run]:
-        p, sub = item
-        return run_study(sub, point_root(root, p), jobs=1, say=lambda s: say(f"[{p.name}] {s}"),
-                         execute_run=execute_run, arms=arms)
-
-    if jobs <= 1:
-        return [r for item in subs for r in one(item)]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return [r for made in pool.map(one, subs) for r in made]
+               execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None,
+               machine: str | None = None) -> list[Run]:
+    """Run every point of ``study``, ``jobs`` runs at a time from one queue across the points (the earliest point's
+    runs first, so points land in order and the last one left still uses every slot), resumably; the runs made."""
+    return run_parts([(sub, point_root(root, p), f"[{p.name}] ") for p, sub in point_studies(study)], jobs, say,
+                     execute_run, arms, machine)
 
 
 def execute_in_process(run: Run) -> dict[str, Any]:

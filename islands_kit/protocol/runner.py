@@ -103,31 +103,44 @@ def run_study(study: Study, base: Path, jobs: int = 2, say: Callable[[str], None
     this) — only those of ``arms`` when given: an arm's tuning, scoring and rows — ``jobs`` at a time, until nothing is
     left that this invocation can start; the runs it made. Rows and scoring runs join as soon as their arm's pick is
     known."""
+    return run_parts([(study, base, "")], jobs, say, execute_run, arms, machine)
+
+
+def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable[[str], None] = print,
+              execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None,
+              machine: str | None = None) -> list[Run]:
+    """``run_study`` over several studies at once (a scaling study's points: each ``(study, base, prefix)``, ``prefix``
+    leading its lines), ``jobs`` runs at a time from one queue: the first part's runs first, a later part's as soon as
+    a slot is free, so the last unfinished part still gets every slot. The runs it made."""
     machine = machine_folder(machine)
-    unknown = sorted(set(arms or []) - set(study.arms))
-    if unknown:
-        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {study.name} ({', '.join(study.arms)})")
+    for study, _, _ in parts:
+        unknown = sorted(set(arms or []) - set(study.arms))
+        if unknown:
+            raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {study.name} ({', '.join(study.arms)})")
     made: list[Run] = []
     started: set[Path] = set()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        running: dict[Future[dict[str, Any] | None], Run] = {}
+        running: dict[Future[dict[str, Any] | None], tuple[Run, str]] = {}
         while True:
-            runs, _ = known_runs(study, base, machine)
-            todo = [r for r in runs if r.dir not in started and r.result() is None and (arms is None or _arm_of(study, r) in arms)]
+            todo: list[tuple[Run, str]] = []
+            for study, base, prefix in parts:
+                runs, _ = known_runs(study, base, machine)
+                todo += [(r, prefix) for r in runs if r.dir not in started and r.result() is None
+                         and (arms is None or _arm_of(study, r) in arms)]
             while todo and len(running) < max(1, jobs):
-                r = todo.pop(0)
+                r, prefix = todo.pop(0)
                 started.add(r.dir)
-                say(f"start {r.phase} {r.trial.arm} seed {r.seed}: {r.trial.describe()}")
-                running[pool.submit(execute_run, r)] = r
+                say(f"{prefix}start {r.phase} {r.trial.arm} seed {r.seed}: {r.trial.describe()}")
+                running[pool.submit(execute_run, r)] = (r, prefix)
             if not running:
                 return made
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in finished:
-                r = running.pop(fut)
+                r, prefix = running.pop(fut)
                 res = fut.result()
                 if res is None:
-                    say(f"skip  {r.trial.arm} seed {r.seed}: another process is making it ({r.dir})")
+                    say(f"{prefix}skip  {r.trial.arm} seed {r.seed}: another process is making it ({r.dir})")
                     continue
                 made.append(r)
-                say(f"done  {r.phase} {r.trial.arm} seed {r.seed}: tune {res.get('final_tune_bpb')} "
+                say(f"{prefix}done  {r.phase} {r.trial.arm} seed {r.seed}: tune {res.get('final_tune_bpb')} "
                     f"val {res.get('final_val_bpb')}")
