@@ -159,7 +159,7 @@ def fake_execute(run: Run):
     lr = float(dict(run.trial.label).get("lr_scale", "1"))
     res = {"final_val_bpb": val, "final_tune_bpb": val + abs(lr - 1), "sim_wall_clock_s": 10.0, "cross_site_bytes": 1,
            "ddp_equivalent_bytes": 1, "params_active": act, "tokens": tokens_of(cfg), "steps": cfg.steps,
-           "versions": {"machine": "test"}}
+           "versions": {"machine": "test"}, "cpu_time_s": 90.0}
     run.dir.mkdir(parents=True, exist_ok=True)
     (run.dir / "result.json").write_text(json.dumps(res))
     return res
@@ -173,6 +173,7 @@ def test_the_trend_reads_each_point_and_fits_the_axis(tmp_path):
     doc = trend.build_trend([study], [tmp_path])
     pts = [e for e in doc["entries"] if e["kind"] == "point"]
     assert [e["width"] for e in pts] == [16, 24, 32] and all(e["seeds"] == [0, 1] for e in pts)
+    assert all(e["runs"] == 4 and e["cpu_hours"] == pytest.approx(4 * 90 / 3600, abs=1e-3) for e in pts)
     for e in pts:
         want = [1 + 3.0 * e["params_active"] ** -0.5 * (1 + 0.01 * s) for s in (0, 1)]
         assert e["ratio_mean"] == pytest.approx(math.exp(np.mean(np.log(want))))

@@ -2,7 +2,8 @@
 
 One ``point`` entry per (point, non-reference arm): ``axis`` (size | length), ``width``, ``params_active``,
 ``steps``, ``tokens`` (of the arm's pick), ``arm``, ``seeds`` (paired with the reference), ``ratio_mean`` and
-``ratio_ci95`` (islands_kit/stats.py). One ``fit`` entry per axis and arm: the power law's ``exponent`` with
+``ratio_ci95`` (islands_kit/stats.py), and what the point cost (``machine``, its finished ``runs``, their
+``cpu_hours``). One ``fit`` entry per axis and arm: the power law's ``exponent`` with
 ``exponent_ci95`` over the points with a positive gap, and the log-linear fit's ``crossing`` (the size, or tokens,
 where the fitted gap reaches 0; null when its Fieller interval is unbounded, with the reason), and the ``command``
 that re-makes it. One ``published_fit`` entry: the same two fits of Charles et al.'s Table 4 M = 2 points.
@@ -52,12 +53,24 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
                     break
             if chosen is None or res is None:
                 continue
+            runs, cpu_h = point_cost(proot / m)
             out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": e["arm"],
                         "width": apply_overrides(sub.base_config(chosen.experiment), chosen.overrides).model.d_model,
                         "params_active": res.get("params_active"), "steps": res.get("steps"),
                         "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
-                        "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"]})
+                        "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"],
+                        "machine": m, "runs": runs, "cpu_hours": cpu_h})
     return out
+
+
+def point_cost(machine_root: Path) -> tuple[int, float | None]:
+    """What a point cost on one machine: its finished runs (every arm's tuning and scoring) and their CPU-hours
+    (each run's ``cpu_time_s``; None if a run did not record it)."""
+    results = [json.loads(f.read_text()) for f in sorted(machine_root.glob("*/*/seed*/result.json"))]
+    cpu = [r.get("cpu_time_s") for r in results]
+    if not results or not all(isinstance(c, (int, float)) for c in cpu):
+        return len(results), None
+    return len(results), round(sum(cpu) / 3600.0, 3)
 
 
 def fit_entry(axis: str, arm: str, points: Sequence[dict[str, Any]], command: str) -> dict[str, Any]:
