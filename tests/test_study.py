@@ -306,3 +306,23 @@ def test_arms_run_at_fixed_settings_say_so_and_make_no_tuning_tables(tmp_path):
     assert "| baseline | fixed optim.lr=3e-3 | 2.0000 / 2.0000 / 2.0000 | 1 (reference) |" in table
     assert "| two_site | fixed optim.lr=4.24e-3 | 2.1000 / 2.1000 / 2.1000 | 1.0500" in table
     assert "Spearman" not in table and "Every finished tuning trial" not in table
+
+
+def test_two_arms_beside_the_reference_are_read_against_each_other(tmp_path):
+    """Whether one arm beats another is its own paired comparison (per seed, on one machine), not the difference of
+    their ratios to the reference; the report holds it at equal tokens and at equal simulated time."""
+    doc = study_doc()
+    doc["arms"]["close"] = {"experiment": "two_site", "ref": "baseline", "grid": {"optim.lr": ["1e-3", "2e-3", "3e-3"]},
+                            "fixed": {"sync.H": "4"}}
+    study = parse_study(doc)
+    val = lambda arm, label, seed: {"baseline": 2.0, "two_site": 2.06 + 0.01 * seed, "close": 2.03}[arm]  # noqa: E731
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX, execute_run=fake_executor(val))
+    rep = make_report(study, tmp_path, "cmd")
+    pairs = [e for e in rep["entries"] if e["kind"] == "pair"]
+    assert len(pairs) == 1 and pairs[0]["arms"] == ["close", "two_site"] and pairs[0]["seeds"] == [0, 1, 2]
+    want = [2.03 / (2.06 + 0.01 * s) for s in range(3)]
+    assert pairs[0]["ratios"] == pytest.approx(want) and pairs[0]["ratio_n"] == 3
+    assert pairs[0]["ratio_ci95"][1] < 1.0 and pairs[0]["time_ratio_n"] == 3  # resolved: close ends lower
+    table = render(rep)
+    assert "| close | two_site | 0.9807 [" in table
+    assert "These tables make 6 comparisons" in table  # 2 per arm beside the reference, 2 for the pair

@@ -214,11 +214,27 @@ def _machine_entries(study: Study, base: Path, machine: str) -> list[dict[str, A
     root = base / machine
     arms = [arm_entry(study, arm, root, picks, base / found[arm][1] if arm in found else None) for arm in study.arms]
     rows = [{**row_entry(study, i, root, picks), "machine": machine} for i in range(len(study.rows))]
-    return arms + rows
+    return arms + rows + pair_entries(study, root, picks)
+
+
+def pair_entries(study: Study, root: Path, picks: dict[str, Trial]) -> list[dict[str, Any]]:
+    """Every two arms that are not the reference, read against each other at their picks (the later arm over the
+    earlier, paired per seed on this machine, at equal tokens and equal simulated time): whether one beats the other
+    is a question of its own, not the difference of their ratios to the reference."""
+    others = [a for a in study.arms if study.arms[a].ref != a and a in picks]
+    out = []
+    for i, b in enumerate(others):
+        for a in others[i + 1:]:
+            mine, theirs = _scored(study, picks[a], study.seeds, root), _scored(study, picks[b], study.seeds, root)
+            unpaired: list[str] = []
+            seeds = _pair(mine, theirs, unpaired)
+            out.append({"kind": "pair", "arms": [a, b], "machine": root.name, "seeds": seeds,
+                        "unpaired": unpaired, **_ratio_fields(mine, theirs, seeds)})
+    return out
 
 
 def _finished(entries: list[dict[str, Any]]) -> int:
-    return sum(len(e.get("seeds", [])) for e in entries)
+    return sum(len(e.get("seeds", [])) for e in entries if e["kind"] in ("arm", "row"))
 
 
 def across_machines(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

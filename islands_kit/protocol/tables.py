@@ -113,6 +113,15 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
             tok = "-" if not toks else f"{toks[0]:,}" if len(toks) == 1 else f"{toks[0]:,}-{toks[-1]:,}"
             out.append(f"| {e['row']} | {vals} | {tok} | {' | '.join(cells)} | {status} |")
     _render_where([e for e in arms if e.get("seeds")] + [e for e in rows if e.get("seeds")], out)
+    pairs = [e for e in entries if e["kind"] == "pair" and e.get("ratio_n")]
+    if pairs:
+        out += ["", "Arm against arm, each at its pick (paired per seed on this machine; below 1: the first arm ends "
+                "lower):", "", "| arm | against | equal tokens | equal simulated time |", "|---|---|---|---|"]
+        for e in pairs:
+            tok = _ratio(e["ratio_mean"], e["ratio_ci95"], e["ratio_n"])
+            tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
+            n_cmp += 1 + (1 if e.get("time_ratio_n") else 0)
+            out.append(f"| {e['arms'][0]} | {e['arms'][1]} | {tok} | {tim} |")
     return n_cmp
 
 
