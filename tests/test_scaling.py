@@ -253,3 +253,30 @@ def test_one_queue_keeps_every_slot_busy_across_points_in_point_order(tmp_path):
     assert len(made) == 3 * 4 and starts[:2] == [names[0]] * 2
     firsts = [starts.index(n) for n in names]
     assert firsts == sorted(firsts)  # points start in their order
+
+
+def test_results_holds_the_rendering_of_the_recorded_trend():
+    """RESULTS.md's trend block is made from benchmarks/scaling-trend.json alone (never edited by hand)."""
+    doc = json.loads((ROOT / "benchmarks" / "scaling-trend.json").read_text())
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    begin, end = f"<!-- {trend.TREND_BLOCK}:begin -->", f"<!-- {trend.TREND_BLOCK}:end -->"
+    assert results[results.index(begin) + len(begin):results.index(end)].strip("\n") == trend.render_trend(doc)
+
+
+def test_the_trend_block_says_whether_our_exponent_holds_the_published_one(tmp_path):
+    """The plain-words verdict follows the intervals both ways, and a point's cost and grid-edge picks are shown."""
+    pts = [{"kind": "point", "point": f"w{i}", "axis": "size", "arm": "two_site", "width": 16 * i, "params_active": n,
+            "steps": 100, "tokens": 30 * n, "seeds": [0, 1, 2], "ratio_mean": r, "ratio_ci95": [r - 0.002, r + 0.002],
+            "label": {"lr_scale": "1"}, "ref_label": {"lr_scale": "1.41"},
+            "grid_edge": {"two_site": [], "baseline": ["lr_scale=1.41 (largest of the grid)"]}, "runs": 16,
+            "cpu_hours": 0.5} for i, (n, r) in enumerate(((100_000, 1.10), (1_000_000, 1.01), (10_000_000, 1.001)), 1)]
+    doc = {"studies": ["scaling-size"], "entries": pts + [trend.fit_entry("size", "two_site", pts, "cmd"),
+                                                           trend.published_entry()]}
+    text = trend.render_trend(doc)
+    f = doc["entries"][3]
+    assert f["exponent"] == pytest.approx(-1.0, abs=0.01) and f["exponent_ci95"][1] < -0.9  # steep and tight
+    assert "**Our exponent's interval does not contain the published exponent**, and theirs does not contain ours" in text
+    assert "| w1 | 16 | 100,000 | 100 | 3,000,000 | 30.00 | two_site | lr_scale=1 | lr_scale=1.41 | 3 | 1.1000 [1.0980, 1.1020] " \
+           "| baseline: lr_scale=1.41 (largest of the grid) | 16 | 0.50 |" in text
+    assert "**length axis** (training tokens):\n\nno point measured yet." in text
+    assert trend.contains([-0.96, 0.33], -0.42) is True and trend.contains(None, 1.0) is None

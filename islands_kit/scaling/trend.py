@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import apply_overrides
-from islands_kit.io import dumps_strict, finite
+from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.notebooks.resources import resource_dir
 from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
@@ -30,6 +30,7 @@ from islands_kit.protocol.study import Study, StudyError, load_study
 from islands_kit.scaling import fit, references
 
 SCHEMA = 1
+TREND_BLOCK = "trend:scaling"  # its block's markers in benchmarks/RESULTS.md
 X_OF_AXIS = {"size": "params_active", "length": "tokens"}
 
 
@@ -42,6 +43,7 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
         if ledger is not None:
             restore(sub, proot, ledger)
         doc = make_report(sub, proot, "trend")
+        arms = {e["arm"]: e for e in doc["entries"] if e["kind"] == "arm"}
         for e in doc["entries"]:
             if e["kind"] != "arm" or e["arm"] == e["ref"] or not e.get("ratio_n"):
                 continue
@@ -59,6 +61,8 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
                         "params_active": res.get("params_active"), "steps": res.get("steps"),
                         "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
                         "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"],
+                        "ref": e["ref"], "ref_label": arms[e["ref"]].get("label"),
+                        "grid_edge": {a: arms[a].get("pick_at_grid_edge") or [] for a in (e["arm"], e["ref"])},
                         "machine": m, "runs": runs, "cpu_hours": cpu_h})
     return out
 
@@ -125,12 +129,80 @@ def build_trend(studies: Sequence[Study], roots: Sequence[Path] | None = None) -
                    "entries": points + fits + [published_entry()]})
 
 
-def write_trend(studies: Sequence[Study], roots: Sequence[Path] | None = None) -> Path:
+def _ci(v: list[float] | None, fmt: Any = "{:.2f}".format) -> str:
+    return "-" if v is None else "[" + ", ".join(fmt(x) for x in v) + "]"
+
+
+def _size(n: float | None) -> str:
+    if n is None:
+        return "-"
+    return next((f"{n / d:.3g}{u}" for d, u in ((1e9, "B"), (1e6, "M"), (1e3, "K")) if n >= d), f"{n:.3g}")
+
+
+def contains(ci: list[float] | None, value: float | None) -> bool | None:
+    """Whether the interval ``ci`` holds ``value`` (None when either is missing)."""
+    return None if ci is None or value is None else ci[0] <= value <= ci[1]
+
+
+def render_trend(doc: dict[str, Any]) -> str:
+    """The trend's markdown block (benchmarks/RESULTS.md, between ``<!-- trend:scaling:... -->``), made from the
+    JSON document alone: each axis's points with their intervals and costs, the fits, and in plain words whether our
+    exponent's interval holds the published one."""
+    entries = doc["entries"]
+    pub = next((e for e in entries if e["kind"] == "published_fit"), None)
+    out = [f"Made by `python -m islands_kit.scaling.trend {' '.join(f'benchmarks/studies/{n}.toml' for n in doc['studies'])}` "
+           "from the points' reports and ledgers (`benchmarks/scaling/`); every ratio is the arm over the baseline, "
+           "each at its own pick, the geometric mean over paired seeds [95% paired t interval]."]
+    for axis, xname in (("size", "active parameters"), ("length", "training tokens")):
+        pts = sorted((e for e in entries if e["kind"] == "point" and e["axis"] == axis), key=lambda e: e[X_OF_AXIS[axis]])
+        out += ["", f"**{axis} axis** ({xname}):", ""]
+        if not pts:
+            out.append("no point measured yet.")
+        else:
+            out += ["| point | width | active params | steps | tokens | tokens / active param | arm | pick | baseline's "
+                    "pick | seeds | / baseline, equal tokens | picks at the grid's edge | runs | CPU-hours |",
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            for e in pts:
+                tpp = e["tokens"] / e["params_active"] if e.get("tokens") and e.get("params_active") else None
+                cpu = e.get("cpu_hours")
+                pick = ", ".join(f"{k}={v}" for k, v in (e.get("label") or {}).items()) or "-"
+                ref_pick = ", ".join(f"{k}={v}" for k, v in (e.get("ref_label") or {}).items()) or "-"
+                edge = "; ".join(f"{a}: {', '.join(v)}" for a, v in (e.get("grid_edge") or {}).items() if v) or "none"
+                out.append(f"| {e['point']} | {e['width']} | {e['params_active']:,} | {e['steps']:,} | {e['tokens']:,} | "
+                           f"{'-' if tpp is None else f'{tpp:.2f}'} | {e['arm']} | {pick} | {ref_pick} | {len(e['seeds'])} | "
+                           f"{e['ratio_mean']:.4f} {_ci(e['ratio_ci95'], '{:.4f}'.format)} | {edge} | {e.get('runs', '-')} | "
+                           f"{'-' if cpu is None else f'{cpu:.2f}'} |")
+        for f in (e for e in entries if e["kind"] == "fit" and e["axis"] == axis):
+            if f.get("exponent") is None:
+                out += ["", f"{f['arm']}: no power-law fit yet ({f.get('exponent_note') or 'fewer than 3 points'})."]
+                continue
+            cross = (f"crossing 0 at {_size(f['crossing'])} {_ci(f['crossing_ci95'], _size)}" if f.get("crossing")
+                     else f"no crossing: {f.get('crossing_note') or 'unbounded'}")
+            line = (f"{f['arm']}: gap ~ {xname}^b over {f['points_in_power_fit']} points, b = {f['exponent']:.2f} "
+                    f"{_ci(f['exponent_ci95'])}; {cross}.")
+            if axis == "size" and pub is not None:
+                ours_holds = contains(f["exponent_ci95"], pub["exponent"])
+                theirs_holds = contains(pub["exponent_ci95"], f["exponent"])
+                line += (f" Published (Charles et al., Table 4, M = 2): b = {pub['exponent']:.2f} "
+                         f"{_ci(pub['exponent_ci95'])}, crossing at {_size(pub['crossing'])} "
+                         f"{_ci(pub['crossing_ci95'], _size)}. **Our exponent's interval "
+                         f"{'contains' if ours_holds else 'does not contain'} the published exponent**, and theirs "
+                         f"{'contains' if theirs_holds else 'does not contain'} ours.")
+            out += ["", line]
+    return "\n".join(out)
+
+
+def write_trend(studies: Sequence[Study], roots: Sequence[Path] | None = None,
+                results: Path | None = Path("benchmarks") / "RESULTS.md") -> Path:
+    """Write the trend's JSON (the studies' ``trend`` file) and, when ``results`` exists, its block there."""
     targets = {s.trend for s in studies}
     if len(targets) != 1 or None in targets:
         raise StudyError(f"trend: the studies must name one trend file (got {sorted(map(str, targets))})")
     path = Path(str(targets.pop()))
-    path.write_text(dumps_strict(build_trend(studies, roots), indent=1) + "\n")
+    doc = build_trend(studies, roots)
+    path.write_text(dumps_strict(doc, indent=1) + "\n")
+    if results is not None and results.is_file():
+        replace_marked_block(results, TREND_BLOCK, render_trend(doc))
     return path
 
 
