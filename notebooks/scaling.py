@@ -49,24 +49,17 @@ print(f"scaling trend at {preset} -> {out}")
 
 # %% [markdown]
 # ## The points and the fits
-# One line per point (the arm's tuned pick, paired with the baseline's over the seeds), then per axis the power-law
-# exponent of the gap with its 95% t interval (over the points whose gap is positive, weighted by their intervals)
-# and where the gap, fitted linear in log size, crosses 0 (Fieller's interval; none when it is unbounded).
+# One line per point (the arm's tuned pick and the baseline's, paired over the seeds, what the point cost), then per
+# axis the power-law exponent of the gap with its 95% t interval (over the points whose gap is positive, weighted by
+# their intervals), where the gap, fitted linear in log size, crosses 0 (Fieller's interval; none when it is
+# unbounded), and whether our exponent's interval holds the published one. At `demo` this is the block in
+# `benchmarks/RESULTS.md`, rendered from the same file.
 
 # %%
+from islands_kit.scaling.trend import render_trend
+
 doc = notebook_trend(preset, out)
-for e in doc["entries"]:
-    if e["kind"] == "point":
-        ci = e["ratio_ci95"]
-        print(f"{e['axis']:6} {e['point'] if 'point' in e else '':6} width {e['width']:3} active {e['params_active']:>8,} "
-              f"steps {e['steps']:>5} tokens {e['tokens']:>11,} {e['arm']}: {e['ratio_mean']:.4f}"
-              + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "") + f" n={len(e['seeds'])}")
-for e in doc["entries"]:
-    if e["kind"] in ("fit", "published_fit"):
-        who = "Charles et al. Table 4" if e["kind"] == "published_fit" else f"this kit, {e['arm']}"
-        ex = "none" if e["exponent"] is None else f"{e['exponent']:.3f} {e['exponent_ci95']}"
-        cr = "none" if e["crossing"] is None else f"{e['crossing']:.3g} {e['crossing_ci95']}"
-        print(f"{e['axis']} axis ({who}): exponent {ex}; crossing {cr} ({e['crossing_note']})")
+print(render_trend(doc))
 
 # %% [markdown]
 # ## The figure

@@ -769,8 +769,8 @@ def test_scaling_notebook_runs_the_smoke_studies_and_draws_the_trend(tmp_path):
     assert_png(tmp_path / "scaling_trend.png")
     text = "".join(o.get("text", "") for c in nbformat.read(nb, as_version=4).cells for o in c.get("outputs", []))
     assert "scaling-size-smoke: 12 runs made" in text and "scaling-length-smoke: 12 runs made" in text
-    assert "size axis (Charles et al. Table 4): exponent -0.424" in text
-    assert text.count("two_site: ") == 6  # three sizes and three lengths, each with its paired ratio
+    assert "Published (Charles et al., Table 4, M = 2, dense: active = total): b = -0.42 [-0.89, 0.05]" in text
+    assert text.count("| two_site |") == 6  # three sizes and three lengths, each with its paired ratio
     again = run_notebook("scaling", {"preset": "smoke"}, tmp_path)
     text = "".join(o.get("text", "") for c in nbformat.read(again, as_version=4).cells for o in c.get("outputs", []))
     assert "scaling-size-smoke: 0 runs made" in text

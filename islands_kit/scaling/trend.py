@@ -150,9 +150,9 @@ def render_trend(doc: dict[str, Any]) -> str:
     exponent's interval holds the published one."""
     entries = doc["entries"]
     pub = next((e for e in entries if e["kind"] == "published_fit"), None)
-    out = [f"Made by `python -m islands_kit.scaling.trend {' '.join(f'benchmarks/studies/{n}.toml' for n in doc['studies'])}` "
-           "from the points' reports and ledgers (`benchmarks/scaling/`); every ratio is the arm over the baseline, "
-           "each at its own pick, the geometric mean over paired seeds [95% paired t interval]."]
+    made = f"Made by `{doc['command']}`" if doc.get("command") else "No point of ours recorded yet"
+    out = [f"{made}; every ratio is the arm over the baseline, each at its own pick, the geometric mean over paired "
+           "seeds [95% paired t interval]."]
     for axis, xname in (("size", "active parameters"), ("length", "training tokens")):
         pts = sorted((e for e in entries if e["kind"] == "point" and e["axis"] == axis), key=lambda e: e[X_OF_AXIS[axis]])
         out += ["", f"**{axis} axis** ({xname}):", ""]
@@ -183,12 +183,13 @@ def render_trend(doc: dict[str, Any]) -> str:
             if axis == "size" and pub is not None:
                 ours_holds = contains(f["exponent_ci95"], pub["exponent"])
                 theirs_holds = contains(pub["exponent_ci95"], f["exponent"])
-                line += (f" Published (Charles et al., Table 4, M = 2): b = {pub['exponent']:.2f} "
-                         f"{_ci(pub['exponent_ci95'])}, crossing at {_size(pub['crossing'])} "
-                         f"{_ci(pub['crossing_ci95'], _size)}. **Our exponent's interval "
-                         f"{'contains' if ours_holds else 'does not contain'} the published exponent**, and theirs "
-                         f"{'contains' if theirs_holds else 'does not contain'} ours.")
+                line += (f" **Our exponent's interval {'contains' if ours_holds else 'does not contain'} the published "
+                         f"exponent**, and theirs {'contains' if theirs_holds else 'does not contain'} ours.")
             out += ["", line]
+        if axis == "size" and pub is not None:
+            out += ["", f"Published (Charles et al., Table 4, M = 2, dense: active = total): b = {pub['exponent']:.2f} "
+                        f"{_ci(pub['exponent_ci95'])} over {pub['points_in_power_fit']} points, crossing 0 at "
+                        f"{_size(pub['crossing'])} {_ci(pub['crossing_ci95'], _size)}."]
     return "\n".join(out)
 
 
