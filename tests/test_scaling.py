@@ -14,6 +14,7 @@ from scipy import stats
 
 from islands_kit.config import apply_overrides
 from islands_kit.config.presets import get_preset
+from islands_kit.io import atomic_write_bytes
 from islands_kit.protocol.knobs import KnobError, active_params, outer_steps, resolve, tokens_of
 from islands_kit.protocol.points import point_root, run_points
 from islands_kit.protocol.runs import Run
@@ -160,8 +161,8 @@ def fake_execute(run: Run):
     res = {"final_val_bpb": val, "final_tune_bpb": val + abs(lr - 1), "sim_wall_clock_s": 10.0, "cross_site_bytes": 1,
            "ddp_equivalent_bytes": 1, "params_active": act, "tokens": tokens_of(cfg), "steps": cfg.steps,
            "versions": {"machine": "test"}, "cpu_time_s": 90.0}
-    run.dir.mkdir(parents=True, exist_ok=True)
-    (run.dir / "result.json").write_text(json.dumps(res))
+    # whole or absent, as a real run writes it: the runner's thread reads result.json while another job makes its run
+    atomic_write_bytes(run.dir / "result.json", json.dumps(res).encode())
     return res
 
 

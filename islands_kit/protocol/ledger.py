@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from islands_kit.io import dumps_strict, finite
+from islands_kit.io import atomic_write_bytes, dumps_strict, finite
 from islands_kit.protocol.runner import known_runs
 from islands_kit.protocol.runs import Run, machines
 from islands_kit.protocol.study import Study
@@ -73,6 +73,7 @@ def restore(study: Study, base: Path, path: Path) -> int:
             continue
         d.mkdir(parents=True, exist_ok=True)
         (d / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in rec["history"]))
-        (d / "result.json").write_text(json.dumps({**rec["result"], "restored_from": str(path)}))
+        # result.json last and whole: a runner reading this folder meanwhile sees an unfinished run, never half a file
+        atomic_write_bytes(d / "result.json", json.dumps({**rec["result"], "restored_from": str(path)}).encode())
         n += 1
     return n
