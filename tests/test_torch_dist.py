@@ -308,6 +308,39 @@ def test_dead_peer_ends_survivor_without_waiting_for_timeout(tmp_path: Path) -> 
     assert not (tmp_path / "die" / "result.json").exists()
 
 
+ABANDON = """
+import argparse, atexit, sys, time
+import torch.distributed as dist
+from islands_kit import cli
+from islands_kit.comm.torch_dist import DistributedError
+
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+atexit.register(lambda: time.sleep(600))  # stands for a teardown that waits on a dead peer's queued work
+
+
+def lost(args):
+    raise DistributedError("islands_kit.comm.distributed: all_reduce #2 failed on rank 0 (island 0): peer gone")
+
+
+p = argparse.ArgumentParser()
+p.set_defaults(fn=lost)
+cli.build_parser = lambda: p
+sys.exit(cli.main([]))
+"""
+
+
+def test_a_lost_peer_ends_the_process_without_the_teardown_at_exit(tmp_path: Path) -> None:
+    """CI saw a survivor print its DistributedError and then not exit for minutes: the teardown at exit (gloo drains
+    queued work before destroying a group) can wait on the dead peer. The CLI ends such a process at once, exit 1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-c", ABANDON % port], env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip().endswith("islands-kit: error: islands_kit.comm.distributed: all_reduce #2 failed on "
+                                        "rank 0 (island 0): peer gone"), proc.stderr[-2000:]
+
+
 def test_hung_peer_ends_survivor_after_the_timeout(tmp_path: Path) -> None:
     """Rank 1 stops answering at its 3rd step but keeps its sockets open: only the per-operation timeout can end the
     survivor's wait (every process group, not just the default one, must carry ISLANDS_KIT_DIST_TIMEOUT_S)."""

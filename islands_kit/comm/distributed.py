@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -42,7 +44,7 @@ from islands_kit.comm.torch_dist import DistributedError, TorchDistTransport, di
 from islands_kit.config import ConfigError, ExperimentConfig
 
 MIXED = "cpu:gloo,cuda:nccl"
-__all__ = ["init_from_env", "make_transport", "shutdown", "world_size", "DistributedError", "RankLayout"]
+__all__ = ["abandon", "init_from_env", "make_transport", "shutdown", "world_size", "DistributedError", "RankLayout"]
 
 
 
@@ -123,3 +125,17 @@ def shutdown() -> None:
     """Destroy the default process group (registered at exit by ``init_from_env``)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def abandon(code: int) -> NoReturn:
+    """End this process now, without ``shutdown``'s teardown, after a ``DistributedError`` ended the run: a peer is
+    gone, and gloo drains a process group's queued work before destroying it, so work queued behind the dead peer
+    would hold the exit for up to ISLANDS_KIT_DIST_TIMEOUT_S (CI saw a survivor print its error and then outlive it by
+    more than two minutes). Nothing is lost: the run's files are written whole as they go (``io.atomic_write_bytes``)
+    and a failed run writes no result.json; only stdio is flushed."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can reach it anyway
+            pass
+    os._exit(code)
