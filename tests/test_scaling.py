@@ -93,6 +93,52 @@ def test_points_studies_are_checked_before_any_run():
     assert [p.sets["length"] for p in length.points] == ["600", "1200", "2400", "4800"] and length.seeds == [0, 1, 2]
 
 
+def test_a_point_may_run_only_some_arms_each_with_its_reference():
+    """The length axis scores eight_cell only at its 2400-step point (the demo-long three-arm comparison): a point's
+    ``arms`` names the arms run there; each needs its reference beside it, and every arm runs somewhere."""
+    doc = {"name": "p", "preset": "smoke", "seeds": [0, 1], "set": {"data.tune_fraction": "0.05"},
+           "arms": {"baseline": {"experiment": "baseline"}, "two_site": {"experiment": "two_site", "ref": "baseline"},
+                    "eight_cell": {"experiment": "eight_cell", "ref": "baseline"}},
+           "points": [{"name": "a", "axis": "length", "set": {"length": "8"}, "arms": ["two_site", "baseline"]},
+                      {"name": "b", "axis": "length", "set": {"length": "12"}}]}
+    study = parse_study(doc)
+    assert [list(study.at_point(p).arms) for p in study.points] == [["baseline", "two_site"],
+                                                                    ["baseline", "two_site", "eight_cell"]]
+    one = [{**doc["points"][0]}, {**doc["points"][1], "arms": ["baseline", "two_site"]}]
+    with pytest.raises(StudyError, match=r"points: arm\(s\) eight_cell run at no point"):
+        parse_study({**doc, "points": one})
+    with pytest.raises(StudyError, match=r"points\[0\].arms: 'two_site' is read against 'baseline', which must run"):
+        parse_study({**doc, "points": [{**one[0], "arms": ["two_site", "eight_cell"]}, doc["points"][1]]})
+    with pytest.raises(StudyError, match=r"points\[1\].arms: 'four_cell' is not an arm of this study"):
+        parse_study({**doc, "points": [one[0], {**one[1], "arms": ["baseline", "four_cell"]}]})
+    with pytest.raises(StudyError, match=r"points\[0\].arms: must be a non-empty list of distinct arm names"):
+        parse_study({**doc, "points": [{**one[0], "arms": []}, doc["points"][1]]})
+    length = load_study(LENGTH)
+    assert {p.name: list(length.at_point(p).arms) for p in length.points}["s2400"] == ["baseline", "two_site",
+                                                                                       "eight_cell"]
+    assert all(list(length.at_point(p).arms) == ["baseline", "two_site"] for p in length.points if p.name != "s2400")
+
+
+def test_an_arm_at_one_point_is_run_reported_and_left_unfitted_there(tmp_path):
+    doc = {"name": "p", "preset": "smoke", "seeds": [0, 1], "tune_seeds": [0], "set": {"data.tune_fraction": "0.05"},
+           "arms": {"baseline": {"experiment": "baseline"}, "two_site": {"experiment": "two_site", "ref": "baseline"},
+                    "eight_cell": {"experiment": "eight_cell", "ref": "baseline"}},
+           "points": [{"name": f"w{w}", "axis": "size", "set": {"width": str(w), "tokens_per_active_param": "1"},
+                       **({"arms": ["baseline", "two_site"]} if w != 32 else {})} for w in (16, 24, 32)]}
+    study = parse_study(doc)
+    made = run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute)
+    arms_run = {(r.dir.relative_to(tmp_path).parts[0], r.trial.arm) for r in made}
+    assert ("w32", "eight_cell") in arms_run and not {("w16", "eight_cell"), ("w24", "eight_cell")} & arms_run
+    assert len(made) == 3 * 4 + 2  # eight_cell: its tuning run (seed 0, doubling as a score) and seed 1
+    with pytest.raises(StudyError, match="--arms: four_cell not an arm"):
+        run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute, arms=["four_cell"])
+    assert run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute, arms=["eight_cell"]) == []
+    doc = trend.build_trend([study], [tmp_path])
+    ec = [e for e in doc["entries"] if e["kind"] in ("point", "fit") and e["arm"] == "eight_cell"]
+    assert [(e["kind"], e.get("point")) for e in ec] == [("point", "w32"), ("fit", None)]
+    assert ec[1]["exponent"] is None
+
+
 def test_power_fit_matches_linregress_unweighted_and_closed_form_wls_weighted():
     rng = np.random.default_rng(0)
     n = np.logspace(4, 7, 8)

@@ -113,10 +113,10 @@ def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable
     leading its lines), ``jobs`` runs at a time from one queue: the first part's runs first, a later part's as soon as
     a slot is free, so the last unfinished part still gets every slot. The runs it made."""
     machine = machine_folder(machine)
-    for study, _, _ in parts:
-        unknown = sorted(set(arms or []) - set(study.arms))
-        if unknown:
-            raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {study.name} ({', '.join(study.arms)})")
+    known = {a: None for study, _, _ in parts for a in study.arms}  # a point may run only some of the arms
+    unknown = sorted(set(arms or []) - set(known))
+    if unknown:
+        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {parts[0][0].name} ({', '.join(known)})")
     made: list[Run] = []
     started: set[Path] = set()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

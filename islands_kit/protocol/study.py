@@ -107,6 +107,7 @@ class Point:
     name: str
     axis: str
     sets: dict[str, str]
+    arms: tuple[str, ...] | None = None  # the arms run here (each with its reference); None: every arm of the study
 
 
 AXES = ("size", "length")
@@ -147,8 +148,9 @@ class Study:
         """The study at one of its points: its arms and grids with the point's knobs set, tuned and scored on their
         own (runs under ``<root>/<point>``, report ``<reports>/<study>-<point>.json``)."""
         report = f"{self.point_reports}/{self.name}-{point.name}.json" if self.point_reports else None
+        arms = self.arms if point.arms is None else {n: a for n, a in self.arms.items() if n in point.arms}
         return Study(f"{self.name}-{point.name}", self.preset, self.seeds, self.tune_seeds, {**self.sets, **point.sets},
-                     self.arms, [], report, f"{self.description} (point {point.name})", self.path)
+                     arms, [], report, f"{self.description} (point {point.name})", self.path)
 
     def trials(self, arm: str) -> list[Trial]:
         a = self.arms[arm]
@@ -207,7 +209,7 @@ def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
         raise StudyError(f"{where}: unknown field(s) {', '.join(extra)} (allowed: {', '.join(sorted(keys))})")
 
 
-def _points(raw: Any, w: str) -> list[Point]:
+def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
     if not isinstance(raw, list):
         raise StudyError(f"{w}points: must be a list of tables ([[points]])")
     out = []
@@ -215,13 +217,30 @@ def _points(raw: Any, w: str) -> list[Point]:
         pw = f"{w}points[{i}]"
         if not isinstance(p, dict):
             raise StudyError(f"{pw}: must be a table")
-        _allowed(p, {"name", "axis", "set"}, pw)
+        _allowed(p, {"name", "axis", "set", "arms"}, pw)
         if "name" not in p or p.get("axis") not in AXES:
             raise StudyError(f"{pw}: needs a name and an axis ({' | '.join(AXES)}), got {p.get('axis')!r}")
-        out.append(Point(str(p["name"]), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set")))
+        out.append(Point(str(p["name"]), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
+                         _point_arms(p["arms"], f"{pw}.arms", arms) if "arms" in p else None))
     if len({p.name for p in out}) != len(out):
         raise StudyError(f"{w}points: two points share a name")
+    unused = sorted(set(arms) - {a for p in out for a in (arms if p.arms is None else p.arms)})
+    if out and unused:
+        raise StudyError(f"{w}points: arm(s) {', '.join(unused)} run at no point (list them in a point's arms, or "
+                         "leave arms out to run every arm there)")
     return out
+
+
+def _point_arms(v: Any, where: str, arms: dict[str, Arm]) -> tuple[str, ...]:
+    """A point's ``arms``: a non-empty list of the study's arms, each with its reference."""
+    if not isinstance(v, list) or not v or not all(isinstance(a, str) for a in v) or len(set(v)) != len(v):
+        raise StudyError(f"{where}: must be a non-empty list of distinct arm names (got {v!r})")
+    for a in v:
+        if a not in arms:
+            raise StudyError(f"{where}: {a!r} is not an arm of this study ({', '.join(arms)})")
+        if arms[a].ref not in v:
+            raise StudyError(f"{where}: {a!r} is read against {arms[a].ref!r}, which must run at this point too")
+    return tuple(a for a in arms if a in v)
 
 
 def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
@@ -282,16 +301,17 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         raise StudyError(f"{w}rows: two rows share a name")
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
                   arms, rows, doc.get("report"), str(doc.get("description", "")), path,
-                  _points(doc.get("points", []), w), doc.get("point_reports"), doc.get("trend"))
+                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"))
     study.check_budgets()
     if study.points:
         if rows or study.report:
             raise StudyError(f"{w}points: a study with points has no rows and no report of its own (each point's "
                              "report goes to point_reports)")
         for pt in study.points:  # every trial at every point: a knob that cannot be made (or leaves the regime) fails now
-            for name in arms:
+            sub = study.at_point(pt)
+            for name in sub.arms:
                 try:
-                    study.at_point(pt).trials(name)
+                    sub.trials(name)
                 except ValueError as e:
                     raise StudyError(f"{w}points '{pt.name}', arms.{name}: {e}") from None
         return study
