@@ -116,7 +116,7 @@ def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable
     known = {a: None for study, _, _ in parts for a in study.arms}  # a point may run only some of the arms
     unknown = sorted(set(arms or []) - set(known))
     if unknown:
-        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of study {parts[0][0].name} ({', '.join(known)})")
+        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of this study ({', '.join(known)})")
     made: list[Run] = []
     started: set[Path] = set()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
