@@ -245,19 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ not in ("DistributedError", "NotebookError"):
             raise
         print(f"islands-kit: error: {e}", file=sys.stderr)
-        if type(e).__name__ == "DistributedError" and _process_group_up():
+        if type(e).__name__ == "DistributedError":  # raised by comm.torch_dist, so torch is loaded already
             from islands_kit.comm.distributed import abandon
 
             abandon(1)  # a peer is gone: the collective teardown at exit could wait on it for the whole timeout
         return 1
-
-
-def _process_group_up() -> bool:
-    if "torch.distributed" not in sys.modules:  # never imported: no process group (and no torch import to pay for)
-        return False
-    import torch.distributed as dist
-
-    return bool(dist.is_available() and dist.is_initialized())
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import atexit
 import os
 import sys
 from datetime import timedelta
-from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -121,18 +120,25 @@ def make_transport(cfg: ExperimentConfig, link: LinkModel,
     return transport_cls(layout, link, decoupled=decoupled)
 
 
+def _group_up() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
 def shutdown() -> None:
     """Destroy the default process group (registered at exit by ``init_from_env``)."""
-    if dist.is_available() and dist.is_initialized():
+    if _group_up():
         dist.destroy_process_group()
 
 
-def abandon(code: int) -> NoReturn:
+def abandon(code: int) -> None:
     """End this process now, without ``shutdown``'s teardown, after a ``DistributedError`` ended the run: a peer is
     gone, and gloo drains a process group's queued work before destroying it, so work queued behind the dead peer
     would hold the exit for up to ISLANDS_KIT_DIST_TIMEOUT_S (CI saw a survivor print its error and then outlive it by
     more than two minutes). Nothing is lost: the run's files are written whole as they go (``io.atomic_write_bytes``)
-    and a failed run writes no result.json; only stdio is flushed."""
+    and a failed run writes no result.json; only stdio is flushed. With no process group up (a rendezvous that
+    failed) there is nothing to tear down, and it returns."""
+    if not _group_up():
+        return
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
