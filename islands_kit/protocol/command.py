@@ -102,6 +102,15 @@ def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str,
 def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
     """``study run|report`` of a study with points: per point its dry run, its runs or its report and ledger."""
     subs = point_studies(study)
+    if args.points:
+        wanted = [n for n in args.points.split(",") if n]
+        names = [p.name for p, _ in subs]
+        unknown = [n for n in wanted if n not in names]
+        if unknown or not wanted:
+            print(f"islands-kit study: --points: {', '.join(unknown) or '(none given)'} is not a point of "
+                  f"{study.path} (its points: {', '.join(names)})")
+            return 2
+        subs = [(p, sub) for p, sub in subs if p.name in wanted]
     if args.action == "run" and args.dry_run:
         costs = [dry_run(sub, point_root(root, p)) for p, sub in subs]
         print(f"study {study.name}: {len(subs)} points, {sum(c['runs'] for c in costs)} runs, "
@@ -113,7 +122,7 @@ def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
             if ledger is not None and (n := restore(sub, point_root(root, p), ledger)):
                 print(f"study {sub.name}: {n} finished runs restored from {ledger}")
         arms = [a for a in args.arms.split(",") if a] if args.arms else None
-        made = run_points(study, root, jobs=args.jobs, arms=arms)
+        made = run_points(study, root, jobs=args.jobs, arms=arms, points=[p.name for p, _ in subs])
         print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
@@ -138,6 +147,9 @@ def _cmd(args: argparse.Namespace) -> int:
     root = Path(args.out) if args.out else default_root(study)
     if study.points:
         return points_command(args, study, root)
+    if args.points:
+        print(f"islands-kit study: --points: {study.path} has no [[points]]")
+        return 2
     if args.action == "run" and args.dry_run:
         dry_run(study, root)
         return 0
@@ -166,6 +178,8 @@ def add_study_command(sub: Any) -> None:
     p.add_argument("--out", default=None, help="the runs' folder (default runs/studies/NAME)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     p.add_argument("--arms", default=None, help="run: only these arms (comma-separated): their tuning, scoring and rows")
+    p.add_argument("--points", default=None,
+                   help="a study with [[points]]: only these points (comma-separated): run, dry run or report")
     p.add_argument("--dry-run", action="store_true", help="say how many runs, how many finished, the CPU-hours; run none")
     p.add_argument("--write", action="store_true", help="report: write the study's JSON and its table in RESULTS.md")
     p.set_defaults(fn=_cmd)

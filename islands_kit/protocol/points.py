@@ -31,11 +31,12 @@ def point_root(root: Path, point: Point) -> Path:
 
 def run_points(study: Study, root: Path, jobs: int = 2, say: Callable[[str], None] = print,
                execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None,
-               machine: str | None = None) -> list[Run]:
-    """Run every point of ``study``, ``jobs`` runs at a time from one queue across the points (the earliest point's
-    runs first, so points land in order and the last one left still uses every slot), resumably; the runs made."""
-    return run_parts([(sub, point_root(root, p), f"[{p.name}] ") for p, sub in point_studies(study)], jobs, say,
-                     execute_run, arms, machine)
+               machine: str | None = None, points: list[str] | None = None) -> list[Run]:
+    """Run every point of ``study`` (or only those named in ``points``), ``jobs`` runs at a time from one queue across
+    the points (the earliest point's runs first, so points land in order and the last one left still uses every
+    slot), resumably; the runs made."""
+    return run_parts([(sub, point_root(root, p), f"[{p.name}] ") for p, sub in point_studies(study)
+                      if points is None or p.name in points], jobs, say, execute_run, arms, machine)
 
 
 def execute_in_process(run: Run) -> dict[str, Any]:
