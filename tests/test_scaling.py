@@ -327,3 +327,22 @@ def test_the_trend_block_says_whether_our_exponent_holds_the_published_one(tmp_p
            "| baseline: lr_scale=1.41 (largest of the grid) | 16 | 0.50 |" in text
     assert "**length axis** (training tokens):\n\nno point measured yet." in text
     assert trend.contains([-0.96, 0.33], -0.42) is True and trend.contains(None, 1.0) is None
+
+
+def test_points_restrict_a_run_to_the_named_points_and_an_unknown_name_is_refused(tmp_path, capsys):
+    """``study run --points`` spends a session's CPU on the points still open: only their runs are made, the others'
+    folders are not touched; a name that is not a point stops the command before any run, naming the study's points."""
+    from islands_kit.cli import main
+
+    study = load_study(ROOT / "benchmarks" / "studies" / "smoke" / "scaling-size.toml")
+    names = [p.name for p in study.points]
+    made = run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute, points=[names[1]])
+    assert {r.dir.relative_to(tmp_path).parts[0] for r in made} == {names[1]} and len(made) == 4
+    assert not (tmp_path / names[0]).exists() and not (tmp_path / names[2]).exists()
+    assert len(run_points(study, tmp_path, jobs=2, say=lambda s: None, execute_run=fake_execute)) == 2 * 4  # the rest
+    out = tmp_path / "cli"
+    assert main(["study", "run", str(LENGTH), "--out", str(out), "--points", "s2400,s9600"]) == 2
+    assert ("--points: s9600 is not a point of" in capsys.readouterr().out and not out.exists())
+    assert main(["study", "report", str(ROOT / "benchmarks" / "studies" / "headline-demo.toml"),
+                 "--points", "s600"]) == 2
+    assert "has no [[points]]" in capsys.readouterr().out
