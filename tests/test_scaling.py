@@ -314,7 +314,7 @@ def test_the_trend_block_says_whether_our_exponent_holds_the_published_one(tmp_p
     """The plain-words verdict follows the intervals both ways, and a point's cost and grid-edge picks are shown."""
     pts = [{"kind": "point", "point": f"w{i}", "axis": "size", "arm": "two_site", "width": 16 * i, "params_active": n,
             "steps": 100, "tokens": 30 * n, "seeds": [0, 1, 2], "ratio_mean": r, "ratio_ci95": [r - 0.002, r + 0.002],
-            "label": {"lr_scale": "1"}, "ref_label": {"lr_scale": "1.41"},
+            "label": {"lr_scale": "1"}, "ref_label": {"lr_scale": "1.41"}, "machine": "box-0000000a",
             "grid_edge": {"two_site": [], "baseline": ["lr_scale=1.41 (largest of the grid)"]}, "runs": 16,
             "cpu_hours": 0.5} for i, (n, r) in enumerate(((100_000, 1.10), (1_000_000, 1.01), (10_000_000, 1.001)), 1)]
     doc = {"studies": ["scaling-size"], "entries": pts + [trend.fit_entry("size", "two_site", pts, "cmd"),
@@ -324,7 +324,7 @@ def test_the_trend_block_says_whether_our_exponent_holds_the_published_one(tmp_p
     assert f["exponent"] == pytest.approx(-1.0, abs=0.01) and f["exponent_ci95"][1] < -0.9  # steep and tight
     assert "**Our exponent's interval does not contain the published exponent**, and theirs does not contain ours" in text
     assert "| w1 | 16 | 100,000 | 100 | 3,000,000 | 30.00 | two_site | lr_scale=1 | lr_scale=1.41 | 3 | 1.1000 [1.0980, 1.1020] " \
-           "| baseline: lr_scale=1.41 (largest of the grid) | 16 | 0.50 |" in text
+           "| baseline: lr_scale=1.41 (largest of the grid) | box-0000000a | 16 | 0.50 |" in text
     assert "**length axis** (training tokens):\n\nno point measured yet." in text
     assert trend.contains([-0.96, 0.33], -0.42) is True and trend.contains(None, 1.0) is None
 
@@ -346,3 +346,28 @@ def test_points_restrict_a_run_to_the_named_points_and_an_unknown_name_is_refuse
     assert main(["study", "report", str(ROOT / "benchmarks" / "studies" / "headline-demo.toml"),
                  "--points", "s600"]) == 2
     assert "has no [[points]]" in capsys.readouterr().out
+
+
+def test_a_point_scored_on_two_machines_gives_one_entry_per_arm_from_the_more_complete_one(tmp_path):
+    """Sessions may land on another CPU: a point's runs then live in two machine folders, never paired across. The
+    trend takes each arm once, from the machine that pairs the most seeds, with that machine's reference pick and
+    where each pick was tuned, and what the point cost counts both machines' runs."""
+    doc = {"name": "p", "preset": "smoke", "seeds": [0, 1], "tune_seeds": [0], "set": {"data.tune_fraction": "0.05"},
+           "arms": {"baseline": {"experiment": "baseline", "grid": {"lr_scale": ["1", "1.41"]}},
+                    "two_site": {"experiment": "two_site", "ref": "baseline", "grid": {"lr_scale": ["1", "1.41"]}}},
+           "points": [{"name": "w16", "axis": "size", "set": {"width": "16", "tokens_per_active_param": "1"}}]}
+    study = parse_study(doc)
+    a, b = "box-a-0000000a", "box-b-0000000b"
+    quiet = dict(jobs=2, say=lambda s: None, execute_run=fake_execute)
+    assert len(run_points(study, tmp_path, machine=a, arms=["baseline"], **quiet)) == 3  # 2 trials + seed 1
+    made = run_points(study, tmp_path, machine=b, **quiet)  # the baseline's pick from box-a, scored here; two_site tuned
+    assert {r.trial.arm for r in made if r.phase == "tune"} == {"two_site"} and len(made) == 2 + 3
+    assert len(run_points(study, tmp_path, machine=a, arms=["two_site"], **quiet)) == 2  # two_site's pick scored on a
+    seed1 = [f for f in (tmp_path / "w16" / a / "two_site").glob("*/seed1/result.json")]
+    assert len(seed1) == 1
+    seed1[0].unlink()  # box-a now pairs one seed of two_site, box-b two
+    pts = [e for e in trend.build_trend([study], [tmp_path])["entries"] if e["kind"] == "point"]
+    assert len(pts) == 1 and pts[0]["machine"] == b and pts[0]["seeds"] == [0, 1]
+    assert pts[0]["tuned_on"] == {"two_site": b, "baseline": a} and pts[0]["ref_label"] == {"lr_scale": "1"}
+    assert pts[0]["runs"] == len(list(tmp_path.glob("w16/*/*/*/seed*/result.json"))) == 3 + 5 + 1
+    assert f"| {b} |" in trend.render_trend(trend.build_trend([study], [tmp_path]))

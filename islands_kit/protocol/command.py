@@ -102,8 +102,8 @@ def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str,
 def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
     """``study run|report`` of a study with points: per point its dry run, its runs or its report and ledger."""
     subs = point_studies(study)
-    if args.points:
-        wanted = [n for n in args.points.split(",") if n]
+    if getattr(args, "points", None):
+        wanted = [n for n in str(args.points).split(",") if n]
         names = [p.name for p, _ in subs]
         unknown = [n for n in wanted if n not in names]
         if unknown or not wanted:
@@ -147,7 +147,7 @@ def _cmd(args: argparse.Namespace) -> int:
     root = Path(args.out) if args.out else default_root(study)
     if study.points:
         return points_command(args, study, root)
-    if args.points:
+    if getattr(args, "points", None):
         print(f"islands-kit study: --points: {study.path} has no [[points]]")
         return 2
     if args.action == "run" and args.dry_run:

@@ -25,7 +25,7 @@ from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runs import Run, machines, pick
+from islands_kit.protocol.runs import Run, machines, tuned_pick
 from islands_kit.protocol.study import Study, StudyError, load_study
 from islands_kit.scaling import fit, references
 
@@ -35,7 +35,10 @@ X_OF_AXIS = {"size": "params_active", "length": "tokens"}
 
 
 def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
-    """Every finished point of ``study`` (restored from its ledgers where the run folders are missing)."""
+    """Every finished point of ``study`` (restored from its ledgers where the run folders are missing): per arm, one
+    entry, read from the machine whose runs pair the most seeds with its reference (the report's order breaks ties:
+    the most complete machine first). Runs of different machines are never paired; what the point cost counts every
+    machine's runs."""
     out = []
     for p, sub in point_studies(study):
         proot = point_root(root, p)
@@ -43,27 +46,33 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
         if ledger is not None:
             restore(sub, proot, ledger)
         doc = make_report(sub, proot, "trend")
-        arms = {e["arm"]: e for e in doc["entries"] if e["kind"] == "arm"}
+        arms = {(e["machine"], e["arm"]): e for e in doc["entries"] if e["kind"] == "arm"}
+        best: dict[str, dict[str, Any]] = {}
         for e in doc["entries"]:
             if e["kind"] != "arm" or e["arm"] == e["ref"] or not e.get("ratio_n"):
                 continue
-            chosen, res = None, None
-            for m in machines(proot):  # the machine folder holding the arm's scored runs
-                chosen = pick(sub, e["arm"], proot / m)
-                res = None if chosen is None else Run(chosen, e["seeds"][0], sub.preset, proot / m, "score").result()
-                if res is not None:
-                    break
-            if chosen is None or res is None:
+            if e["arm"] not in best or e["ratio_n"] > best[e["arm"]]["ratio_n"]:
+                best[e["arm"]] = e
+        costs = [point_cost(proot / m) for m in machines(proot)]
+        runs = sum(n for n, _ in costs)
+        cpu_h = None if any(c is None for _, c in costs) else round(sum(c for _, c in costs if c is not None), 3)
+        for arm, e in best.items():
+            m = e["machine"]
+            found = tuned_pick(sub, arm, proot, m)
+            res = None if found is None else Run(found[0], e["seeds"][0], sub.preset, proot / m, "score").result()
+            if found is None or res is None:
                 continue
-            runs, cpu_h = point_cost(proot / m)
-            out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": e["arm"],
+            chosen = found[0]
+            ref = arms[(m, e["ref"])]
+            out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": arm,
                         "width": apply_overrides(sub.base_config(chosen.experiment), chosen.overrides).model.d_model,
                         "params_active": res.get("params_active"), "steps": res.get("steps"),
                         "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
                         "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"],
-                        "ref": e["ref"], "ref_label": arms[e["ref"]].get("label"),
-                        "grid_edge": {a: arms[a].get("pick_at_grid_edge") or [] for a in (e["arm"], e["ref"])},
-                        "machine": m, "runs": runs, "cpu_hours": cpu_h})
+                        "ref": e["ref"], "ref_label": ref.get("label"),
+                        "grid_edge": {a: arms[(m, a)].get("pick_at_grid_edge") or [] for a in (arm, e["ref"])},
+                        "machine": m, "tuned_on": {a: arms[(m, a)].get("tuned_on") for a in (arm, e["ref"])},
+                        "runs": runs, "cpu_hours": cpu_h})
     return out
 
 
@@ -160,8 +169,8 @@ def render_trend(doc: dict[str, Any]) -> str:
             out.append("no point measured yet.")
         else:
             out += ["| point | width | active params | steps | tokens | tokens / active param | arm | pick | baseline's "
-                    "pick | seeds | / baseline, equal tokens | picks at the grid's edge | runs | CPU-hours |",
-                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                    "pick | seeds | / baseline, equal tokens | picks at the grid's edge | scored on | runs | CPU-hours |",
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for e in pts:
                 tpp = e["tokens"] / e["params_active"] if e.get("tokens") and e.get("params_active") else None
                 cpu = e.get("cpu_hours")
@@ -170,7 +179,8 @@ def render_trend(doc: dict[str, Any]) -> str:
                 edge = "; ".join(f"{a}: {', '.join(v)}" for a, v in (e.get("grid_edge") or {}).items() if v) or "none"
                 out.append(f"| {e['point']} | {e['width']} | {e['params_active']:,} | {e['steps']:,} | {e['tokens']:,} | "
                            f"{'-' if tpp is None else f'{tpp:.2f}'} | {e['arm']} | {pick} | {ref_pick} | {len(e['seeds'])} | "
-                           f"{e['ratio_mean']:.4f} {_ci(e['ratio_ci95'], '{:.4f}'.format)} | {edge} | {e.get('runs', '-')} | "
+                           f"{e['ratio_mean']:.4f} {_ci(e['ratio_ci95'], '{:.4f}'.format)} | {edge} | {e.get('machine', '-')} | "
+                           f"{e.get('runs', '-')} | "
                            f"{'-' if cpu is None else f'{cpu:.2f}'} |")
         for f in (e for e in entries if e["kind"] == "fit" and e["axis"] == axis):
             if f.get("exponent") is None:
