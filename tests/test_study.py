@@ -11,6 +11,7 @@ import pytest
 
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.config.presets import get_preset
+from islands_kit.io import atomic_write_bytes
 from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
 from islands_kit.protocol.runner import run_study, take_lock
@@ -49,10 +50,8 @@ def fake_executor(val_of, tune_of=None, machine=MACHINE, calls=None):
         run.dir.mkdir(parents=True, exist_ok=True)
         (run.dir / "history.jsonl").write_text("\n".join(json.dumps(h) for h in (
             {"sim_time_s": 25.0, "val_bpb": val + 1.0}, {"sim_time_s": res["sim_wall_clock_s"], "val_bpb": val})))
-        # result.json last and whole, like a real run's (write_json_atomic): the runner's other thread may look for it
-        tmp = run.dir / "result.json.tmp"
-        tmp.write_text(json.dumps(res))
-        os.replace(tmp, run.dir / "result.json")
+        # result.json last and whole, like a real run's: the runner's other thread may look for it
+        atomic_write_bytes(run.dir / "result.json", json.dumps(res).encode())
         return res
     return execute
 
