@@ -241,11 +241,21 @@ def test_dry_run_says_each_points_cost(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(command, "estimate_run", lambda cfg: Est())
     # the study's own ledgers hold runs already made (benchmarks/scaling/): this counts the plan from nothing
     study = dataclasses.replace(load_study(SIZE), point_reports=str(tmp_path / "no-ledgers"))
-    args = argparse.Namespace(action="run", dry_run=True, study=str(SIZE), arms=None, jobs=2, write=False)
+    args = argparse.Namespace(action="run", dry_run=True, study=str(SIZE), arms=None, jobs=2, write=False,
+                              points=None)
     assert command.points_command(args, study, tmp_path) == 0
     out = capsys.readouterr().out
     assert out.count("16 runs (12 tuning, 4 scoring, 0 rows)") == 4
     assert "study scaling-size: 4 points, 64 runs, 64 to run: about 6.4 CPU-hours" in out
+    # --arms: the dry run counts only what `study run --arms` would make, and a name the study lacks is refused
+    args.arms, args.points = "baseline", "w32,w48"
+    assert command.points_command(args, study, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert out.count("8 runs of baseline (6 tuning, 2 scoring, 0 rows)") == 2
+    assert "study scaling-size: 2 points, 16 runs, 16 to run: about 1.6 CPU-hours" in out
+    args.arms = "baseline,eight_cel"
+    assert command.points_command(args, study, tmp_path) == 2
+    assert "--arms: eight_cel not an arm of" in capsys.readouterr().out
 
 
 def test_the_figure_says_when_an_axis_has_no_fit_of_ours_yet():

@@ -19,7 +19,7 @@ from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runner import known_runs, run_study
+from islands_kit.protocol.runner import arm_of, known_runs, run_study
 from islands_kit.protocol.runs import Run, machine_folder, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
@@ -56,9 +56,11 @@ def _cost_key(t: Trial) -> str:
     return json.dumps([t.experiment, [(k, v) for k, v in t.sets if not k.endswith(("lr", "momentum"))]])
 
 
-def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = None) -> dict[str, Any]:
-    """What running ``study`` on this machine would cost. Nothing is written: the finished runs (the folders' and the
-    ledger's) are gathered in a scratch copy, since a pick another machine finished decides what is left here."""
+def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = None,
+            arms: list[str] | None = None) -> dict[str, Any]:
+    """What running ``study`` on this machine would cost (only ``arms``' runs when given, as ``run --arms`` makes).
+    Nothing is written: the finished runs (the folders' and the ledger's) are gathered in a scratch copy, since a pick
+    another machine finished decides what is left here."""
     machine = machine_folder(machine)
     ledger = ledger_path(study)
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +71,7 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
             shutil.copyfile(res, dest)
         if ledger is not None:
             restore(study, scratch, ledger)
-        runs = all_runs(study, scratch, machine)
+        runs = [r for r in all_runs(study, scratch, machine) if arms is None or arm_of(study, r) in arms]
         done = [r for r in runs if r.result() is not None]
         left = [r for r in runs if r.result() is None]
     seconds: dict[str, float] = {}
@@ -80,7 +82,8 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
             cfg = apply_overrides(study.base_config(r.trial.experiment), r.trial.overrides)
             seconds[key] = estimate_run(cfg).total_s
         total += seconds[key]
-    say(f"study {study.name}: {len(runs)} runs ({sum(r.phase == 'tune' for r in runs)} tuning, "
+    only = f" of {', '.join(a for a in study.arms if a in arms)}" if arms is not None else ""
+    say(f"study {study.name}: {len(runs)} runs{only} ({sum(r.phase == 'tune' for r in runs)} tuning, "
         f"{sum(r.phase == 'score' for r in runs)} scoring, {sum(r.phase == 'row' for r in runs)} rows), "
         f"{len(done)} finished, {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine ({machine}) "
         f"(one thread each; measured from {len(seconds)} configs' first steps, rough)")
@@ -99,6 +102,20 @@ def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str,
     return doc
 
 
+def _arms(args: argparse.Namespace, known: list[str]) -> list[str] | None:
+    """``--arms`` read and checked against the study's arms: None for every arm, [] (said why) when it names one the
+    study lacks or none at all."""
+    if not getattr(args, "arms", None):
+        return None
+    arms = [a for a in str(args.arms).split(",") if a]
+    unknown = sorted(set(arms) - set(known))
+    if unknown or not arms:
+        print(f"islands-kit study: --arms: {', '.join(unknown) or '(none given)'} not an arm of {args.study} "
+              f"(its arms: {', '.join(dict.fromkeys(known))})")
+        return []
+    return arms
+
+
 def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
     """``study run|report`` of a study with points: per point its dry run, its runs or its report and ledger."""
     subs = point_studies(study)
@@ -111,8 +128,11 @@ def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
                   f"{study.path} (its points: {', '.join(names)})")
             return 2
         subs = [(p, sub) for p, sub in subs if p.name in wanted]
+    arms = _arms(args, [a for _, sub in subs for a in sub.arms])
+    if arms == []:
+        return 2
     if args.action == "run" and args.dry_run:
-        costs = [dry_run(sub, point_root(root, p)) for p, sub in subs]
+        costs = [dry_run(sub, point_root(root, p), arms=arms) for p, sub in subs]
         print(f"study {study.name}: {len(subs)} points, {sum(c['runs'] for c in costs)} runs, "
               f"{sum(c['left'] for c in costs)} to run: about {sum(c['cpu_hours'] for c in costs):.1f} CPU-hours")
         return 0
@@ -121,7 +141,6 @@ def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
             ledger = ledger_path(sub)
             if ledger is not None and (n := restore(sub, point_root(root, p), ledger)):
                 print(f"study {sub.name}: {n} finished runs restored from {ledger}")
-        arms = [a for a in args.arms.split(",") if a] if args.arms else None
         made = run_points(study, root, jobs=args.jobs, arms=arms, points=[p.name for p, _ in subs])
         print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
@@ -150,14 +169,16 @@ def _cmd(args: argparse.Namespace) -> int:
     if getattr(args, "points", None):
         print(f"islands-kit study: --points: {study.path} has no [[points]]")
         return 2
+    arms = _arms(args, list(study.arms))
+    if arms == []:
+        return 2
     if args.action == "run" and args.dry_run:
-        dry_run(study, root)
+        dry_run(study, root, arms=arms)
         return 0
     ledger = ledger_path(study)  # a report, like a run, starts from every finished run the ledger holds
     if ledger is not None and (n := restore(study, root, ledger)):
         print(f"study {study.name}: {n} finished runs restored from {ledger}")
     if args.action == "run":
-        arms = [a for a in args.arms.split(",") if a] if args.arms else None
         try:
             made = run_study(study, root, jobs=args.jobs, arms=arms)
         except StudyError as e:

@@ -88,7 +88,7 @@ def known_runs(study: Study, base: Path, machine: str) -> tuple[list[Run], dict[
     return unique, picks
 
 
-def _arm_of(study: Study, run: Run) -> str:
+def arm_of(study: Study, run: Run) -> str:
     """The arm a run belongs to (a row's: the arm it changes, or the study's first arm for a standalone row)."""
     if run.trial.arm in study.arms:
         return run.trial.arm
@@ -126,7 +126,7 @@ def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable
             for study, base, prefix in parts:
                 runs, _ = known_runs(study, base, machine)
                 todo += [(r, prefix) for r in runs if r.dir not in started and r.result() is None
-                         and (arms is None or _arm_of(study, r) in arms)]
+                         and (arms is None or arm_of(study, r) in arms)]
             while todo and len(running) < max(1, jobs):
                 r, prefix = todo.pop(0)
                 started.add(r.dir)
