@@ -19,7 +19,7 @@ from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runner import arm_of, known_runs, run_study
+from islands_kit.protocol.runner import arm_of, check_arms, known_runs, run_study
 from islands_kit.protocol.runs import Run, machine_folder, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
@@ -108,10 +108,12 @@ def _arms(args: argparse.Namespace, known: list[str]) -> list[str] | None:
     if not getattr(args, "arms", None):
         return None
     arms = [a for a in str(args.arms).split(",") if a]
-    unknown = sorted(set(arms) - set(known))
-    if unknown or not arms:
-        print(f"islands-kit study: --arms: {', '.join(unknown) or '(none given)'} not an arm of {args.study} "
-              f"(its arms: {', '.join(dict.fromkeys(known))})")
+    try:
+        if not arms:
+            raise StudyError(f"--arms: none given (the arms of {args.study}: {', '.join(dict.fromkeys(known))})")
+        check_arms(arms, known)
+    except StudyError as e:
+        print(f"islands-kit study: {e}")
         return []
     return arms
 

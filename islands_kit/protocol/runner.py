@@ -96,6 +96,13 @@ def arm_of(study: Study, run: Run) -> str:
     return row.arm if row.arm is not None else next(iter(study.arms))
 
 
+def check_arms(arms: list[str] | None, known: list[str]) -> None:
+    """Raise StudyError naming every arm of ``arms`` (``--arms``) that is not in ``known`` (the study's arms)."""
+    unknown = sorted(set(arms or []) - set(known))
+    if unknown:
+        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of this study ({', '.join(dict.fromkeys(known))})")
+
+
 def run_study(study: Study, base: Path, jobs: int = 2, say: Callable[[str], None] = print,
               execute_run: Callable[[Run], dict[str, Any] | None] = execute, arms: list[str] | None = None,
               machine: str | None = None) -> list[Run]:
@@ -113,10 +120,7 @@ def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable
     leading its lines), ``jobs`` runs at a time from one queue: the first part's runs first, a later part's as soon as
     a slot is free, so the last unfinished part still gets every slot. The runs it made."""
     machine = machine_folder(machine)
-    known = {a: None for study, _, _ in parts for a in study.arms}  # a point may run only some of the arms
-    unknown = sorted(set(arms or []) - set(known))
-    if unknown:
-        raise StudyError(f"--arms: {', '.join(unknown)} not an arm of this study ({', '.join(known)})")
+    check_arms(arms, [a for study, _, _ in parts for a in study.arms])  # a point may run only some of the arms
     made: list[Run] = []
     started: set[Path] = set()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
