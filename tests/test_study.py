@@ -195,6 +195,17 @@ def test_arms_restrict_a_run_to_their_own_runs(tmp_path):
         run_study(study, tmp_path, arms=["nope"], machine=BOX)
 
 
+def test_every_arms_tuning_runs_before_any_scoring(tmp_path):
+    # a finished tuning carries over to another machine and a score does not: a session that ends early should leave
+    # tunings whole, so the baseline's seeds 1-2 wait until two_site's trials are made too
+    study = parse_study(study_doc())
+    made = run_study(study, tmp_path, jobs=1, say=lambda s: None, machine=BOX,
+                     execute_run=fake_executor(lambda a, l, s: 2.0 + float(l["optim.lr"])))
+    phases = [r.phase for r in made]
+    assert phases == ["tune"] * 6 + ["score"] * 4
+    assert [r.trial.arm for r in made[:6]] == ["baseline"] * 3 + ["two_site"] * 3
+
+
 STUDIES = sorted((Path(__file__).resolve().parent.parent / "benchmarks" / "studies").glob("*.toml"))
 
 

@@ -64,9 +64,12 @@ def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
 
 def known_runs(study: Study, base: Path, machine: str) -> tuple[list[Run], dict[str, Trial]]:
     """Every run of ``machine`` (under ``base / machine``) whose config is known now: the tuning runs of each arm no
-    machine has finished tuning, and the scoring runs and rows of each arm whose pick is known (with the picks)."""
+    machine has finished tuning, and the scoring runs and rows of each arm whose pick is known (with the picks).
+    Every arm's tuning comes before any scoring: a finished tuning carries over to another machine, a score does not,
+    so a session that ends early leaves the most that the next one (perhaps on another CPU) can use."""
     root = base / machine
     runs: list[Run] = []
+    scores: list[Run] = []
     picks: dict[str, Trial] = {}
     for arm in study.arms:
         found = tuned_pick(study, arm, base, machine)
@@ -74,7 +77,8 @@ def known_runs(study: Study, base: Path, machine: str) -> tuple[list[Run], dict[
             runs += [Run(t, s, study.preset, root, "tune") for t in study.trials(arm) for s in study.tune_seeds]
         if found is not None:
             picks[arm] = found[0]
-            runs += [Run(found[0], s, study.preset, root, "score") for s in study.seeds]
+            scores += [Run(found[0], s, study.preset, root, "score") for s in study.seeds]
+    runs += scores
     for row in study.rows:
         if row.arm is None or row.arm in picks:
             t = study.row_trial(row, picks)
