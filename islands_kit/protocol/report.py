@@ -16,11 +16,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.runs import Run, machines, trial_scores, tune_score, tuned_pick
+from islands_kit.protocol.equal_time import equal_time_trial
+from islands_kit.protocol.runs import Run, machines
 from islands_kit.protocol.study import Study, Trial
+from islands_kit.protocol.tuning import Tuning, margin, tune, tune_value, tuned_pick
 from islands_kit.stats import RatioStat, paired_ratio, pick_regret, rank_correlation
 
-SCHEMA = 2
+SCHEMA = 3
 
 
 def machine_of(res: dict[str, Any]) -> str:
@@ -114,8 +116,8 @@ def _where(mine: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def grid_edges(grid: dict[str, list[str]], label: dict[str, str]) -> list[str]:
-    """The grid axes (of 3 or more numeric values) on whose smallest or largest value the pick sits: its best may lie
-    outside the grid, and the tuning budget did not show it."""
+    """The grid axes (of 3 or more numeric values) on whose smallest or largest value the pick sits (protocol 2's
+    flag; protocol 3 reads every axis through the pick instead: ``tuning.Tuning.axes``)."""
     out = []
     for key, values in grid.items():
         try:
@@ -128,27 +130,55 @@ def grid_edges(grid: dict[str, list[str]], label: dict[str, str]) -> list[str]:
     return out
 
 
-def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned_on: Path | None = None) -> dict[str, Any]:
+def _grid(tuning: Tuning, n_declared: int, n_seeds: int, protocol: int) -> list[dict[str, Any]]:
+    """Every trial of the tuning (the declared grid, then its extensions) with the seeds it ran at and its means over
+    them on both splits (protocol 2: only a trial that ran at every tuning seed has means)."""
+    out = []
+    for i, trial in enumerate(tuning.trials):
+        done = tuning.results.get(trial, {})
+        seeds = sorted(done)
+        have = bool(seeds) if protocol >= 3 else len(seeds) == n_seeds
+        tune_mean = sum(tune_value(done[s]) for s in seeds) / len(seeds) if have else None
+        val_mean = sum(float(done[s]["final_val_bpb"]) for s in seeds) / len(seeds) if have else None
+        row = {"label": dict(trial.label), "overrides": trial.overrides, "runs": len(seeds),
+               "final_tune_bpb": tune_mean, "final_val_bpb": val_mean}
+        if protocol >= 3:
+            row.update({"tune_seeds_run": seeds, "extension": i >= n_declared})
+        out.append(row)
+    return out
+
+
+def _tuning_fields(study: Study, arm: str, tuning: Tuning) -> dict[str, Any]:
+    """What the tuning spent and how sure its pick is: trials and runs, the pick's margin over the runner-up against
+    the tuning seeds' spread, the pick's validation regret among the trials that ran at every tuning seed, and each
+    axis' state through the pick."""
+    n = len(study.tune_seeds)
+    final = [t for t in tuning.finalists(n) if math.isfinite(tuning.mean(t))]
+    out: dict[str, Any] = {"trials": len(tuning.trials), "grid_trials": study.arms[arm].n_trials(),
+                           "tuning_runs": sum(len(tuning.results.get(t, {})) for t in tuning.trials),
+                           "rungs": tuning.rungs, "halving": study.halving, "axes": dict(tuning.axes),
+                           **margin(tuning, n)}
+    if len(final) >= 1:
+        vals = [sum(float(r["final_val_bpb"]) for r in tuning.results[t].values()) / n for t in final]
+        tunes = [tuning.mean(t) for t in final]
+        out["transfer"] = {"spearman": rank_correlation(tunes, vals), "regret": pick_regret(tunes, vals),
+                           "pick_wins_on_val": vals[0] == min(vals), "trials": len(final)}
+    return out
+
+
+def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned_on: Path | None = None,
+              equal: dict[str, Any] | None = None) -> dict[str, Any]:
     """``arm``'s entry from this machine's runs (``root``); its grid from the machine it was tuned on (``tuned_on``,
-    default this one)."""
+    default this one); ``equal``: its equal-time entry (``equal_time_entry``), if the study trains one."""
     a = study.arms[arm]
-    grid: list[dict[str, Any]] = []
-    tune_vals: list[float] = []
-    val_vals: list[float] = []
-    for trial, results in trial_scores(study, arm, tuned_on or root):
-        done = [r for r in results if r is not None]
-        complete = len(done) == len(results)
-        tune = sum(tune_score(r) or math.inf for r in done) / len(done) if complete else None
-        val = sum(float(r["final_val_bpb"]) for r in done) / len(done) if complete else None
-        grid.append({"label": dict(trial.label), "overrides": trial.overrides, "runs": len(done),
-                     "final_tune_bpb": tune, "final_val_bpb": val})
-        if tune is not None and val is not None and math.isfinite(tune) and math.isfinite(val):
-            tune_vals.append(tune)
-            val_vals.append(val)
+    tuning = tune(study, arm, tuned_on or root)
     entry: dict[str, Any] = {"kind": "arm", "arm": arm, "experiment": a.experiment, "preset": study.preset,
-                             "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds, "grid": grid,
+                             "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds,
+                             "grid": _grid(tuning, a.n_trials(), len(study.tune_seeds), study.protocol),
                              "fixed": dict(a.fixed),
                              "machine": root.name, "tuned_on": (tuned_on or root).name}
+    if study.protocol >= 3:
+        entry["tuning"] = _tuning_fields(study, arm, tuning)
     chosen = picks.get(arm)
     if chosen is None:
         return {**entry, "overrides": None, "label": None, "seeds": [], "val_bpb": [], "status": "tuning"}
@@ -157,9 +187,12 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
     ref = _scored(study, ref_pick, study.seeds, root) if ref_pick is not None else {}
     unpaired: list[str] = []
     seeds = _pair(mine, ref, unpaired)
+    edges = (grid_edges(a.grid, dict(chosen.label)) if study.protocol < 3 else
+             [f"{k}={dict(chosen.label)[k]}: {v}" for k, v in tuning.axes.items() if v != "interior"])
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
-                  "pick_at_grid_edge": grid_edges(a.grid, dict(chosen.label)),
+                  "pick_at_grid_edge": edges,
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "tokens": [mine[s].get("tokens") for s in sorted(mine)],
                   **_where(mine),
                   "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,
                   "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",
@@ -167,12 +200,49 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
     entry.update(_ratio_fields(mine, ref, seeds) if arm != a.ref else
                  {"ratio_mean": 1.0, "ratio_ci95": None, "ratio_n": len(mine), "resolved": False})
     entry.update(_bytes(mine, ref if arm != a.ref else {}))
-    if len(tune_vals) == len(grid) and grid:
-        best_val = min(val_vals)
-        entry["transfer"] = {"spearman": rank_correlation(tune_vals, val_vals),
-                             "regret": pick_regret(tune_vals, val_vals),
-                             "pick_wins_on_val": val_vals[tune_vals.index(min(tune_vals))] == best_val}
+    if study.protocol < 3:
+        fin = [t for t in tuning.trials if len(tuning.results.get(t, {})) == len(study.tune_seeds)]
+        if fin and len(fin) == len(tuning.trials):
+            tunes = [tuning.mean(t) for t in fin]
+            vals = [sum(float(r["final_val_bpb"]) for r in tuning.results[t].values()) / len(study.tune_seeds)
+                    for t in fin]
+            if all(math.isfinite(x) for x in tunes):
+                entry["transfer"] = {"spearman": rank_correlation(tunes, vals), "regret": pick_regret(tunes, vals),
+                                     "pick_wins_on_val": vals[tunes.index(min(tunes))] == min(vals)}
+    else:
+        entry["transfer"] = entry["tuning"].get("transfer")
+    if equal is not None:
+        entry["equal_time"] = equal
     return entry
+
+
+def equal_time_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial],
+                     tuned_on: dict[str, Path]) -> dict[str, Any] | None:
+    """``arm`` against its reference at equal simulated time, from trained runs (protocol/equal_time.py): the
+    retrained arm's tokens, simulated seconds and validation bpb per seed, and the island arm over the reference
+    paired per seed (whichever of the two was retrained)."""
+    et = equal_time_trial(study, arm, picks, tuned_on)
+    if et is None:
+        return None
+    retrained = _scored(study, et.trial, study.seeds, root)
+    other = _scored(study, picks[et.faster], study.seeds, root)
+    island, ref = (other, retrained) if et.slower == study.arms[arm].ref else (retrained, other)
+    unpaired: list[str] = []
+    seeds = _pair(island, ref, unpaired)
+    out: dict[str, Any] = {"retrained": et.slower, "retrained_as": et.trial.arm, "against": et.faster,
+                           "overrides": et.trial.overrides, "steps": et.steps, "target_s": et.target_s,
+                           "seeds": sorted(retrained), "tokens": [retrained[s].get("tokens") for s in sorted(retrained)],
+                           "sim_wall_clock_s": [retrained[s]["sim_wall_clock_s"] for s in sorted(retrained)],
+                           "val_bpb": [retrained[s]["final_val_bpb"] for s in sorted(retrained)],
+                           "status": "done" if len(retrained) == len(study.seeds) else
+                           f"{len(retrained)}/{len(study.seeds)} seeds", "unpaired": unpaired}
+    if seeds:
+        r = paired_ratio([island[s]["final_val_bpb"] for s in seeds], [ref[s]["final_val_bpb"] for s in seeds])
+        out.update({"ratio_mean": r.mean, "ratio_ci95": r.interval(), "ratio_n": r.n, "resolved": r.resolved,
+                    "ratios": list(r.ratios)})
+    else:
+        out.update({"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False})
+    return out
 
 
 def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> dict[str, Any]:
@@ -211,8 +281,10 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
 def _machine_entries(study: Study, base: Path, machine: str) -> list[dict[str, Any]]:
     found = {arm: f for arm in study.arms if (f := tuned_pick(study, arm, base, machine)) is not None}
     picks = {arm: f[0] for arm, f in found.items()}
+    tuned_on = {arm: base / f[1] for arm, f in found.items()}
     root = base / machine
-    arms = [arm_entry(study, arm, root, picks, base / found[arm][1] if arm in found else None) for arm in study.arms]
+    arms = [arm_entry(study, arm, root, picks, tuned_on.get(arm), equal_time_entry(study, arm, root, picks, tuned_on))
+            for arm in study.arms]
     rows = [{**row_entry(study, i, root, picks), "machine": machine} for i in range(len(study.rows))]
     return arms + rows + pair_entries(study, root, picks)
 

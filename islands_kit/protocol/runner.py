@@ -19,8 +19,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.runs import Run, machine_folder, tuned_pick
+from islands_kit.protocol.equal_time import equal_time_trial
+from islands_kit.protocol.runs import Run, machine_folder
 from islands_kit.protocol.study import Study, StudyError, Trial
+from islands_kit.protocol.tuning import tune, tuned_pick
 from islands_kit.records.locks import acquire, release
 
 
@@ -63,22 +65,31 @@ def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
 
 
 def known_runs(study: Study, base: Path, machine: str) -> tuple[list[Run], dict[str, Trial]]:
-    """Every run of ``machine`` (under ``base / machine``) whose config is known now: the tuning runs of each arm no
-    machine has finished tuning, and the scoring runs and rows of each arm whose pick is known (with the picks).
-    Every arm's tuning comes before any scoring: a finished tuning carries over to another machine, a score does not,
-    so a session that ends early leaves the most that the next one (perhaps on another CPU) can use."""
+    """Every run of ``machine`` (under ``base / machine``) whose config is known now: the tuning runs each arm's
+    tuning needs next (its current rung, or the trials that extend its grid: protocol/tuning.py) while no machine has
+    finished tuning it, then the scoring runs of each arm whose pick is known, the equal-time runs whose two picks are
+    known (protocol/equal_time.py) and the rows (with the picks). Every arm's tuning comes before any scoring: a
+    finished tuning carries over to another machine, a score does not, so a session that ends early leaves the most
+    that the next one (perhaps on another CPU) can use."""
     root = base / machine
     runs: list[Run] = []
     scores: list[Run] = []
     picks: dict[str, Trial] = {}
+    tuned_on: dict[str, Path] = {}
     for arm in study.arms:
-        found = tuned_pick(study, arm, base, machine)
-        if found is None or found[1] == machine:  # tuned here, or not yet anywhere (seed 0's run doubles as a score)
-            runs += [Run(t, s, study.preset, root, "tune") for t in study.trials(arm) for s in study.tune_seeds]
+        here = tune(study, arm, root)
+        found = (here.pick, machine) if here.pick is not None else tuned_pick(study, arm, base, machine)
+        if found is None or found[1] == machine:  # tuned here or nowhere yet (protocol 2: seed 0's doubles as a score)
+            runs += [Run(t, s, study.preset, root, "tune") for t in here.trials for s in sorted(here.results[t])]
+            runs += [Run(t, s, study.preset, root, "tune") for t, s in here.need]
         if found is not None:
-            picks[arm] = found[0]
+            picks[arm], tuned_on[arm] = found[0], base / found[1]
             scores += [Run(found[0], s, study.preset, root, "score") for s in study.seeds]
     runs += scores
+    for arm in study.arms:
+        et = equal_time_trial(study, arm, picks, tuned_on)
+        if et is not None:
+            runs += [Run(et.trial, s, study.preset, root, "equal_time") for s in study.seeds]
     for row in study.rows:
         if row.arm is None or row.arm in picks:
             t = study.row_trial(row, picks)
@@ -96,6 +107,9 @@ def arm_of(study: Study, run: Run) -> str:
     """The arm a run belongs to (a row's: the arm it changes, or the study's first arm for a standalone row)."""
     if run.trial.arm in study.arms:
         return run.trial.arm
+    if run.phase == "equal_time":  # ``<slower>@time-of-<faster>``: it belongs to the island arm of the two
+        slower, faster = run.trial.arm.split("@time-of-")
+        return faster if study.arms[slower].ref == slower else slower
     row = next(r for r in study.rows if r.name == run.trial.arm)
     return row.arm if row.arm is not None else next(iter(study.arms))
 

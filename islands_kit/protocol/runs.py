@@ -3,10 +3,9 @@
 
 ``<machine>`` names the CPU, kernel set and torch build that made the run (``machine_slug``): a demo run moves by up to
 a seed's spread between machines, so each machine keeps its own runs and a report pairs runs of one machine only.
-An arm's pick is the trial with the lowest mean ``final_tune_bpb`` over the study's tuning seeds (the tuning split
-only: the validation bytes play no part), known once all of the arm's tuning runs on one machine have finished. A
-diverged trial never wins. Tuning is a choice, not a measurement: an arm tuned on one machine is not tuned again on
-another (``tuned_pick``); its scoring runs are made on every machine the study runs on, every seed included.
+How an arm's pick is made from its tuning runs (the tuning split only: the validation bytes play no part) is
+protocol/tuning.py. Tuning is a choice, not a measurement: an arm tuned on one machine is not tuned again on another
+(``tuning.tuned_pick``); its scoring runs are made on every machine the study runs on, every seed included.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.study import Study, StudyError, Trial
+from islands_kit.protocol.study import StudyError, Trial
 
 
 def machine_slug(fingerprint: str) -> str:
@@ -99,31 +98,3 @@ def tune_score(res: dict[str, Any] | None) -> float | None:
         return None
     v = res.get("final_tune_bpb")
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
-
-
-def trial_scores(study: Study, arm: str, root: Path) -> list[tuple[Trial, list[dict[str, Any] | None]]]:
-    """Every trial of ``arm`` with its tuning runs' results (None where a run has not finished), seed by seed."""
-    return [(t, [Run(t, s, study.preset, root, "tune").result() for s in study.tune_seeds]) for t in study.trials(arm)]
-
-
-def pick(study: Study, arm: str, root: Path) -> Trial | None:
-    """``arm``'s tuned setting, or None until every one of its tuning runs has finished."""
-    best: tuple[float, Trial] | None = None
-    for trial, results in trial_scores(study, arm, root):
-        scores = [tune_score(r) for r in results]
-        if any(s is None for s in scores):
-            return None
-        mean = sum(s for s in scores if s is not None) / len(scores)
-        if best is None or mean < best[0]:
-            best = (mean, trial)
-    return None if best is None or not math.isfinite(best[0]) else best[1]
-
-
-def tuned_pick(study: Study, arm: str, base: Path, machine: str) -> tuple[Trial, str] | None:
-    """``arm``'s pick and the machine it was tuned on: this machine's complete tuning if it has one, else the first
-    other machine's (in name order) under ``base``; None while no machine has finished the arm's tuning."""
-    for m in [machine] + [m for m in machines(base) if m != machine]:
-        chosen = pick(study, arm, base / m)
-        if chosen is not None:
-            return chosen, m
-    return None

@@ -28,6 +28,7 @@ budgets). Errors name the file, the field and the rule, before any run starts.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,8 @@ class Arm:
     ref: str
     fixed: dict[str, str]
     grid: dict[str, list[str]]
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)  # how far a numeric axis may be extended
+    ladders: dict[str, list[str]] = field(default_factory=dict)  # the values a laddered axis (momentum) steps along
 
     def n_trials(self) -> int:
         n = 1
@@ -128,6 +131,14 @@ class Study:
     points: list[Point] = field(default_factory=list)
     point_reports: str | None = None  # the folder of the points' reports and ledgers
     trend: str | None = None  # the scaling trend's JSON (islands_kit/scaling/trend.py)
+    protocol: int = 2  # 3: tuning seeds apart from the scoring seeds, rungs, edges extended, equal time trained
+    halving: int = 1  # successive halving's factor over the tuning seeds (protocol/tuning.py); 1: every trial at each
+    equal_time: bool = False  # train each island arm's reference to the island arm's finishing simulated time
+
+    @property
+    def extends(self) -> bool:
+        """Whether a pick on a grid's edge extends that axis (protocol 3)."""
+        return self.protocol >= 3
 
     # -- expansion -----------------------------------------------------------------------------------------------
     def base_config(self, experiment: str) -> ExperimentConfig:
@@ -150,9 +161,11 @@ class Study:
         report = f"{self.point_reports}/{self.name}-{point.name}.json" if self.point_reports else None
         arms = self.arms if point.arms is None else {n: a for n, a in self.arms.items() if n in point.arms}
         return Study(f"{self.name}-{point.name}", self.preset, self.seeds, self.tune_seeds, {**self.sets, **point.sets},
-                     arms, [], report, f"{self.description} (point {point.name})", self.path)
+                     arms, [], report, f"{self.description} (point {point.name})", self.path,
+                     protocol=self.protocol, halving=self.halving, equal_time=self.equal_time)
 
     def trials(self, arm: str) -> list[Trial]:
+        """The arm's grid as first declared (extensions past its edges: protocol/tuning.py)."""
         a = self.arms[arm]
         keys = sorted(a.grid)
         out = []
@@ -243,12 +256,74 @@ def _point_arms(v: Any, where: str, arms: dict[str, Arm]) -> tuple[str, ...]:
     return tuple(a for a in arms if a in v)
 
 
+def _whole(v: Any, where: str, lo: int, hi: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise StudyError(f"{where}: must be a whole number from {lo} to {hi} (got {v!r})")
+    return v
+
+
+def _extent(a: dict[str, Any], grid: dict[str, list[str]], aw: str) -> tuple[dict[str, tuple[float, float]],
+                                                                             dict[str, list[str]]]:
+    """An arm's ``bounds`` (numeric axes: ``[low, high]``, the grid inside) and ``ladders`` (the values a laddered
+    axis steps along, the grid's among them), each for an axis of its grid."""
+    bounds: dict[str, tuple[float, float]] = {}
+    ladders: dict[str, list[str]] = {}
+    for field_name, raw in (("bounds", a.get("bounds", {})), ("ladders", a.get("ladders", {}))):
+        if not isinstance(raw, dict):
+            raise StudyError(f"{aw}.{field_name}: must be a table of axis = [values]")
+        for k, vs in raw.items():
+            kw = f"{aw}.{field_name}.{k}"
+            if k not in grid:
+                raise StudyError(f"{kw}: not an axis of the arm's grid ({', '.join(grid) or 'none'})")
+            try:
+                nums = [float(str(v)) for v in vs] if isinstance(vs, list) else []
+            except ValueError:
+                nums = []
+            if not nums or not all(math.isfinite(x) for x in nums) or len(nums) != len(vs):
+                raise StudyError(f"{kw}: must be a list of numbers (got {vs!r})")
+            if field_name == "bounds":
+                if len(nums) != 2 or not 0 < nums[0] <= nums[1]:
+                    raise StudyError(f"{kw}: must be [low, high] with 0 < low <= high (got {vs!r})")
+                outside = [v for v in grid[k] if not nums[0] * (1 - 1e-9) <= float(v) <= nums[1] * (1 + 1e-9)]
+                if outside:
+                    raise StudyError(f"{kw}: the grid's {', '.join(outside)} lies outside [{vs[0]}, {vs[1]}]")
+                bounds[k] = (nums[0], nums[1])
+            else:
+                if nums != sorted(nums) or len(set(nums)) != len(nums):
+                    raise StudyError(f"{kw}: a ladder lists distinct values in increasing order (got {vs!r})")
+                missing = [v for v in grid[k] if not any(math.isclose(float(v), x, rel_tol=1e-9) for x in nums)]
+                if missing:
+                    raise StudyError(f"{kw}: the grid's {', '.join(missing)} is not on the ladder")
+                ladders[k] = [str(v) for v in vs]
+    both = sorted(set(bounds) & set(ladders))
+    if both:
+        raise StudyError(f"{aw}: {', '.join(both)} has both bounds and a ladder (one says how far it may go)")
+    return bounds, ladders
+
+
+def _protocol3(seeds: list[int], tune_seeds: list[int], rows: list[Row], arms: dict[str, Arm], w: str) -> None:
+    """The third pass's rules: two or more tuning seeds, none of them a scoring seed, and every grid axis with a
+    bound or a ladder to be extended along."""
+    if len(tune_seeds) < 2:
+        raise StudyError(f"{w}tune_seeds: protocol 3 tunes on two or more seeds (got {tune_seeds!r})")
+    for where, ss in [("seeds", seeds)] + [(f"rows '{r.name}'.seeds", r.seeds) for r in rows]:
+        shared = sorted(set(ss) & set(tune_seeds))
+        if shared:
+            raise StudyError(f"{w}{where}: {', '.join(map(str, shared))} is also a tuning seed (protocol 3 scores on "
+                             "other seeds than it tunes on)")
+    for name, a in arms.items():
+        loose = [k for k in a.grid if k not in a.bounds and k not in a.ladders]
+        if loose:
+            raise StudyError(f"{w}arms.{name}: {', '.join(loose)} needs bounds = [low, high] or a ladder (protocol 3 "
+                             "extends an axis past a pick on its edge, up to the bound the study declares)")
+
+
 def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     """A study from a parsed TOML document; every field checked, every trial expanded once (so a bad key or value
     fails here, naming it, before any run)."""
     w = f"{path}: " if path else ""
     _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
-                   "point_reports", "trend"}, w.rstrip(": ") or "study")
+                   "point_reports", "trend", "protocol", "halving", "equal_time"}, w.rstrip(": ") or "study")
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
@@ -263,7 +338,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         aw = f"{w}arms.{name}"
         if not isinstance(a, dict):
             raise StudyError(f"{aw}: must be a table")
-        _allowed(a, {"experiment", "ref", "fixed", "grid"}, aw)
+        _allowed(a, {"experiment", "ref", "fixed", "grid", "bounds", "ladders"}, aw)
         exp = a.get("experiment")
         if exp not in EXPERIMENT_TABLE:
             raise StudyError(f"{aw}.experiment: {exp!r} is not an experiment (one of {', '.join(EXPERIMENT_TABLE)})")
@@ -275,7 +350,9 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             if not isinstance(vs, list) or not vs or len(set(map(str, vs))) != len(vs):
                 raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {vs!r})")
             grid[str(k)] = [str(v) for v in vs]
-        arms[name] = Arm(name, exp, str(a.get("ref", name)), _strings(a.get("fixed", {}), f"{aw}.fixed"), grid)
+        bounds, ladders = _extent(a, grid, aw)
+        arms[name] = Arm(name, exp, str(a.get("ref", name)), _strings(a.get("fixed", {}), f"{aw}.fixed"), grid,
+                         bounds, ladders)
     for name, a in arms.items():
         if a.ref not in arms:
             raise StudyError(f"{w}arms.{name}.ref: {a.ref!r} is not an arm of this study ({', '.join(arms)})")
@@ -299,9 +376,17 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             raise StudyError(f"{w}rows '{r.name}'.control: {r.control!r} is neither an arm nor a row of this study")
     if len(set(names)) != len(names):
         raise StudyError(f"{w}rows: two rows share a name")
+    protocol = _whole(doc.get("protocol", 2), f"{w}protocol", 2, 3)
+    halving = _whole(doc.get("halving", 2 if protocol >= 3 else 1), f"{w}halving", 1, 8)
+    equal_time = doc.get("equal_time", protocol >= 3)
+    if not isinstance(equal_time, bool):
+        raise StudyError(f"{w}equal_time: must be true or false (got {equal_time!r})")
+    if protocol >= 3:
+        _protocol3(seeds, tune_seeds, rows, arms, w)
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
                   arms, rows, doc.get("report"), str(doc.get("description", "")), path,
-                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"))
+                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"),
+                  protocol, halving, equal_time)
     study.check_budgets()
     if study.points:
         if rows or study.report:

@@ -64,11 +64,20 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
         if e["arm"] != e["ref"]:
             n_cmp += 2 if e.get("ratio_n") else 0
             tok = _ratio(e.get("ratio_mean"), e.get("ratio_ci95"), e.get("ratio_n", 0))
-            tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
+            et = e.get("equal_time")
+            if et is not None:  # trained to the time; the curve's interpolated reading is the labelled secondary
+                n_cmp += 1 if et.get("ratio_n") else 0
+                tim = (_ratio(et.get("ratio_mean"), et.get("ratio_ci95"), et.get("ratio_n", 0)) + " (trained); "
+                       + _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
+                       + " (interpolated)")
+            else:
+                tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
         else:
             tok = tim = "1 (reference)"
         status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
-        if e.get("pick_at_grid_edge"):
+        if e.get("pick_at_grid_edge") and "tuning" in e:  # protocol 3: each axis through the pick that is not interior
+            status += "; pick not interior: " + ", ".join(e["pick_at_grid_edge"])
+        elif e.get("pick_at_grid_edge"):
             status += "; pick at the grid's edge: " + ", ".join(e["pick_at_grid_edge"])
         if e.get("tuned_on") not in (None, e.get("machine")):
             status += f"; tuned on {e['tuned_on']}"
@@ -77,6 +86,8 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
             parts.append(f"fixed {_label(e['fixed'])}")
         pick = "; ".join(parts)
         out.append(f"| {e['arm']} | {pick} | {vals} | {tok} | {tim} | {_bytes(e)} | {status} |")
+    _render_tuning([e for e in arms if "tuning" in e and e.get("tuned_on") in (None, e.get("machine"))], out)
+    _render_equal_time([e for e in arms if e.get("equal_time")], out)
     tuned_here = [e for e in arms if e.get("tuned_on") in (None, e.get("machine")) and len(e["grid"]) > 1]  # a choice
     if tuned_here:
         out += ["", "How the tuning split's pick transfers to the validation bytes (per arm, over its grid at the tuning "
@@ -90,7 +101,14 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
         rho = "-" if t["spearman"] is None else f"{t['spearman']:.2f}"
         out.append(f"| {e['arm']} | {len(e['grid'])} | {rho} | {100 * t['regret']:.2f}% | {'yes' if t['pick_wins_on_val'] else 'no'} |")
     trials = [(e["arm"], g) for e in tuned_here for g in e["grid"] if g.get("final_tune_bpb") is not None]
-    if trials:
+    if trials and any("tune_seeds_run" in g for _, g in trials):
+        out += ["", "Every finished tuning trial (mean over the tuning seeds it ran at; the pick is the lowest mean among "
+                "the trials that ran at every tuning seed; + marks a trial that extends the declared grid):", "",
+                "| arm | trial | tuning seeds | tuning-split bpb | validation bpb |", "|---|---|---|---|---|"]
+        out += [f"| {arm} | {_label(g['label'])}{' +' if g.get('extension') else ''} | "
+                f"{', '.join(map(str, g.get('tune_seeds_run', [])))} | {g['final_tune_bpb']:.4f} | "
+                f"{g['final_val_bpb']:.4f} |" for arm, g in trials]
+    elif trials:
         out += ["", "Every finished tuning trial (mean over the tuning seeds; the pick is the lowest tuning-split bpb of a "
                 "complete grid):", "", "| arm | trial | tuning-split bpb | validation bpb |", "|---|---|---|---|"]
         out += [f"| {arm} | {_label(g['label'])} | {g['final_tune_bpb']:.4f} | {g['final_val_bpb']:.4f} |" for arm, g in trials]
@@ -145,3 +163,52 @@ def _render_where(entries: list[dict[str, Any]], out: list[str]) -> None:
         chans = "-" if by is None else ", ".join(f"{ch} {b:,}" for ch, b in by.items()) or "none"
         out.append(f"| {e.get('row') or e['arm']} | {len(e['seeds'])} | {'-' if t is None else f'{t:.1f} s'} | "
                    f"{'-' if u is None else f'{100 * u:.1f}%'} | {chans} |")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def _render_tuning(entries: list[dict[str, Any]], out: list[str]) -> None:
+    """Per arm what its tuning spent and how sure its pick is (protocol 3): trials (declared + extensions), runs,
+    rungs, the pick's margin over the runner-up against the tuning seeds' spread, its validation regret, each axis."""
+    if not entries:
+        return
+    out += ["", "Tuning per arm (successive halving over the tuning seeds; margin: the runner-up's mean tuning-split "
+            "bpb over the pick's, minus 1; spread: the median standard error of a finalist's mean, relative; regret: the "
+            "pick's validation bpb over the best finalist's, minus 1):", "",
+            "| arm | trials (declared + extended) | tuning runs | per rung | margin | spread | regret | axes through the "
+            "pick |", "|---|---|---|---|---|---|---|---|"]
+    budgets = {e["arm"]: e["tuning"]["tuning_runs"] for e in entries}
+    for e in entries:
+        t = e["tuning"]
+        tr = t.get("transfer") or {}
+        axes = ", ".join(f"{k}: {v}" for k, v in t.get("axes", {}).items()) or "-"
+        inside = "" if t.get("margin") is None or t.get("seed_spread") is None or t["margin"] > t["seed_spread"] else \
+            " (inside the spread)"
+        ref_runs = budgets.get(e["ref"])
+        diff = "" if ref_runs in (None, t["tuning_runs"]) or e["arm"] == e["ref"] else \
+            f" ({t['tuning_runs'] - ref_runs:+d} vs {e['ref']})"
+        out.append(f"| {e['arm']} | {t['trials']} ({t['grid_trials']} + {t['trials'] - t['grid_trials']}) | "
+                   f"{t['tuning_runs']}{diff} | {' / '.join(map(str, t.get('rungs', [])))} | {_pct(t.get('margin'))}"
+                   f"{inside} | {_pct(t.get('seed_spread'))} | {_pct(tr.get('regret'))} | {axes} |")
+
+
+def _render_equal_time(entries: list[dict[str, Any]], out: list[str]) -> None:
+    """Each island arm at equal simulated time, from the slower arm retrained to the faster one's finishing time."""
+    out += ["", "Equal simulated time, trained (the slower arm retrained with its whole schedule fitted into the faster "
+            "one's finishing time, scored on all held-out bytes; ratio: island arm over its reference, paired per "
+            "seed):", "", "| arm | retrained | steps | target | its simulated seconds | val bpb per seed | ratio | "
+            "status |", "|---|---|---|---|---|---|---|---|"] if entries else []
+    for e in entries:
+        et = e["equal_time"]
+        secs = _mean_of(et.get("sim_wall_clock_s", []))
+        vals = " / ".join(f"{v:.4f}" for v in et.get("val_bpb", [])) or "-"
+        out.append(f"| {e['arm']} | {et['retrained']} (vs {et['against']}) | {et['steps']:,} | {et['target_s']:.1f} s | "
+                   f"{'-' if secs is None else f'{secs:.1f} s'} | {vals} | "
+                   f"{_ratio(et.get('ratio_mean'), et.get('ratio_ci95'), et.get('ratio_n', 0))} | {et['status']} |")
+
+
+def _mean_of(values: list[Any]) -> float | None:
+    got = [float(v) for v in values if v is not None]
+    return sum(got) / len(got) if got else None

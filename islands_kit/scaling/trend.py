@@ -25,8 +25,9 @@ from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runs import Run, machines, tuned_pick
+from islands_kit.protocol.runs import Run, machines
 from islands_kit.protocol.study import Study, StudyError, load_study
+from islands_kit.protocol.tuning import tuned_pick
 from islands_kit.scaling import fit, references
 
 SCHEMA = 1
