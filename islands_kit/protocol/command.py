@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from islands_kit.protocol.runner import arm_of, check_arms, known_runs, run_stud
 from islands_kit.protocol.runs import Run, machine_folder, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
+from islands_kit.protocol.tuning import MIN_KEEP, tune
 from islands_kit.train.estimate import estimate_run
 
 RESULTS = Path("benchmarks") / "RESULTS.md"
@@ -39,6 +41,24 @@ def all_runs(study: Study, base: Path, machine: str) -> list[Run]:
     root = base / machine
     stand_in = {arm: picks.get(arm, study.trials(arm)[0]) for arm in study.arms}
     planned = {r.dir: r for r in runs}
+    for arm in study.arms:  # the later rungs of a tuning under way: its first trials stand in for the survivors
+        if arm in picks:
+            continue
+        rungs = tune(study, arm, root).rungs
+        n = len(study.trials(arm))
+        for i, seed in enumerate(study.tune_seeds):
+            n = n if i == 0 or study.halving <= 1 else max(MIN_KEEP, math.ceil(n / study.halving))
+            if i >= len(rungs):
+                for t in study.trials(arm)[:n]:
+                    r = Run(t, seed, study.preset, root, "tune")
+                    planned.setdefault(r.dir, r)
+    for arm, a in study.arms.items():  # equal time: at most the slower arm's whole run again, at every scoring seed
+        if study.equal_time and a.ref != arm:
+            t = stand_in[a.ref]
+            for s in study.seeds:
+                r = Run(Trial(f"{a.ref}@time-of-{arm}", t.experiment, t.label, t.sets), s, study.preset, root,
+                        "equal_time")
+                planned.setdefault(r.dir, r)
     for arm in study.arms:
         for s in study.seeds:
             r = Run(stand_in[arm], s, study.preset, root, "score")
@@ -83,10 +103,14 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
             seconds[key] = estimate_run(cfg).total_s
         total += seconds[key]
     only = f" of {', '.join(a for a in study.arms if a in arms)}" if arms is not None else ""
+    eq = sum(r.phase == "equal_time" for r in runs)
     say(f"study {study.name}: {len(runs)} runs{only} ({sum(r.phase == 'tune' for r in runs)} tuning, "
-        f"{sum(r.phase == 'score' for r in runs)} scoring, {sum(r.phase == 'row' for r in runs)} rows), "
+        f"{sum(r.phase == 'score' for r in runs)} scoring, {sum(r.phase == 'row' for r in runs)} rows"
+        + (f", {eq} equal-time" if eq else "") + f"), "
         f"{len(done)} finished, {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine ({machine}) "
-        f"(one thread each; measured from {len(seconds)} configs' first steps, rough)")
+        f"(one thread each; measured from {len(seconds)} configs' first steps, rough"
+        + ("; equal-time runs counted at full length, an upper bound; a grid extended past an edge adds one run per "
+           "tuning seed it reaches, not counted" if study.protocol >= 3 else "") + ")")
     return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600}
 
 
