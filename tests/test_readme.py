@@ -115,3 +115,7 @@ def test_commands_work_as_printed_after_the_one_activation():
     assert first_bare and activate < first_bare.start()
     assert README.count("source .venv/bin/activate") == 1
     assert ".venv/bin/islands-kit run" not in README.split("## Two commands")[1]
+    # the kit's own hints are bare too, and make install's closing hint activates before its first bare command
+    assert not [f for f in (ROOT / "islands_kit").rglob("*.py") if ".venv/bin/" in f.read_text()]
+    hint = (ROOT / "scripts" / "setup.sh").read_text().split("next:", 1)[1]
+    assert hint.index("source $BIN/activate") < hint.index("islands-kit run")
