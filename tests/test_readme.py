@@ -105,6 +105,8 @@ def test_the_headline_quotes_one_machine_and_every_ratio_with_its_interval():
     # the machine with the most finished arms is the one quoted
     other = dict(doc, entries=[e for e in doc["entries"] if e.get("machine") != chosen or e.get("arm") == "baseline"])
     assert readme.headline_machine(other) != chosen
+    with pytest.raises(ValueError, match="no arm has finished"):
+        readme.headline_table(dict(doc, entries=[dict(e, status="0/5 seeds") for e in doc["entries"]]))
 
 
 def test_commands_work_as_printed_after_the_one_activation():
@@ -119,3 +121,11 @@ def test_commands_work_as_printed_after_the_one_activation():
     assert not [f for f in (ROOT / "islands_kit").rglob("*.py") if ".venv/bin/" in f.read_text()]
     hint = (ROOT / "scripts" / "setup.sh").read_text().split("next:", 1)[1]
     assert hint.index("source $BIN/activate") < hint.index("islands-kit run")
+
+
+def test_the_demo_table_pairs_every_arm_with_the_same_baseline_runs():
+    points = readme.default_points(ROOT)
+    assert [p["experiment"] for p in points] == ["two_site", "eight_cell"]
+    moved = [points[0], dict(points[1], baseline=dict(points[1]["baseline"], bpb=[2.0, 2.0, 2.0]))]
+    with pytest.raises(ValueError, match="other baseline runs"):
+        readme.demo_table(moved)

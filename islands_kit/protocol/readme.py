@@ -60,6 +60,8 @@ def headline_table(doc: dict[str, Any]) -> str:
     machine = headline_machine(doc)
     fp = next(m["fingerprint"] for m in doc["machines"] if m["machine"] == machine)
     arms = [e for e in doc["entries"] if e.get("kind") == "arm" and e["machine"] == machine and e["status"] == "done"]
+    if not arms:
+        raise ValueError(f"{doc.get('study', 'the study')}: no arm has finished its seeds on any machine (nothing to quote)")
     n = min(len(e["seeds"]) for e in arms)
     out = [f"On one machine ({fp}); every arm tuned on the tuning split, then scored at seeds "
            f"{', '.join(map(str, arms[0]['seeds']))}; ratios are geometric means of the per-seed ratios with a 95% "
