@@ -5,6 +5,11 @@ r_i = arm_i / ref_i are the paired observations. Ratios are multiplicative, so t
 log r_i, mapped back: exp(mean ± t_{0.975, n-1} · sd / √n); the point estimate is the geometric mean exp(mean log r).
 One seed has no interval (never "± 0"); a ratio whose interval contains 1 is "not resolved".
 
+Every verdict word the kit prints or a document states beside a ratio comes from :func:`verdict`, a function of the
+interval and a stated threshold alone: "ahead" / "behind" (the interval is on one side of 1), "within X%" (it holds 1
+and lies inside 1 ± X), "met" / "not met" (a bar ``ratio <= bar`` the whole interval clears, or misses), and "not
+resolved" otherwise — never "a tie" or "level", which an interval holding 1 does not show.
+
 How well a tuning split's pick transfers to the scored bytes is read with Spearman's rank correlation between the
 two orderings of a grid and the pick's regret: its validation bpb over the grid's best, minus one.
 """
@@ -17,6 +22,32 @@ from dataclasses import dataclass
 from scipy import stats as _stats
 
 CONFIDENCE = 0.95
+VERDICTS = ("ahead", "behind", "within", "met", "not met", "not resolved")  # "within" is written "within X%"
+
+
+def verdict(lo: float | None, hi: float | None, *, bar: float | None = None, within: float | None = None) -> str:
+    """The words an interval ``[lo, hi]`` on a ratio arm / reference of bpb (lower is better) supports.
+
+    With ``bar`` (a stated goal ``ratio <= bar``): "met" when ``hi <= bar``, "not met" when ``lo > bar``, else "not
+    resolved". Otherwise: "ahead" when ``hi < 1``, "behind" when ``lo > 1``; an interval that holds 1 is "within
+    X%" when ``within`` (a fraction, 0.02 for 2%) is given and ``[lo, hi]`` lies inside ``[1 - within, 1 + within]``,
+    else "not resolved". No interval (one seed) is "not resolved"."""
+    if lo is None or hi is None:
+        return "not resolved"
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(f"verdict: the interval must be finite with lo <= hi (got [{lo}, {hi}])")
+    if bar is not None:
+        return "met" if hi <= bar else "not met" if lo > bar else "not resolved"
+    if hi < 1.0:
+        return "ahead"
+    if lo > 1.0:
+        return "behind"
+    if within is not None:
+        if not 0 < within < 1:
+            raise ValueError(f"verdict: within must be a fraction in (0, 1) (got {within})")
+        if 1.0 - within <= lo and hi <= 1.0 + within:
+            return f"within {100 * within:g}%"
+    return "not resolved"
 
 
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
@@ -41,7 +72,11 @@ class RatioStat:
     @property
     def resolved(self) -> bool:
         """True when the interval excludes 1 (an n = 1 ratio is never resolved)."""
-        return self.lo is not None and self.hi is not None and (self.hi < 1.0 or self.lo > 1.0)
+        return self.verdict() in ("ahead", "behind")
+
+    def verdict(self, *, bar: float | None = None, within: float | None = None) -> str:
+        """:func:`verdict` of this ratio's interval."""
+        return verdict(self.lo, self.hi, bar=bar, within=within)
 
     def interval(self) -> list[float] | None:
         return None if self.lo is None or self.hi is None else [self.lo, self.hi]
@@ -51,7 +86,7 @@ class RatioStat:
         ``1.0270 (n = 1, no interval)``."""
         if self.lo is None or self.hi is None:
             return f"{self.mean:.{digits}f} (n = 1, no interval)"
-        tail = "" if self.resolved else ", not resolved"
+        tail = "" if self.resolved else f", {self.verdict()}"
         return f"{self.mean:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}] n={self.n}{tail}"
 
     def as_dict(self) -> dict[str, object]:

@@ -67,7 +67,7 @@ dirs = run_comparison(experiments, shared, out, seeds=seeds, jobs=jobs)
 # %% [markdown]
 # ## The comparison table
 # This notebook runs the demo's defaults (batch 40, untuned); the tuned comparison, every arm at its own batch and lr
-# over 5 paired seeds with 95% intervals, is `benchmarks/headline-demo.json` (README, "The headline, tuned").
+# over 5 paired seeds with 95% intervals, is `benchmarks/headline-demo.json` (README, "What it finds").
 # Rows are labelled by run folder. `bpb / baseline`: bpb over the baseline run with the same seed (lower is better).
 # Bytes come first as absolute numbers: `link bytes` (every byte on the wide-area link), `per island` and `busiest
 # link` (one direction). Then two ratios, each headed by its reference: `bytes vs baseline` (against the baseline

@@ -131,9 +131,9 @@ plots.show(plots.fragment_timeline(streaming_schedule(s.H, s.n_fragments, shown)
 #   `optim.lr=4.5e-3`: every merge that lands moves SNOO's slow weights with it) it buys 1.3 of the 2.7 points: 1.015x
 #   the baseline over 3 seeds at the same bytes, still short of the seed's sign.
 # * under the batch-tuned protocol (`benchmarks/studies/headline-demo.toml`: each arm's batch, lr and outer momentum
-#   tuned with 8 trials on the tuning split, 5 paired seeds) both arms prefer batch 20, and the gap *grows*: two_site
-#   is 1.0356x the baseline [1.0156, 1.0561] (95% paired t, n = 5) at equal tokens, 0.9782x [0.9623, 0.9944] at
-#   equal simulated time, sending 688x fewer bytes (README, "The headline, tuned").
+#   tuned with 8 trials on the tuning split, 5 paired seeds) both arms prefer batch 20; on the AMD EPYC two_site
+#   is 1.0356x the baseline [1.0156, 1.0561] (95% paired t, n = 5) at equal tokens, behind, and 0.9782x [0.9623,
+#   0.9944] at equal simulated time, ahead, sending 688x fewer bytes (README, "What it finds", has the Intel Xeon's).
 
 # %%
 from islands_kit.notebooks import show_frontier

@@ -99,7 +99,8 @@ note "installed into $VENV (torch from $torch_from; extras [$extras]$([ $gpu = 1
 cat <<EOF
 
 next:
-  $BIN/islands-kit run two_site --preset smoke   # under a minute: a plumbing check, not a result
+  source $BIN/activate    # in every new shell: islands-kit, python and wandb on PATH (what every printed command assumes)
+  islands-kit run two_site --preset smoke   # under a minute: a plumbing check, not a result
   make demo    # the main job: baseline vs two_site vs eight_cell
   make test    # lint, type check, the test suite
   make lab     # the notebooks in JupyterLab (installs it on first use)

@@ -1,7 +1,7 @@
 """Write the golden smoke ``result.json`` fixtures that ``tests/test_golden.py`` compares against.
 
-Run this only when a change is *meant* to move a smoke number, and say which fields moved (and why) in the commit and
-in ``benchmarks/RESULTS.md``:
+Run this only when a change is *meant* to move a smoke number, and say which fields moved (and why) in the commit
+(``git log -- tests/golden/`` is the record):
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/update_golden.py            # all three experiments
     OMP_NUM_THREADS=1 .venv/bin/python scripts/update_golden.py two_site   # one

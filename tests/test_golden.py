@@ -2,7 +2,7 @@
 simulated clock) equals the committed fixture — bit for bit on the machine kind that wrote it, within the measured
 cross-capability tolerance (tests/golden/tolerance.json) elsewhere. A change that moves one on purpose regenerates the
 fixtures with ``scripts/update_golden.py``, re-measures the tolerance with ``scripts/measure_golden_tolerance.py`` and
-re-states the moved figures in benchmarks/RESULTS.md.
+says in its commit which figures moved and why (git log -- tests/golden/ is the record).
 
 `make test` runs this file a second and third time under ``ATEN_CPU_CAPABILITY=default`` and ``=avx2``, so a fixture
 that holds on only one kernel set fails here, not on the next CPU CI lands on."""

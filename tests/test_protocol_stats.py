@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from islands_kit.stats import paired_ratio, pick_regret, rank_correlation, t_quantile
+from islands_kit.stats import paired_ratio, pick_regret, rank_correlation, t_quantile, verdict
 
 
 def test_t_quantile_known_values():
@@ -57,3 +57,32 @@ def test_transfer_of_a_tuning_pick():
     assert pick_regret(tune, val) == pytest.approx(2.27 / 2.24 - 1)
     assert pick_regret([1.0, 2.0], [1.0, 2.0]) == 0.0
     assert rank_correlation([1.0, 2.0], [1.0, 2.0]) is None
+
+
+@pytest.mark.parametrize("lo, hi, kw, words", [
+    (0.9623, 0.9944, {}, "ahead"),
+    (1.0163, 1.0449, {}, "behind"),
+    (0.9883, 1.0105, {}, "not resolved"),        # hierarchical / eight_cell: not "a tie"
+    (0.9883, 1.0105, {"within": 0.02}, "within 2%"),
+    (0.9703, 1.0152, {"within": 0.02}, "not resolved"),  # holds 1 but reaches past 2%
+    (1.0163, 1.0449, {"within": 0.05}, "behind"),  # a resolved side wins over a band
+    (1.0007, 1.0292, {"bar": 1.02}, "not resolved"),  # demo-long's two_site against "<= 1.02"
+    (1.0184, 1.0607, {"bar": 1.04}, "not resolved"),
+    (1.0404, 1.0690, {"bar": 1.08}, "met"),
+    (1.0404, 1.0690, {"bar": 1.03}, "not met"),
+    (None, None, {}, "not resolved"),
+])
+def test_verdict_words_follow_the_interval_and_the_stated_threshold(lo, hi, kw, words):
+    assert verdict(lo, hi, **kw) == words
+
+
+def test_a_ratio_says_its_verdict_and_refuses_a_malformed_interval():
+    s = paired_ratio([2.2882, 2.2815, 2.2403, 2.2349, 2.2664], [2.1916, 2.2389, 2.1853, 2.1851, 2.1753])
+    assert s.verdict() == "behind" and s.resolved and "not resolved" not in s.text()
+    level = paired_ratio([1.01, 0.99, 1.005], [1.0, 1.0, 1.0])
+    assert level.verdict() == "not resolved" and level.text().endswith(", not resolved")
+    assert level.verdict(within=0.05) == "within 5%"
+    with pytest.raises(ValueError, match="lo <= hi"):
+        verdict(1.1, 1.0)
+    with pytest.raises(ValueError, match="within must be a fraction"):
+        verdict(0.99, 1.01, within=2)

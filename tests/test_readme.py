@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from islands_kit import cli
+from islands_kit.protocol import readme
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -25,7 +26,7 @@ def block(marker: str) -> str:
 
 @pytest.mark.slow
 def test_quickstart_output_is_what_the_smoke_run_prints(tmp_path, monkeypatch, capsys):
-    cmd = re.search(r"^\.venv/bin/islands-kit (run two_site --preset smoke)\s", README, re.M)
+    cmd = re.search(r"^islands-kit (run two_site --preset smoke)\s", README, re.M)
     assert cmd, "README: the quickstart command moved"
     monkeypatch.chdir(tmp_path)
     # the command exactly as the README shows it, in a process whose torch would use two threads: the promised
@@ -78,3 +79,53 @@ def test_reference_lives_in_docs_and_the_readme_says_what_smoke_is():
     assert "turns wandb off" in README
     threat = (ROOT / "docs" / "threat-model.md").read_text()
     assert "Not defended: the rendezvous" in threat and "Threat model" not in README.split("## Documentation")[0]
+
+
+def test_the_result_tables_are_rendered_from_their_json():
+    """The headline and the demo's own numbers are the rendering of the JSON they quote (re-made by
+    ``python -m islands_kit.protocol.readme``), never edited by hand."""
+    for name, text in readme.blocks(ROOT).items():
+        m = re.search(rf"<!-- {name}:begin -->\n(.*?)\n<!-- {name}:end -->", README, re.S)
+        assert m, f"README: no {name} block"
+        assert m.group(1) == text, f"README's {name} block is not the rendering of its JSON"
+    assert "1.0272 [1.0211, 1.0334], behind" in README  # the demo's two_site, 3 paired seeds
+
+
+def test_the_headline_quotes_one_machine_and_every_ratio_with_its_interval():
+    doc = json.loads((ROOT / readme.HEADLINE).read_text())
+    table = readme.headline_table(doc)
+    chosen = readme.headline_machine(doc)
+    quoted = [m["machine"] for m in doc["machines"] if m["fingerprint"] in table]
+    assert quoted == [chosen]
+    rows = [r for r in table.splitlines() if r.startswith("| ") and not r.startswith("| arm")]
+    done = [e for e in doc["entries"] if e.get("kind") == "arm" and e["machine"] == chosen and e["status"] == "done"]
+    assert len(rows) == len(done)  # one row per finished arm
+    ratios = [r for r in rows if "(reference)" not in r]
+    assert ratios and all(len(re.findall(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\], ", r)) == 2 for r in ratios), rows
+    # the machine with the most finished arms is the one quoted
+    other = dict(doc, entries=[e for e in doc["entries"] if e.get("machine") != chosen or e.get("arm") == "baseline"])
+    assert readme.headline_machine(other) != chosen
+    with pytest.raises(ValueError, match="no arm has finished"):
+        readme.headline_table(dict(doc, entries=[dict(e, status="0/5 seeds") for e in doc["entries"]]))
+
+
+def test_commands_work_as_printed_after_the_one_activation():
+    """The README says once, before its first bare command, how to put the kit on PATH; every command after it
+    (and every hint the kit prints: ``islands-kit ...``, ``wandb sync ...``) is bare."""
+    activate = README.index("source .venv/bin/activate")
+    first_bare = re.search(r"^islands-kit |`islands-kit ", README, re.M)
+    assert first_bare and activate < first_bare.start()
+    assert README.count("source .venv/bin/activate") == 1
+    assert ".venv/bin/islands-kit run" not in README.split("## Two commands")[1]
+    # the kit's own hints are bare too, and make install's closing hint activates before its first bare command
+    assert not [f for f in (ROOT / "islands_kit").rglob("*.py") if ".venv/bin/" in f.read_text()]
+    hint = (ROOT / "scripts" / "setup.sh").read_text().split("next:", 1)[1]
+    assert hint.index("source $BIN/activate") < hint.index("islands-kit run")
+
+
+def test_the_demo_table_pairs_every_arm_with_the_same_baseline_runs():
+    points = readme.default_points(ROOT)
+    assert [p["experiment"] for p in points] == ["two_site", "eight_cell"]
+    moved = [points[0], dict(points[1], baseline=dict(points[1]["baseline"], bpb=[2.0, 2.0, 2.0]))]
+    with pytest.raises(ValueError, match="other baseline runs"):
+        readme.demo_table(moved)

@@ -332,7 +332,9 @@ def test_the_trend_block_says_whether_our_exponent_holds_the_published_one(tmp_p
     text = trend.render_trend(doc)
     f = doc["entries"][3]
     assert f["exponent"] == pytest.approx(-1.0, abs=0.01) and f["exponent_ci95"][1] < -0.9  # steep and tight
-    assert "**Our exponent's interval does not contain the published exponent**, and theirs does not contain ours" in text
+    assert "**Our exponent's interval does not contain the exponent of our fit to their table**, and that one's does not " \
+           "contain ours" in text
+    assert "Our fit to Charles et al.'s Table 4" in text and "Published" not in text  # their table, fitted by the kit
     assert "| w1 | 16 | 100,000 | 100 | 3,000,000 | 30.00 | two_site | lr_scale=1 | lr_scale=1.41 | 3 | 1.1000 [1.0980, 1.1020] " \
            "| baseline: lr_scale=1.41 (largest of the grid) | box-0000000a | 16 | 0.50 |" in text
     assert "**length axis** (training tokens):\n\nno point measured yet." in text

@@ -267,6 +267,7 @@ def test_the_comparison_is_a_wandb_run_with_a_table(tmp_path, no_wandb_env):
     assert summary["bpb_vs_ref/two_site s0/mean"] == pytest.approx(1.1) and summary["bpb_vs_ref/two_site s0/n"] == 1
     assert summary["bpb_vs_ref/two_site s0/text"] == "1.1000 (n = 1, no interval)"
     assert summary["bpb_vs_ref/two_site s0/ci95_low"] is None
+    assert summary["bpb_vs_ref/two_site s0/verdict"] == "not resolved"  # one seed: no interval, no verdict
 
 
 def test_the_comparison_summary_carries_every_ratio_with_its_interval():
@@ -284,6 +285,7 @@ def test_the_comparison_summary_carries_every_ratio_with_its_interval():
     lo, hi = summ["bpb_vs_ref/two_site/ci95_low"], summ["bpb_vs_ref/two_site/ci95_high"]
     assert lo < summ["bpb_vs_ref/two_site/mean"] < hi and 1.0 < lo and summ["bpb_vs_ref/two_site/resolved"] is True
     assert summ["bpb_vs_ref/two_site/mean"] == pytest.approx((1.02 * 1.03 * 1.04) ** (1 / 3))
+    assert summ["bpb_vs_ref/two_site/verdict"] == "behind"  # the words come from the interval (stats.verdict)
 
 
 def test_link_bytes_figure_draws_the_runs_transfer_staircase(tmp_path, no_wandb_env, monkeypatch):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.config.experiment_table import is_reference
-from islands_kit.stats import RatioStat, paired_ratio
+from islands_kit.stats import RatioStat, paired_ratio, verdict
 
 # config fields that change no number of a run: left out when grouping the seeds of one configuration
 _NOT_CONFIG = {"seed", "wandb_mode", "wandb_project", "wandb_group", "progress", "log_every", "threads",
@@ -305,13 +305,14 @@ def _paired(by_seed: Mapping[Any, list[dict[str, Any]]], seeds: Sequence[Any]) -
 def comparison_summary(rows: Sequence[dict[str, Any]], seed_rows: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The comparison's figures as flat keys for a wandb run summary (what the runs table shows per comparison): per
     configuration (a run, when each ran one seed) its paired bpb ratio to the reference —
-    ``bpb_vs_ref/<label>/{mean,ci95_low,ci95_high,n,resolved,text}``,
+    ``bpb_vs_ref/<label>/{mean,ci95_low,ci95_high,n,resolved,text,verdict}`` (``stats.verdict``'s words),
     the interval only from 2 paired seeds on (``seed_summary``'s rows); from a single seed the ratio with ``n`` = 1 and
     the text "n = 1, no interval", never a zero-width interval."""
     def keys(label: str, mean: Any, n: int, ci: Any, resolved: bool, text: Any) -> dict[str, Any]:
         k = f"bpb_vs_ref/{label}"
         return {f"{k}/mean": mean, f"{k}/n": n, f"{k}/ci95_low": None if ci is None else ci[0],
-                f"{k}/ci95_high": None if ci is None else ci[1], f"{k}/resolved": resolved, f"{k}/text": text}
+                f"{k}/ci95_high": None if ci is None else ci[1], f"{k}/resolved": resolved, f"{k}/text": text,
+                f"{k}/verdict": verdict(*(ci or (None, None)))}
 
     out: dict[str, Any] = {}
     if seed_rows:

@@ -109,7 +109,7 @@ def _islands(experiment: str, preset: str) -> list[dict[str, Any]]:
 # the like-for-like control of eight_cell (``--set`` keys on top of the eight_cell preset): the same eight cells
 # synchronised with the DiLoCo all-reduce instead of butterfly exchanges — fp32 payloads, plain averaging (outer lr 1,
 # no momentum), the same overlap (tau = the butterfly's delay, the local steps kept) and the same cadence (each
-# fragment every H / exchanges_per_window ~ 8 steps); benchmarks/demo_compare.py and benchmarks/studies/protocol-demo.toml run it
+# fragment every H / exchanges_per_window ~ 8 steps); benchmarks/studies/protocol-demo.toml runs it
 EIGHT_CELL_ALLREDUCE_CONTROL: dict[str, str] = {
     "sync.strategy": "diloco", "sync.H": "8", "sync.tau": "2", "sync.diloco.merge": "keep_local",
     "sync.diloco.alpha": "0.0", "sync.codec": "fp32", "sync.diloco.outer_lr": "1.0", "sync.diloco.outer_momentum": "0.0",

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from islands_kit.stats import verdict
+
 
 def _ratio(mean: float | None, ci: list[float] | None, n: int) -> str:
     if mean is None or n == 0:
         return "-"
     if ci is None:
         return f"{mean:.4f} (n = 1, no interval)" if n == 1 else f"{mean:.4f}"
-    tail = "" if (ci[1] < 1.0 or ci[0] > 1.0) else ", not resolved"
+    words = verdict(ci[0], ci[1])
+    tail = "" if words in ("ahead", "behind") else f", {words}"
     return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] n={n}{tail}"
 
 

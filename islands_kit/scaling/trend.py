@@ -194,12 +194,14 @@ def render_trend(doc: dict[str, Any]) -> str:
             if axis == "size" and pub is not None:
                 ours_holds = contains(f["exponent_ci95"], pub["exponent"])
                 theirs_holds = contains(pub["exponent_ci95"], f["exponent"])
-                line += (f" **Our exponent's interval {'contains' if ours_holds else 'does not contain'} the published "
-                         f"exponent**, and theirs {'contains' if theirs_holds else 'does not contain'} ours.")
+                line += (f" **Our exponent's interval {'contains' if ours_holds else 'does not contain'} the exponent "
+                         f"of our fit to their table**, and that one's {'contains' if theirs_holds else 'does not contain'} "
+                         "ours.")
             out += ["", line]
         if axis == "size" and pub is not None:
-            out += ["", f"Published (Charles et al., Table 4, M = 2, dense: active = total): b = {pub['exponent']:.2f} "
-                        f"{_ci(pub['exponent_ci95'])} over {pub['points_in_power_fit']} points, crossing 0 at "
+            out += ["", f"Our fit to Charles et al.'s Table 4 (M = 2, dense: active = total; their rounded gaps, the "
+                        f"power law over the {pub['points_in_power_fit']} positive ones): b = {pub['exponent']:.2f} "
+                        f"{_ci(pub['exponent_ci95'])}, crossing 0 at "
                         f"{_size(pub['crossing'])} {_ci(pub['crossing_ci95'], _size)}."]
     return "\n".join(out)
 
