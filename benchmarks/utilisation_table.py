@@ -24,6 +24,7 @@ from islands_kit.projection.published import (
     CASES,
     CU_TARGETS,
     EFFECTS,
+    EXPLAINED,
     FORWARD_SHARE,
     GRID_GBPS,
     METHODS,
@@ -58,7 +59,7 @@ def table(cases: list[str], effects: list[str]) -> dict[str, Any]:
                 steps_as_printed = {p["source"]: grid_steps(kit[k], p["gbps"]) for p in published}
                 rows.append({"case": name, "H": H, "method": method, "cu": cu, "published": published,
                              "kit_paper": kit[k], "kit_paper_t6": kit_t6[k], "grid_steps": steps,
-                             "grid_steps_as_printed": steps_as_printed,
+                             "grid_steps_as_printed": steps_as_printed, "explained": EXPLAINED.get((name, H, cu)),
                              "kit_effects": {e: (v[k] if v is not None else None) for e, v in per_effect.items()},
                              "kit_full": per_effect["full"][k] if per_effect.get("full") else None})
     return {
@@ -98,8 +99,13 @@ def render(t: dict[str, Any]) -> str:
     scored = [(s, v) for r in t["rows"] for s, v in r["grid_steps"].items()]
     if scored:
         within = sum(abs(v) <= 1 for _, v in scored)
+        exact = sum(v == 0 for _, v in scored)
         lines.append(f"\npublished cells within one grid step (x{GRID_GBPS[1] / GRID_GBPS[0]:.4f}) of the kit: "
-                     f"{within} / {len(scored)} (Table 6 at {T6_STEP_FACTOR}x its step times, Table 4 as printed)")
+                     f"{within} / {len(scored)}, {exact} on the same point (Table 6 at {T6_STEP_FACTOR}x its step "
+                     "times, Table 4 as printed)")
+        for r in t["rows"]:
+            if r["explained"]:
+                lines.append(f"  {r['case']} {r['method']} {r['cu']:.0%}: {r['explained']}")
         printed = [v for r in t["rows"] for s, v in r["grid_steps_as_printed"].items() if s == T6]
         lines.append(f"Table 6 at its printed step times: {sum(abs(v) <= 1 for v in printed)} / {len(printed)} "
                      f"within one step; steps off: {sorted(set(printed))}")

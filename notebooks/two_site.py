@@ -180,9 +180,9 @@ plots.show(plots.decoupled_clocks(pair_results["decoupled"], lockstep=pair_resul
 # `python benchmarks/utilisation_table.py` prints every cell beside the kit's, and what the kit's fuller model (fragments
 # with overlap, int4, a lossy heavy-tailed link, decoupled sites) moves.
 #
-# **Takeaway:** each tenfold increase of H cuts the bandwidth a target utilisation needs by about tenfold, while
-# data-parallel needs hundreds of Gbit/s between the sites for 90%: the outer step's rarity, not a faster link, is
-# what makes training across sites affordable.
+# **Takeaway:** the bandwidth a utilisation target needs falls about in proportion to H at 50% and more slowly at 99%
+# (each sync's burst must still fit beside one backward pass), while data-parallel needs hundreds of Gbit/s between
+# the sites: a rare outer step, not a faster link, is what makes training across sites affordable.
 
 # %%
 from islands_kit.notebooks import utilisation_curves
