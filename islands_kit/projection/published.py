@@ -5,7 +5,9 @@ utilisation (CU), as Douillard et al. 2025 (Streaming DiLoCo, arXiv 2501.18512, 
 Their simulator (Streaming DiLoCo, section 3.1): a DAG per step with, per layer, a forward node, backward nodes and a
 reduction node; reductions overlap the backward pass; only the bandwidth between sites counts; step time from the
 FLOPs rule of Kaplan et al. The kit prices that schedule on training's own wire (``comm.transport.LocalTransport``:
-``SimClock``, ring all-reduce, ledger, ``LinkModel``), in ``overlapped_window``:
+``SimClock``, ring all-reduce, ledger, ``LinkModel``), in ``overlapped_window``; training's lock-step driver has no
+overlap inside a step (a step computes, then reduces), so the schedule is written here, on the same wire, and with the
+overlap off it equals the lock-step replay the seed-scale projection runs (tests/test_published.py):
 
 * M = ``N_SITES`` = 2 sites, one replica each, joined by one link of W Gbit/s each way.
 * A synchronising step: the forward takes ``FORWARD_SHARE`` = 1/3 of the step (2N of Kaplan's 6N FLOPs per token), the
@@ -18,14 +20,18 @@ FLOPs rule of Kaplan et al. The kit prices that schedule on training's own wire 
   0.1 to 1000 Gbit/s (ratio 10^(4/49) = 1.2068), on which every printed value lies (tests/test_published.py).
 * Charles et al.'s Table 6 is reproduced at ``T6_STEP_FACTOR`` = 1.25 x its printed step times (equivalently 0.8 x the
   payload, 12.8 bits per parameter at the printed times): its 10B row is the Streaming DiLoCo paper's 1B-at-0.1 s row
-  (16 Gbit per 0.1 s, 0.8 x the 10B-at-0.8 s ratio), and the same factor reproduces its 405B and 671B rows.
+  (16 Gbit per 0.1 s, 0.8 x the 10B-at-0.8 s ratio), and the same factor reproduces its 405B and 671B rows (every
+  cell within one grid step but the one ``EXPLAINED`` names). At the printed step times the kit reproduces the
+  Streaming DiLoCo paper's own 10B rows instead.
 
 With ``overlap=False`` the step computes, then reduces the whole payload: Appendix A's closed form of Charles et al.
 (``closed_form_window_s``), which the kit's clock equals to float precision (tests/test_published.py).
 
-The kit's fuller model on the same cases (``EFFECTS``) runs the seed-scale projection's code path
-(``projection/lockstep.py``, ``projection/decoupled.py``): Streaming DiLoCo's fragments landing tau steps late, the int4
-codec, a heavy-tailed lossy link repaired by forward error correction, and sites that never wait for each other.
+The kit's fuller model on the same cases (``EFFECTS``), each effect alone, then together: Streaming DiLoCo's fragments
+landing tau steps late and sites that never wait for each other (the seed-scale projection's code path,
+``projection/lockstep.py`` and ``projection/decoupled.py``), the int4 codec and a heavy-tailed lossy link repaired by
+forward error correction (the papers' schedule above, with that one change); ``full``: the lock-step replay with all
+three.
 """
 from __future__ import annotations
 
