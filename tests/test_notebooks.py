@@ -107,7 +107,7 @@ def test_experiment_notebooks_declare_their_knobs():
               "overrides"}
     knobs = {"baseline": set(),
              "two_site": {"H", "n_fragments", "tau", "alpha", "codec", "outer_lr", "routing_sync", "frontier_file",
-                          "decoupled_windows", "straggler_factor", "decoupled_link"},
+                          "decoupled_windows", "straggler_factor", "decoupled_link", "utilisation_case"},
              "eight_cell": {"H", "exchanges_per_window", "delay", "codec", "frontier_file"},
              "hierarchical": {"H", "site_every", "site_mode", "site_link", "codec"}}
     for name, own in knobs.items():
@@ -628,10 +628,12 @@ def test_compare_notebook_runs_the_three_experiments(tmp_path):
     assert lock["inner_steps"] == {"0": 16, "1": 16} and dec["inner_steps"] == {"0": 32, "1": 16}
     assert dec["tokens"] > lock["tokens"] and dec["goodput"] > lock["goodput"]
     assert len(dec["decoupled"]["merges"]) >= 8  # one per fragment turn over 32 ticks (P=2, H=8), then the flush
-    section = stream_text(out / "two_site" / "two_site.ipynb")[-1].splitlines()  # after the runs' progress lines
+    section = next(t for t in stream_text(out / "two_site" / "two_site.ipynb")  # the decoupled section's cell
+                   if "two_site side runs" in t).splitlines()
     head = next(i for i, line in enumerate(section) if line.split()[:3] == ["run", "inner", "steps"])
     assert section[head + 1].split()[:6] == ["lockstep", "site-a", "16,", "site-b", "16", f"{lock['tokens']:,}"]
     assert section[head + 2].split()[:6] == ["decoupled", "site-a", "32,", "site-b", "16", f"{dec['tokens']:,}"]
+    assert_png(out / "two_site" / "utilisation_vs_bandwidth.png")  # the published tables' section, no training
     assert_png(out / "eight_cell" / "butterfly_timeline.png")
     assert len({r["tokens"] for r in results.values()}) == 1  # equal total training tokens
     assert len({r["config"]["wandb_group"] for r in results.values()}) == 1  # one group for the comparison

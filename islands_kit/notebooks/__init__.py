@@ -15,6 +15,7 @@ Where each piece lives (import them all from ``islands_kit.notebooks``):
 - ``runs``: ``load_run`` reads a finished run back; ``seed_groups``, ``ddp_bytes_per_step`` and ``show_frontier``
   feed the figures
 - ``comparison``: the compare notebook's setup, runs (``run_comparison``), report and wandb log
+- ``projection``: ``utilisation_curves``, utilisation against bandwidth for the published tables' cases
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from islands_kit.notebooks.configs import (
     resolve_out_dir,
 )
 from islands_kit.notebooks.experiment import STANDARD_FIGURES, experiment_setup, run_and_show
+from islands_kit.notebooks.projection import utilisation_curves
 from islands_kit.notebooks.runner import (
     EXPERIMENT_NOTEBOOKS,
     KERNEL_QUIET,
@@ -61,5 +63,5 @@ __all__ = [
     "experiment_setup", "format_rows", "load_run", "notebook_config", "notebook_parameters", "notebook_path",
     "parse_cli_parameters", "path_kind", "poisoned_island_setup", "poisoned_island_table", "result_summary", "resolve_out_dir",
     "resolve_path_parameters", "run_and_show", "run_comparison", "run_notebook", "seed_groups", "show_frontier", "sweep_seeds",
-    "wandb_locations",
+    "utilisation_curves", "wandb_locations",
 ]

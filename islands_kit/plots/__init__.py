@@ -23,6 +23,7 @@ Where each figure lives (call them all as ``plots.NAME``):
 - ``schedules``: Streaming DiLoCo and butterfly timelines, butterfly mixing matrices
 - ``hierarchical``: the hierarchical experiment's two-level schedule (site link and WAN) on the simulated clock
 - ``teaching``: the tour's bits-per-byte bars, routing states, loss curves, transfer times
+- ``utilisation``: compute utilisation against link bandwidth per method, with the published tables' points
 """
 from __future__ import annotations
 
@@ -35,11 +36,12 @@ from islands_kit.plots.runs import balance_vs_load, bpb_band, bpb_curves, link_b
 from islands_kit.plots.schedules import butterfly_timeline, fragment_timeline, mixing_matrices
 from islands_kit.plots.style import COLORS, X_AXES, History, color, new_figure
 from islands_kit.plots.teaching import bpb_bars, loss_curves, routing_states, transfer_times
+from islands_kit.plots.utilisation import utilisation_vs_bandwidth
 
 __all__ = [
     "COLORS", "X_AXES", "History", "balance_vs_load", "bpb_band", "bpb_bars", "bpb_curves", "butterfly_timeline", "color",
     "comparison_bars", "comparison_curves",
     "contact_windows", "decoupled_clocks", "fragment_timeline", "frontier", "hierarchical_schedule",
     "link_bytes", "loss_curves", "mixing_matrices",
-    "new_figure", "routing_load", "routing_states", "save", "show", "transfer_times",
+    "new_figure", "routing_load", "routing_states", "save", "show", "transfer_times", "utilisation_vs_bandwidth",
 ]

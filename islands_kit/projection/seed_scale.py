@@ -36,9 +36,9 @@ from islands_kit.config import LinkConfig, ModelConfig, SyncConfig
 from islands_kit.projection.decoupled import DecoupledPlan, DecoupledResult, price_decoupled
 from islands_kit.projection.lockstep import LockStepPlan, price_lock_step, summary
 from islands_kit.sync.diloco_spec import DiLoCoConfig
-from islands_kit.train.islands import HARDWARE, step_flops
+from islands_kit.train.islands import HARDWARE, HardwareProfile, step_flops
 
-__all__ = ["ideal_link", "seed_scale_projection"]
+__all__ = ["ideal_link", "seed_scale_projection", "site_step_times"]
 
 SCHEDULES = ("streaming", "ddp", "decoupled")
 
@@ -58,6 +58,35 @@ def _shares(batch_share: Sequence[float] | str, throughput: list[float]) -> list
     if len(share) != len(throughput):
         raise ValueError(f"batch_share: need one per site ({len(throughput)}), got {len(share)}")
     return share
+
+
+def _sites(params_active: float, n_layers: int, d_model: int, seq_len: int, n_experts: int, top_k: int,
+           gpus: Sequence[int], hardware: Sequence[str], global_batch_tokens: float,
+           batch_share: Sequence[float] | str) -> tuple[list[HardwareProfile], list[float], list[float], float,
+                                                        list[float]]:
+    """Each site's hardware profile, batch share, tokens per step, the FLOPs per token and each site's step time."""
+    n = len(gpus)
+    if len(hardware) != n or any(h not in HARDWARE for h in hardware):
+        raise ValueError(f"hardware: need one profile of islands.HARDWARE ({', '.join(HARDWARE)}) per site ({n}), "
+                         f"got {list(hardware)}")
+    profiles = [HARDWARE[h] for h in hardware]
+    throughput = [g * hw.peak_flops * hw.mfu for g, hw in zip(gpus, profiles)]  # achieved FLOP/s per site
+    share = _shares(batch_share, throughput)
+    tokens = [global_batch_tokens * s for s in share]
+    shape = ModelConfig(seq_len=seq_len, d_model=d_model, n_layers=n_layers, n_heads=1, n_experts=n_experts,
+                        top_k=top_k)
+    flops_per_token = step_flops(shape, int(params_active), 1)
+    step_time = [flops_per_token * tok / thr for tok, thr in zip(tokens, throughput)]  # batches need not be whole
+    return profiles, share, tokens, flops_per_token, step_time
+
+
+def site_step_times(*, params_active: float = 3e9, n_layers: int = 48, d_model: int = 2048, seq_len: int = 4096,
+                    n_experts: int = 256, top_k: int = 8, gpus: Sequence[int] = (160, 160),
+                    hardware: Sequence[str] = ("h100", "h100"), global_batch_tokens: float = 4e6,
+                    batch_share: Sequence[float] | str = (0.6, 0.4)) -> list[float]:
+    """Each site's step time (s) in the seed-scale projection (same defaults as ``seed_scale_projection``)."""
+    return _sites(params_active, n_layers, d_model, seq_len, n_experts, top_k, gpus, hardware, global_batch_tokens,
+                  batch_share)[4]
 
 
 def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H: int = 50, n_fragments: int = 16, *,
@@ -82,18 +111,10 @@ def seed_scale_projection(link_preset: str = "transpacific-25g", tau: int = 1, H
     unknown = sorted(set(schedules) - set(SCHEDULES))
     if unknown or not schedules:
         raise ValueError(f"schedules: must be a non-empty subset of {'|'.join(SCHEDULES)} (got {list(schedules)})")
+    profiles, share, tokens, flops_per_token, step_time = _sites(params_active, n_layers, d_model, seq_len, n_experts,
+                                                                 top_k, gpus, hardware, global_batch_tokens,
+                                                                 batch_share)
     n = len(gpus)
-    if len(hardware) != n or any(h not in HARDWARE for h in hardware):
-        raise ValueError(f"hardware: need one profile of islands.HARDWARE ({', '.join(HARDWARE)}) per site ({n}), "
-                         f"got {list(hardware)}")
-    profiles = [HARDWARE[h] for h in hardware]
-    throughput = [g * hw.peak_flops * hw.mfu for g, hw in zip(gpus, profiles)]  # achieved FLOP/s per site
-    share = _shares(batch_share, throughput)
-    tokens = [global_batch_tokens * s for s in share]
-    shape = ModelConfig(seq_len=seq_len, d_model=d_model, n_layers=n_layers, n_heads=1, n_experts=n_experts,
-                        top_k=top_k)
-    flops_per_token = step_flops(shape, int(params_active), 1)
-    step_time = [flops_per_token * tok / thr for tok, thr in zip(tokens, throughput)]  # batches need not be whole
     numel = int(params_total) // n_fragments
     frag = get_codec(codec, codec_block_size).nbytes(numel)
     fp32 = get_codec("fp32")
