@@ -90,14 +90,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from islands_kit.commands.dry_run import dry_run
 
     cfg = resolve_config(args)
-    out = _out_dir(args, cfg)
-    resuming_in_place = args.resume is not None and out.resolve() == _out_dir_of_resume(args.resume)
-    if (out / "result.json").exists() and not args.force and not resuming_in_place:
-        raise ConfigError(f"--out: {out} holds a finished run (result.json); choose another --out, or pass --force "
-                          "to overwrite it")
     if args.quiet:
         cfg = apply_overrides(cfg, {"progress": False})
     if not args.seeds:
+        out = _out_dir(args, cfg)
+        resuming_in_place = args.resume is not None and out.resolve() == _out_dir_of_resume(args.resume)
+        if (out / "result.json").exists() and not args.force and not resuming_in_place:
+            raise ConfigError(f"--out: {out} holds a finished run (result.json); choose another --out, or pass "
+                              "--force to overwrite it")
         if args.dry_run:
             return dry_run([cfg], [out], args.resume)
         _run_one(cfg, out, args.resume)

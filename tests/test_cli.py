@@ -189,6 +189,24 @@ def test_a_dry_run_of_a_sweep_names_the_folders_the_sweep_writes_and_how_long_ea
     assert "would write runs/baseline-smoke-seeds/s1/result.json" in capsys.readouterr().out
 
 
+def test_a_sweep_checks_only_the_folders_it_writes(tmp_path, capsys, monkeypatch):
+    """A finished single run in the default folder (runs/baseline-smoke-s0) is no business of a sweep, which writes
+    runs/baseline-smoke-seeds/s*: the sweep goes ahead; a finished run in one of the sweep's own folders stops it."""
+    monkeypatch.chdir(tmp_path)
+    single = tmp_path / "runs" / "baseline-smoke-s0"
+    single.mkdir(parents=True)
+    (single / "result.json").write_text("{}")
+    assert main(["run", "baseline", "--seeds", "0-1", "--dry-run"]) == 0
+    assert "would write runs/baseline-smoke-seeds/s0/result.json" in capsys.readouterr().out
+    assert main(["run", "baseline", "--dry-run"]) == 2  # the single run's own folder is still guarded
+    assert "runs/baseline-smoke-s0 holds a finished run" in capsys.readouterr().err
+    mine = tmp_path / "runs" / "baseline-smoke-seeds" / "s1"
+    mine.mkdir(parents=True)
+    (mine / "result.json").write_text("{}")
+    assert main(["run", "baseline", "--seeds", "0-1", "--dry-run"]) == 2
+    assert "runs/baseline-smoke-seeds/s1 holds a finished run" in capsys.readouterr().err
+
+
 def test_the_time_estimate_comes_from_timed_steps_and_evaluations(monkeypatch):
     import time
 
