@@ -106,7 +106,7 @@ print(f"every byte on each link kind (the MoE routing statistics included): site
 # %%
 import json
 
-from islands_kit.notebooks.resources import resource_file
+from islands_kit.resources import resource_file
 from islands_kit.protocol.tables import render
 
 recorded = resource_file("benchmarks/hierarchical-h1.json")

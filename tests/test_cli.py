@@ -67,6 +67,32 @@ def test_help_lists_experiments_and_presets_and_version(capsys):
     assert capsys.readouterr().out.strip() == f"islands-kit {__version__}"
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"], ["notebook", "--help"],
+                                  ["study", "--help"]])
+def test_help_and_version_load_no_heavy_library(argv):
+    """``--help`` took seconds when the parser's modules imported torch, scipy and matplotlib; every subcommand's
+    handler now loads them when it runs (the wall time is in benchmarks/RESULTS.md, timed with farm-bench)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom islands_kit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('torch', 'scipy', 'matplotlib', 'numpy', 'papermill', 'wandb') if m in sys.modules)\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60).stdout
+    assert out.splitlines()[-1] == "HEAVY []", out[-500:]
+
+
+def test_a_subcommand_imports_its_handler_when_it_runs(capsys):
+    """The lazy handler runs the named function of its module, and the study handler is the one the parser names."""
+    from islands_kit.commands.subcommands import Handler
+
+    parser = build_parser()
+    fn = parser.parse_args(["study", "report", "x.toml"]).fn
+    assert isinstance(fn, Handler) and (fn.module, fn.function) == ("islands_kit.protocol.command", "study_command")
+    assert main(["study", "report", "no/such/study.toml"]) == 2
+    assert "no/such/study.toml" in capsys.readouterr().out
+
+
 def test_help_lists_every_experiment_of_the_table_even_one_registered_later(capsys):
     from islands_kit.config.experiment_table import EXPERIMENT_TABLE, ExperimentRow, register_experiment, unregister_experiment
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from islands_kit.config import ConfigError, _check
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.data import CORPORA
-from islands_kit.notebooks.resources import resource_dir
+from islands_kit.resources import resource_dir
 
 NOTEBOOK_DIR = resource_dir("notebooks")
 EXPERIMENT_NOTEBOOKS = tuple(r.notebook for r in EXPERIMENT_TABLE.values() if r.notebook)  # one per experiment
