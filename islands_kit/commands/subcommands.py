@@ -76,12 +76,14 @@ def parse_seeds(tokens: list[str]) -> list[int]:
 
 def _cmd_notebook(args: argparse.Namespace) -> int:
     from islands_kit.notebooks import dry_run_notebook, parse_cli_parameters, run_notebook
+    from islands_kit.notebooks.stopping import stop_on_signals
 
     params = parse_cli_parameters(args.name, args.param or [])
-    if args.dry_run:
-        print(dry_run_notebook(args.name, params, args.out))
-        return 0
-    out = run_notebook(args.name, params, args.out, stream=not args.quiet)
+    with stop_on_signals():  # a kill or Ctrl-C ends the kernels and runs started below, with one line
+        if args.dry_run:
+            print(dry_run_notebook(args.name, params, args.out))
+            return 0
+        out = run_notebook(args.name, params, args.out, stream=not args.quiet)
     print(f"executed notebook -> {out}")
     return 0
 

@@ -74,7 +74,9 @@ def sweep_seeds(seed: int, seeds: Sequence[int] | None) -> list[int]:
 # one experiment notebook in a child process (``run_comparison`` with several jobs): its lines come back on stdout
 _CHILD = ("import json, sys\n"
           "from islands_kit.notebooks.runner import run_notebook\n"
-          "run_notebook(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], kernel_name=sys.argv[4], stream=True)\n")
+          "from islands_kit.notebooks.stopping import stop_on_signals\n"
+          "with stop_on_signals():\n"
+          "    run_notebook(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], kernel_name=sys.argv[4], stream=True)\n")
 
 
 def comparison_jobs(jobs: int, n_runs: int) -> int:
