@@ -302,6 +302,68 @@ def test_decoupled_clocks_draws_each_islands_pace_the_merges_and_landings(tmp_pa
     assert plots.save(fig, tmp_path / "clocks.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_comparison_bars_title_names_the_rows_shown_and_the_quality_axis_shows_a_few_percent():
+    """The title named all five experiments of the table over three bars; the quality bars started at 0, where a 3%
+    gap is a few pixels: the axis starts at a stated floor instead."""
+    rows = [{"experiment": e, "seed": 0, "final_val_bpb": v, "cross_site_bytes": 1e6, "ddp_equivalent_bytes": 1e9,
+             "x_fewer_bytes": 1000.0, "compute_utilization": 1.0} for e, v in (("baseline", 2.25), ("two_site", 2.32))]
+    fig = plots.comparison_bars(rows)
+    assert fig.get_suptitle() == "baseline vs two_site"
+    bpb_ax = fig.axes[0]
+    lo, hi = bpb_ax.get_ylim()
+    assert lo == 2.0 and "axis from 2, not 0" in bpb_ax.get_title()
+    # the 3% gap is a tenth of the axis or more (from 0 it was 3%)
+    assert (2.32 - 2.25) / (hi - lo) > 0.1
+
+
+def _outside(fig) -> list[str]:
+    """The texts of ``fig`` that reach past its edges once drawn (what savefig would cut without bbox_inches)."""
+    fig.canvas.draw()
+    box = fig.bbox
+    texts = [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts,
+                                             *(ax.get_legend().get_texts() if ax.get_legend() else []))]
+    return [t.get_text() for t in texts if t.get_text() and t.get_visible()
+            and not (box.x0 - 1 <= t.get_window_extent().x0 and t.get_window_extent().x1 <= box.x1 + 1)]
+
+
+def test_frontier_keeps_its_title_labels_and_key_inside_the_figure_and_its_ticks_apart():
+    """The frontier's key beside the axes pushed the title, the x label and a point's number off the left edge, and
+    the log axis's minor labels overlapped: measured points of the demo, both files."""
+    import json
+
+    from islands_kit.resources import resource_file
+
+    for name in ("frontier-demo.json", "frontier-eight_cell-demo.json"):
+        pts = json.loads(resource_file(f"benchmarks/{name}").read_text())
+        fig = plots.frontier(pts, title="two_site: quality vs bytes, the demo preset's measured points "
+                             "(benchmarks/RESULTS.md), not this run")
+        assert _outside(fig) == []
+        ax = fig.axes[0]
+        labels = [t for t in ax.get_xticklabels(which="both") if t.get_text() and t.get_visible()
+                  and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+        assert len(labels) >= 3, [t.get_text() for t in labels]
+        boxes = [t.get_window_extent() for t in labels]
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), "tick labels overlap"
+
+
+def test_saved_figures_keep_what_reaches_past_the_edge(tmp_path):
+    """save() writes the drawing's own extent: a title wider than the figure widens the PNG, nothing is cut."""
+    from matplotlib.image import imread
+
+    fig, ax = plots.new_figure(width=2.0, height=2.0)
+    ax.set_title("a title far wider than this two-inch figure, which savefig would otherwise cut at both edges")
+    png = imread(str(plots.save(fig, tmp_path / "wide.png", dpi=50)))
+    assert png.shape[1] > 2.0 * 50 * 1.5
+
+
+def test_comparison_curves_legend_writes_bytes_in_units():
+    """The link panel's key said "8.54e+03 MB"; it writes 8.5 GB."""
+    h = history(bytes_per_step=200_000_000)  # 40 steps -> 8 GB
+    fig = plots.comparison_curves({"two_site": [h]})
+    (text,) = legend_texts(fig.axes[1])
+    assert text == "two_site (8.0 GB)" and "e+" not in text
+
+
 def test_decoupled_clocks_refuses_a_lockstep_result():
     lock = {"sync_mode": "lockstep", "inner_steps": {"0": 6, "1": 6}, "sim_wall_clock_s": 0.121}
     with pytest.raises(ValueError, match=r"no 'decoupled' record \(sync_mode 'lockstep'\).*sync\.mode=decoupled"):
