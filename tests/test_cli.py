@@ -93,6 +93,15 @@ def test_a_subcommand_imports_its_handler_when_it_runs(capsys):
     assert "no/such/study.toml" in capsys.readouterr().out
 
 
+def test_config_documents_experiment_with_every_row_of_the_table(capsys):
+    from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+
+    assert main(["config", "two_site"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("experiment:")]
+    assert f"# {' | '.join(EXPERIMENT_TABLE)} (config/experiment_table.py)" in line
+    assert {"hierarchical", "orbital"} <= set(EXPERIMENT_TABLE)
+
+
 def test_help_lists_every_experiment_of_the_table_even_one_registered_later(capsys):
     from islands_kit.config.experiment_table import EXPERIMENT_TABLE, ExperimentRow, register_experiment, unregister_experiment
 

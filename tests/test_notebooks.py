@@ -175,6 +175,15 @@ def test_cli_notebook_bad_type_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "two_site.ipynb").exists()  # refused before any kernel started
 
 
+def test_a_mapping_parameter_that_is_not_json_says_it_must_be_json_and_shows_the_fix(tmp_path, capsys):
+    """Python's quotes ({'optim.lr': 0.01}) are no JSON: the error said only "must be a mapping"."""
+    assert cli.main(["notebook", "two_site", "-p", "overrides", "{'optim.lr': 0.01}", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("islands-kit: error: -p overrides: must be JSON")
+    assert err.endswith("""e.g. -p overrides '{"optim.lr": 0.01}'""")
+    assert not (tmp_path / "two_site.ipynb").exists()
+
+
 def test_format_rows_and_poisoned_island_helpers(tmp_path):
     text = format_rows([{"a": 1, "b": 0.5}, {"a": 22, "c": None}])
     assert text.splitlines() == ["a   b       c", "1   0.5000", "22"]
