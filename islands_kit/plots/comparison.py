@@ -11,7 +11,19 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from islands_kit.compare import format_bytes, ratio_words
-from islands_kit.plots.style import _CYCLE, History, _check_runs, _series, _xlabel, color, new_figure
+from islands_kit.plots.style import (
+    _CYCLE,
+    FINAL_LABEL,
+    FINAL_MARKER,
+    History,
+    _check_runs,
+    _curve,
+    _final,
+    _series,
+    _xlabel,
+    color,
+    new_figure,
+)
 from islands_kit.stats import CONFIDENCE, t_quantile
 
 
@@ -24,13 +36,14 @@ def comparison_curves(groups: Mapping[str, Sequence[History]], title: str | None
     if not groups:
         raise ValueError("groups: need at least one label with its runs' histories")
     fig, (left, right) = new_figure(ncols=2, width=5.6, height=4.6)
-    banded = False
+    banded = finals_drawn = False
     for i, (label, hists) in enumerate(groups.items()):
         _check_runs({f"{label}[{j}]": h for j, h in enumerate(hists)}, "groups")
         c = color(label, i)
         n_seeds = len(hists)
+        finals = [f for f in (_final(h, "tokens") for h in hists) if f is not None]
         for ax, key, scale in ((left, "val_bpb", 1.0), (right, "cross_site_bytes", 1e-6)):
-            series = [_series(h, "tokens", key) for h in hists]
+            series = [_curve(h, "tokens") if key == "val_bpb" else _series(h, "tokens", key) for h in hists]
             n = min(len(ys) for _, ys in series)
             if n == 0:
                 continue
@@ -42,11 +55,17 @@ def comparison_curves(groups: Mapping[str, Sequence[History]], title: str | None
                 ax.plot(xs[keep], mean[keep], marker=".", color=c, label=f"{label} ({format_bytes(mean[-1] * 1e6)})")
                 continue
             seeds = f", {n_seeds} seeds" if n_seeds > 1 else ""
-            ax.plot(xs, mean, marker="o", ms=3, color=c, label=f"{label} (final {mean[-1]:.3f}{seeds})")
+            final = f"final {np.mean([f[1] for f in finals]):.3f}" if finals else f"last {mean[-1]:.3f}"
+            ax.plot(xs, mean, marker="o", ms=3, color=c, label=f"{label} ({final}{seeds})")
+            if finals:
+                ax.plot(np.mean([f[0] for f in finals]), np.mean([f[1] for f in finals]), color=c, **FINAL_MARKER)
+                finals_drawn = True
             if n_seeds > 1:
                 half = t_quantile(n_seeds - 1) * ys.std(axis=0, ddof=1) / np.sqrt(n_seeds)
                 ax.fill_between(xs, mean - half, mean + half, color=c, alpha=0.2, lw=0)
                 banded = True
+    if finals_drawn:
+        left.plot([], [], color="0.3", label=FINAL_LABEL, **FINAL_MARKER)
     _xlabel(left, "tokens")
     left.set_ylabel("validation loss (bits per byte)")
     left.set_title("Validation bpb" + (f" (band: {CONFIDENCE:.0%} interval of the mean over seeds)" if banded else ""),

@@ -20,13 +20,13 @@ from typing import Any
 
 from islands_kit.config import apply_overrides
 from islands_kit.io import dumps_strict, finite, replace_marked_block
-from islands_kit.resources import resource_dir
 from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runs import Run, machines, tuned_pick
 from islands_kit.protocol.study import Study, StudyError, load_study
+from islands_kit.resources import resource_dir
 from islands_kit.scaling import fit, references
 
 SCHEMA = 1
