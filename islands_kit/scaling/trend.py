@@ -12,6 +12,8 @@ that re-makes it. One ``published_fit`` entry: the same two fits of Charles et a
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -225,8 +227,15 @@ def notebook_trend(preset: str, out: Path, say: Any = print) -> dict[str, Any]:
     if preset == "smoke":
         studies = [load_study(bench / "studies" / "smoke" / f"scaling-{axis}.toml") for axis in ("size", "length")]
         roots = [Path(out) / "runs" / s.name for s in studies]
+        said: set[str] = set()
         for s, r in zip(studies, roots):
-            made = run_points(s, r, jobs=1, say=lambda _: None, execute_run=execute_in_process)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):  # each run ends with the same "wandb: off (...)" line
+                made = run_points(s, r, jobs=1, say=lambda _: None, execute_run=execute_in_process)
+            for line in dict.fromkeys(printed.getvalue().splitlines()):  # every distinct line once, over both studies
+                if line not in said:
+                    said.add(line)
+                    say(line)
             say(f"{s.name}: {len(made)} runs made, the rest finished before")
         return build_trend(studies, roots)
     if preset != "demo":
