@@ -36,8 +36,9 @@ demo-guard:
 
 demo: demo-guard install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/islands-kit notebook compare -p preset $(PRESET) --out $(OUT)
-	@echo; echo "== comparison (also in $(OUT)/compare.md, .csv, .json)"
-	@$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
+	@# the notebook printed the table, its legend and the wandb lines once: here only where they are kept
+	@echo; echo "== the comparison above is also in $(OUT)/compare.txt (every column), .md, .csv and .json;" \
+		"print it again with: $(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell"
 
 test: install
 	$(BIN)/python -m ruff check .

@@ -39,3 +39,13 @@ def test_make_demo_goes_on_with_force_or_a_new_folder_or_a_folder_without_result
     assert _make(tmp_path, "demo-guard", f"OUT={out}").returncode == 2
     assert _make(tmp_path, "demo-guard", f"OUT={out}", "FORCE=1").returncode == 0
     assert _make(tmp_path, "demo-guard", f"OUT={tmp_path / 'demo-2'}").returncode == 0
+
+
+def test_make_demo_prints_the_table_once(tmp_path):
+    """The notebook prints the table, its legend and the wandb lines; the demo then ran `islands-kit compare`, which
+    printed them all again (the second copy narrower). Now it only says where they are kept."""
+    done = _make(tmp_path, "-n", "demo", f"OUT={tmp_path / 'demo'}")
+    commands = done.stdout.replace("\\\n", " ").splitlines()  # make -n prints the recipe, continuations joined here
+    segments = [seg.strip() for c in commands for seg in c.split(";")]
+    ran = [seg for seg in segments if "/islands-kit " in seg and not seg.startswith(("echo", "#", '"'))]
+    assert len(ran) == 1 and "islands-kit notebook compare" in ran[0], commands

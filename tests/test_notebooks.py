@@ -783,3 +783,21 @@ def test_scaling_notebook_runs_the_smoke_studies_and_draws_the_trend(tmp_path):
     again = run_notebook("scaling", {"preset": "smoke"}, tmp_path)
     text = "".join(o.get("text", "") for c in nbformat.read(again, as_version=4).cells for o in c.get("outputs", []))
     assert "scaling-size-smoke: 0 runs made" in text
+
+
+def test_run_comparison_says_its_runs_go_side_by_side_and_names_the_side_runs(monkeypatch, tmp_path, capsys):
+    """With jobs > 1 the runs start together, so their === headers came together with no word why; and two_site's
+    notebook also trains two side runs, which no line mentioned."""
+    from islands_kit.notebooks import comparison
+
+    monkeypatch.setattr(comparison, "_run_child", lambda *a, **k: None)
+    monkeypatch.setattr(comparison, "load_result", lambda d: {"final_val_bpb": 2.0})
+    comparison.run_comparison(["baseline", "two_site"], {"seed": 0, "overrides": {}}, tmp_path, jobs=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("=== 2 runs, 2 at a time side by side, one torch thread each; each starts with its === line, "
+                        "and their progress lines interleave, each labelled")
+    (two_site,) = [line for line in lines if line.startswith("=== [2/2] two_site: ")]
+    assert two_site.endswith("(then two short side runs: lock-step vs decoupled islands beside a slow site B, in "
+                             "two_site/decoupled/)")
+    (baseline,) = [line for line in lines if line.startswith("=== [1/2] baseline: ")]
+    assert "side runs" not in baseline

@@ -79,6 +79,11 @@ _CHILD = ("import json, sys\n"
           "    run_notebook(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], kernel_name=sys.argv[4], stream=True)\n")
 
 
+# what an experiment notebook runs besides its run, said as it starts (the compare notebook's time includes it)
+SIDE_RUNS = {"two_site": "then two short side runs: lock-step vs decoupled islands beside a slow site B, in "
+                         "two_site/decoupled/"}
+
+
 def comparison_jobs(jobs: int, n_runs: int) -> int:
     """How many experiment notebooks run at once: ``jobs``, or with 0 every run at once up to two per CPU core
     (runs with one torch thread each share the cores without spinning against each other)."""
@@ -109,8 +114,9 @@ def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_di
 
     def one(k: int, label: str, exp: str, s: int, d: Path) -> None:
         params = dict(shared, seed=s, out_dir=str(d), overrides=overrides)
+        side = f" ({SIDE_RUNS[exp]})" if exp in SIDE_RUNS else ""
         with lock:
-            print(f"=== [{k + 1}/{len(runs)}] {label}: notebooks/{exp}.ipynb -> {d}", flush=True)
+            print(f"=== [{k + 1}/{len(runs)}] {label}: notebooks/{exp}.ipynb -> {d}{side}", flush=True)
         t0 = time.perf_counter()
         if jobs == 1:
             run_notebook(exp, params, d, kernel_name=kernel_name, stream=True)
@@ -126,7 +132,9 @@ def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_di
     if jobs == 1:
         for k, run in enumerate(runs):
             one(k, *run)
-    else:
+    else:  # the runs start together (up to jobs of them), so their headers come together: say why, first
+        print(f"=== {len(runs)} runs, {jobs} at a time side by side, one torch thread each; each starts with its "
+              "=== line, and their progress lines interleave, each labelled", flush=True)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(one, k, *run) for k, run in enumerate(runs)]
             errors = [f.exception() for f in futures]
