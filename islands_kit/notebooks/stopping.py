@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from types import FrameType
 from typing import Iterator
@@ -71,7 +72,10 @@ def _stop(signum: int, _frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """While inside, SIGTERM and SIGINT end the whole process tree (``end_descendants``) and exit 128 + signal (the
-    shell's convention: 143, 130). The main thread only, as Python's signal handlers are."""
+    shell's convention: 143, 130). Python sets handlers from the main thread only: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     before = {s: signal.signal(s, _stop) for s in SIGNALS}
     try:
         yield
