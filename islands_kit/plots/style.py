@@ -75,7 +75,7 @@ def _final(history: History, x: str) -> tuple[float, float] | None:
 
 
 FINAL_MARKER = dict(marker="D", ms=6, ls="none", mfc="white", mew=1.5, zorder=4)  # the full-set final, every figure
-FINAL_LABEL = "\u25c7 final model on all held-out bytes (final_val_bpb); lines: the eval_bytes subset"
+FINAL_LABEL = "final model on all held-out bytes (final_val_bpb); lines: the data.eval_bytes subset"
 
 
 def _check_runs(runs: Mapping[str, History], name: str = "runs") -> None:
