@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   -> the main job: baseline vs two_site vs eight_cell on the embedded Shakespeare corpus (compare notebook;
-#                  PRESET=demo-long for twice the steps, about twice the time)
+#                  PRESET=demo-long for twice the steps, about twice the time; refuses an OUT holding finished runs
+#                  unless FORCE=1)
 #   make test   -> lint (ruff), type check (mypy on islands_kit/), then the whole test suite
 # Everything lands in .venv, made by scripts/setup.sh: the CPU torch build on purpose where no GPU is (an unpinned torch
 # resolves to a multi-GB CUDA build), the Triton kernels only where nvidia-smi finds a GPU.
@@ -18,7 +19,7 @@ LAB_ARGS ?=
 # process (module fixtures such as the wheel build run once, and the torchrun tests do not compete with each other)
 TEST_JOBS ?= 2
 
-.PHONY: install demo test test-fast lab clean
+.PHONY: install demo demo-guard test test-fast lab clean
 
 install: $(VENV)/.installed
 
@@ -26,10 +27,18 @@ $(VENV)/.installed: pyproject.toml Makefile scripts/setup.sh
 	PYTHON="$(PYTHON)" VENV="$(VENV)" TORCH_PIN="$(TORCH_PIN)" TORCH_BUILD="$(TORCH_BUILD)" bash scripts/setup.sh
 	touch $@
 
-demo: install
+# a second `make demo` would retrain over the first one's runs (15-20 minutes, results replaced) without asking, while
+# `islands-kit run` refuses a finished folder: the demo refuses too, and names the two ways on
+demo-guard:
+	@if [ -z "$(FORCE)" ] && [ -d "$(OUT)" ] && [ -n "$$(find "$(OUT)" -name result.json -print -quit)" ]; then \
+		echo "demo: $(OUT) holds finished runs (result.json): \`make demo FORCE=1\` retrains over them, or" \
+			"\`make demo OUT=runs/demo-2\` writes a new folder" >&2; exit 2; fi
+
+demo: demo-guard install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/islands-kit notebook compare -p preset $(PRESET) --out $(OUT)
-	@echo; echo "== comparison (also in $(OUT)/compare.md, .csv, .json)"
-	@$(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell
+	@# the notebook printed the table, its legend and the wandb lines once: here only where they are kept
+	@echo; echo "== the comparison above is also in $(OUT)/compare.txt (every column), .md, .csv and .json;" \
+		"print it again with: $(BIN)/islands-kit compare $(OUT)/baseline $(OUT)/two_site $(OUT)/eight_cell"
 
 test: install
 	$(BIN)/python -m ruff check .

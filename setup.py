@@ -3,7 +3,7 @@
 Their home is the top-level ``notebooks/``, ``data_cards/`` and ``benchmarks/`` folders (what a reader of the
 repository finds); a build copies ``notebooks/*.ipynb``, ``data_cards/*.md`` and ``benchmarks/frontier-*.json`` (the
 points the two_site and eight_cell notebooks draw) into ``islands_kit/_resources/`` inside the wheel, where
-``islands_kit.notebooks.resources`` finds them once installed. An editable install reads the top-level folders directly.
+``islands_kit.resources`` finds them once installed. An editable install reads the top-level folders directly.
 Everything else is in pyproject.toml.
 """
 from __future__ import annotations

@@ -85,9 +85,12 @@ print(table)
 # %% [markdown]
 # ## Curves
 # The figure `islands-kit compare --plot FILE.png` draws, from the same function: validation bpb over training
-# tokens (the same validation bytes for all three) and the bytes each put on the link, on a log axis. With several
-# seeds: the mean over seeds, and the 95% interval of that mean as a band. Then bpb against the simulated wall-clock
-# (band: ± one standard deviation), where waiting for the link shows; the dashed line is xz -9e on the same bytes.
+# tokens and the bytes each put on the link, on a log axis. What is scored: every point of a curve scores one sample
+# of the held-out bytes (`data.eval_bytes` of them, the same sample for all three), the final model's point included;
+# the hollow diamond at each curve's end is the final model on all held-out bytes (`final_val_bpb`, the table's
+# figure), which reads a little apart from the sample's: a sample, not overfitting. With several seeds: the mean over
+# seeds, and the 95% interval of that mean as a band. Then bpb against the simulated wall-clock (band: ± one standard
+# deviation), where waiting for the link shows; the dashed line is xz -9e on all held-out bytes (the diamonds').
 
 # %%
 histories = {exp: r["history"] for exp, r in runs.items()}

@@ -67,6 +67,41 @@ def test_help_lists_experiments_and_presets_and_version(capsys):
     assert capsys.readouterr().out.strip() == f"islands-kit {__version__}"
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"], ["notebook", "--help"],
+                                  ["study", "--help"]])
+def test_help_and_version_load_no_heavy_library(argv):
+    """``--help`` took seconds when the parser's modules imported torch, scipy and matplotlib; every subcommand's
+    handler now loads them when it runs (the wall time is in benchmarks/RESULTS.md, timed with farm-bench)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom islands_kit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('torch', 'scipy', 'matplotlib', 'numpy', 'papermill', 'wandb') if m in sys.modules)\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60).stdout
+    assert out.splitlines()[-1] == "HEAVY []", out[-500:]
+
+
+def test_a_subcommand_imports_its_handler_when_it_runs(capsys):
+    """The lazy handler runs the named function of its module, and the study handler is the one the parser names."""
+    from islands_kit.commands.subcommands import Handler
+
+    parser = build_parser()
+    fn = parser.parse_args(["study", "report", "x.toml"]).fn
+    assert isinstance(fn, Handler) and (fn.module, fn.function) == ("islands_kit.protocol.command", "study_command")
+    assert main(["study", "report", "no/such/study.toml"]) == 2
+    assert "no/such/study.toml" in capsys.readouterr().out
+
+
+def test_config_documents_experiment_with_every_row_of_the_table(capsys):
+    from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+
+    assert main(["config", "two_site"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("experiment:")]
+    assert f"# {' | '.join(EXPERIMENT_TABLE)} (config/experiment_table.py)" in line
+    assert {"hierarchical", "orbital"} <= set(EXPERIMENT_TABLE)
+
+
 def test_help_lists_every_experiment_of_the_table_even_one_registered_later(capsys):
     from islands_kit.config.experiment_table import EXPERIMENT_TABLE, ExperimentRow, register_experiment, unregister_experiment
 
@@ -187,6 +222,24 @@ def test_a_dry_run_of_a_sweep_names_the_folders_the_sweep_writes_and_how_long_ea
     # the default folder of a sweep is the sweep's, not a single run's
     assert main(["run", "baseline", "--seeds", "0", "1", "--dry-run"]) == 0
     assert "would write runs/baseline-smoke-seeds/s1/result.json" in capsys.readouterr().out
+
+
+def test_a_sweep_checks_only_the_folders_it_writes(tmp_path, capsys, monkeypatch):
+    """A finished single run in the default folder (runs/baseline-smoke-s0) is no business of a sweep, which writes
+    runs/baseline-smoke-seeds/s*: the sweep goes ahead; a finished run in one of the sweep's own folders stops it."""
+    monkeypatch.chdir(tmp_path)
+    single = tmp_path / "runs" / "baseline-smoke-s0"
+    single.mkdir(parents=True)
+    (single / "result.json").write_text("{}")
+    assert main(["run", "baseline", "--seeds", "0-1", "--dry-run"]) == 0
+    assert "would write runs/baseline-smoke-seeds/s0/result.json" in capsys.readouterr().out
+    assert main(["run", "baseline", "--dry-run"]) == 2  # the single run's own folder is still guarded
+    assert "runs/baseline-smoke-s0 holds a finished run" in capsys.readouterr().err
+    mine = tmp_path / "runs" / "baseline-smoke-seeds" / "s1"
+    mine.mkdir(parents=True)
+    (mine / "result.json").write_text("{}")
+    assert main(["run", "baseline", "--seeds", "0-1", "--dry-run"]) == 2
+    assert "runs/baseline-smoke-seeds/s1 holds a finished run" in capsys.readouterr().err
 
 
 def test_the_time_estimate_comes_from_timed_steps_and_evaluations(monkeypatch):

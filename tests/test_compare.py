@@ -115,15 +115,34 @@ def test_ratios_paired_by_seed_and_bytes_against_each_runs_own_all_reduce():
         compare_table(runs, reference="nope")
 
 
-def test_the_legend_explains_every_number_column():
+def test_the_legend_explains_every_number_column_the_table_shows_and_no_other():
     text = report([result(), result("two_site", bpb=3.3, sent=10_000)])[2]
     legend = text.split("\n\n")[-1]
-    for column in ("bpb:", "bpb / baseline:", "link bytes:", "per island:", "busiest link:", "bytes vs baseline:",
-                   "bytes vs own all-reduce:", "sim s: simulated wall-clock", "util: compute utilisation"):
+    for column in ("bpb:", "bpb / baseline:", "link bytes:", "bytes vs baseline:", "bytes vs own all-reduce:",
+                   "sim s: simulated wall-clock", "util: compute utilisation"):
         assert column in legend
+    # per island was left out to fit 100 columns, and the legend no longer explains it; --wide shows and explains it
+    assert "left out to fit 100 columns: corpus, preset, tokens, per island;" in text
+    assert "per island:" not in legend and "tokens / active param" not in legend
+    assert "per island:" in report([result(), result("two_site", bpb=3.3, sent=10_000)], wide=True)[2].split("\n\n")[-1]
     assert "reference run baseline s0" in legend
     # one seed per configuration: the ratios carry no interval, and the legend says so instead of printing "± 0"
     assert "one seed's ratio (n = 1, no interval)" in " ".join(legend.split()) and "±" not in text
+
+
+def test_a_fitted_table_names_runs_by_their_folders_last_parts_not_absolute_paths(tmp_path):
+    """A notebook runs in its output folder, so its runs' folders were absolute paths that crowded columns out."""
+    from islands_kit.compare.text import short_run_labels
+
+    assert short_run_labels(["/home/u/runs/demo/baseline", "/home/u/runs/demo/two_site", "rel/x"]) == \
+        ["baseline", "two_site", "rel/x"]
+    assert short_run_labels(["/r/a/s0", "/r/b/s0"]) == ["a/s0", "b/s0"]  # as many parts as tell them apart
+    runs = [dict(result(), dir=str(tmp_path / "deep" / "folder" / "baseline")),
+            dict(result("two_site", bpb=3.3, sent=10_000), dir=str(tmp_path / "deep" / "folder" / "two_site"))]
+    text = report(runs)[2]
+    assert str(tmp_path) not in text.split("\n\n")[0]
+    assert [line.split()[0] for line in text.splitlines()[2:4]] == ["baseline", "two_site"]
+    assert "sim s" in text.splitlines()[1]  # kept: the time the islands buy is never the first column to go
 
 
 def test_bytes_show_absolutes_first_then_both_ratios_each_named_by_its_reference():
@@ -363,7 +382,7 @@ def test_compare_plot_writes_one_figure_from_the_runs_histories(tmp_path, capsys
     lone = write(tmp_path / "other", "eight_cell", result("eight_cell", 0, 3.4, sent=10_000))  # no history.jsonl
     groups = curve_groups([load_result(d) for d in dirs + [lone]])
     assert {k: len(v) for k, v in groups.items()} == {"baseline": 2, "two_site": 2, "eight_cell": 1}
-    assert groups["eight_cell"] == [[{"tokens": 512_000, "val_bpb": 3.4, "cross_site_bytes": 10_000}]]
+    assert groups["eight_cell"] == [[{"tokens": 512_000, "val_bpb": 3.4, "cross_site_bytes": 10_000, "final": True}]]
     png = tmp_path / "cmp.png"
     assert cli.main(["compare", str(tmp_path / "runs"), str(lone), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"figure -> {png}" in capsys.readouterr().out

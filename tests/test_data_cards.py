@@ -1,6 +1,6 @@
 """The data cards are Hugging Face dataset cards: ``huggingface_hub``'s card parser reads their metadata (license,
 language, task categories, size category, pretty name) beside the kit's own sha256 / bytes / splits, and the wheel's
-copy is the one the kit finds (``islands_kit.notebooks.resources``)."""
+copy is the one the kit finds (``islands_kit.resources``)."""
 from __future__ import annotations
 
 import re
@@ -9,7 +9,7 @@ import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from islands_kit.data import CORPORA
-from islands_kit.notebooks.resources import data_card_path
+from islands_kit.resources import data_card_path
 
 SIZE_BOUNDS = {"n<1K": (0, 1e3), "1K<n<10K": (1e3, 1e4), "10K<n<100K": (1e4, 1e5), "100K<n<1M": (1e5, 1e6),
                "1M<n<10M": (1e6, 1e7), "10M<n<100M": (1e7, 1e8), "100M<n<1B": (1e8, 1e9)}

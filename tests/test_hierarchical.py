@@ -209,3 +209,11 @@ def test_the_row_stays_out_of_the_default_comparison_and_the_scaling_study() -> 
     tuned and scored like them; its own notebook runs it."""
     assert comparison_experiments([]) == ["baseline", "two_site", "eight_cell"]
     assert "hierarchical" in EXPERIMENT_NOTEBOOKS and "hierarchical" not in SCALING_EXPERIMENTS
+
+
+@pytest.mark.parametrize("preset", ["smoke", "demo", "demo-long", "gpu-small", "gpu"])
+def test_every_preset_syncs_the_sites_more_often_than_the_wan(preset) -> None:
+    """H1 (site_every) below H2 (sync.H) at every size: the smoke preset had H1 10 over H2 8, the two levels upside
+    down."""
+    cfg = get_preset("hierarchical", preset)
+    assert cfg.sync.hierarchical.site_every < cfg.sync.H

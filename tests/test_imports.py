@@ -88,7 +88,7 @@ def import_cycles() -> list[list[str]]:
 # (each mixes layers): orbital (the orbit's torch-free settings beside a run feature), protocol (statistics used by
 # compare and plots beside the study runner built on train), compare and plots (drawn on by records and notebooks),
 # scaling and references (being replaced), and the package's __init__.
-LAYERS = ["rules", "io", "stats", "config", "kernels", "device", "data", "model", "optim", "comm", "sync", "faults",
+LAYERS = ["rules", "io", "resources", "stats", "config", "kernels", "device", "data", "model", "optim", "comm", "sync", "faults",
           "compare", "plots", "records", "train", "projection", "run", "protocol", "notebooks", "scaling", "commands",
           "cli", "__main__"]
 MAX_TOP_LEVEL = 12  # islands_kit/*.py, __init__ and __main__ counted

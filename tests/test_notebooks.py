@@ -175,6 +175,15 @@ def test_cli_notebook_bad_type_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "two_site.ipynb").exists()  # refused before any kernel started
 
 
+def test_a_mapping_parameter_that_is_not_json_says_it_must_be_json_and_shows_the_fix(tmp_path, capsys):
+    """Python's quotes ({'optim.lr': 0.01}) are no JSON: the error said only "must be a mapping"."""
+    assert cli.main(["notebook", "two_site", "-p", "overrides", "{'optim.lr': 0.01}", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("islands-kit: error: -p overrides: must be JSON")
+    assert err.endswith("""e.g. -p overrides '{"optim.lr": 0.01}'""")
+    assert not (tmp_path / "two_site.ipynb").exists()
+
+
 def test_format_rows_and_poisoned_island_helpers(tmp_path):
     text = format_rows([{"a": 1, "b": 0.5}, {"a": 22, "c": None}])
     assert text.splitlines() == ["a   b       c", "1   0.5000", "22"]
@@ -776,3 +785,21 @@ def test_scaling_notebook_runs_the_smoke_studies_and_draws_the_trend(tmp_path):
     again = run_notebook("scaling", {"preset": "smoke"}, tmp_path)
     text = "".join(o.get("text", "") for c in nbformat.read(again, as_version=4).cells for o in c.get("outputs", []))
     assert "scaling-size-smoke: 0 runs made" in text
+
+
+def test_run_comparison_says_its_runs_go_side_by_side_and_names_the_side_runs(monkeypatch, tmp_path, capsys):
+    """With jobs > 1 the runs start together, so their === headers came together with no word why; and two_site's
+    notebook also trains two side runs, which no line mentioned."""
+    from islands_kit.notebooks import comparison
+
+    monkeypatch.setattr(comparison, "_run_child", lambda *a, **k: None)
+    monkeypatch.setattr(comparison, "load_result", lambda d: {"final_val_bpb": 2.0})
+    comparison.run_comparison(["baseline", "two_site"], {"seed": 0, "overrides": {}}, tmp_path, jobs=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("=== 2 runs, 2 at a time side by side, one torch thread each; each starts with its === line, "
+                        "and their progress lines interleave, each labelled")
+    (two_site,) = [line for line in lines if line.startswith("=== [2/2] two_site: ")]
+    assert two_site.endswith("(then two short side runs: lock-step vs decoupled islands beside a slow site B, in "
+                             "two_site/decoupled/)")
+    (baseline,) = [line for line in lines if line.startswith("=== [1/2] baseline: ")]
+    assert "side runs" not in baseline

@@ -22,6 +22,8 @@ def history(n_evals: int = 4, n_layers: int = 2, steps_per_eval: int = 10, bytes
                "train_loss": 4.0 - 0.1 * k, "sim_time_s": 0.25 * step, "cross_site_bytes": step * bytes_per_step,
                "balance_loss": [1.0 + 0.01 * (k + l) for l in range(n_layers)],
                "max_over_mean_load": [1.5 + 0.1 * (k + l) for l in range(n_layers)]}
+        if k == n_evals:  # the final model on the curve's subset; val_bpb is then on every held-out byte
+            rec["val_bpb_subset"] = rec["val_bpb"] - 0.02
         if js:
             rec["routing_js_bits"] = 0.1 / k
             rec["routing_topk_overlap"] = 1.0 - 0.05 * k
@@ -60,12 +62,13 @@ def test_bpb_curves_tokens_and_sim_time_plot_the_history(tmp_path):
         ax = fig.axes[0]
         assert unit in ax.get_xlabel() and "bits per byte" in ax.get_ylabel()
         lines = ax.get_lines()
-        data = [l for l in lines if l.get_label() in legend_texts(ax) and not l.get_linestyle() == "--"]
+        data = [l for l in lines if l.get_label() in legend_texts(ax) and l.get_linestyle() not in ("--", "None")]
         assert len(data) == 2
         np.testing.assert_allclose(data[0].get_xdata(), [r[key] for r in runs["baseline"]])
-        np.testing.assert_allclose(data[1].get_ydata(), [r["val_bpb"] for r in runs["two_site"]])
+        # one quantity to its end: the subset's scores, the final model's on the subset last
+        np.testing.assert_allclose(data[1].get_ydata(), [r.get("val_bpb_subset", r["val_bpb"]) for r in runs["two_site"]])
         texts = legend_texts(ax)
-        assert any("final 5.000" in t for t in texts)  # baseline's last bpb: 7 - 0.5 * 4
+        assert any("final 5.000" in t for t in texts)  # baseline's final_val_bpb: 7 - 0.5 * 4
         assert sum("same bytes" in t for t in texts) == 3  # one dashed floor per compressor
         p = plots.save(fig, tmp_path / f"bpb_{x}.png")
         assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 5000
@@ -173,7 +176,7 @@ def test_bpb_band_draws_mean_and_one_std_over_seeds():
     fig = plots.bpb_band({"two_site": seeds, "baseline": [history(bpb0=6.0)]}, floors={"xz": 2.7})
     assert_readable(fig, 1)
     ax = fig.axes[0]
-    ys = np.array([[r["val_bpb"] for r in h] for h in seeds])
+    ys = np.array([[r.get("val_bpb_subset", r["val_bpb"]) for r in h] for h in seeds])  # the curve: the subset's
     line = ax.get_lines()[0]
     np.testing.assert_allclose(line.get_ydata(), ys.mean(0))
     (band,) = ax.collections  # the single-seed label has no band
@@ -302,6 +305,68 @@ def test_decoupled_clocks_draws_each_islands_pace_the_merges_and_landings(tmp_pa
     assert plots.save(fig, tmp_path / "clocks.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_comparison_bars_title_names_the_rows_shown_and_the_quality_axis_shows_a_few_percent():
+    """The title named all five experiments of the table over three bars; the quality bars started at 0, where a 3%
+    gap is a few pixels: the axis starts at a stated floor instead."""
+    rows = [{"experiment": e, "seed": 0, "final_val_bpb": v, "cross_site_bytes": 1e6, "ddp_equivalent_bytes": 1e9,
+             "x_fewer_bytes": 1000.0, "compute_utilization": 1.0} for e, v in (("baseline", 2.25), ("two_site", 2.32))]
+    fig = plots.comparison_bars(rows)
+    assert fig.get_suptitle() == "baseline vs two_site"
+    bpb_ax = fig.axes[0]
+    lo, hi = bpb_ax.get_ylim()
+    assert lo == 2.0 and "axis from 2, not 0" in bpb_ax.get_title()
+    # the 3% gap is a tenth of the axis or more (from 0 it was 3%)
+    assert (2.32 - 2.25) / (hi - lo) > 0.1
+
+
+def _outside(fig) -> list[str]:
+    """The texts of ``fig`` that reach past its edges once drawn (what savefig would cut without bbox_inches)."""
+    fig.canvas.draw()
+    box = fig.bbox
+    texts = [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts,
+                                             *(ax.get_legend().get_texts() if ax.get_legend() else []))]
+    return [t.get_text() for t in texts if t.get_text() and t.get_visible()
+            and not (box.x0 - 1 <= t.get_window_extent().x0 and t.get_window_extent().x1 <= box.x1 + 1)]
+
+
+def test_frontier_keeps_its_title_labels_and_key_inside_the_figure_and_its_ticks_apart():
+    """The frontier's key beside the axes pushed the title, the x label and a point's number off the left edge, and
+    the log axis's minor labels overlapped: measured points of the demo, both files."""
+    import json
+
+    from islands_kit.resources import resource_file
+
+    for name in ("frontier-demo.json", "frontier-eight_cell-demo.json"):
+        pts = json.loads(resource_file(f"benchmarks/{name}").read_text())
+        fig = plots.frontier(pts, title="two_site: quality vs bytes, the demo preset's measured points "
+                             "(benchmarks/RESULTS.md), not this run")
+        assert _outside(fig) == []
+        ax = fig.axes[0]
+        labels = [t for t in ax.get_xticklabels(which="both") if t.get_text() and t.get_visible()
+                  and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+        assert len(labels) >= 3, [t.get_text() for t in labels]
+        boxes = [t.get_window_extent() for t in labels]
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), "tick labels overlap"
+
+
+def test_saved_figures_keep_what_reaches_past_the_edge(tmp_path):
+    """save() writes the drawing's own extent: a title wider than the figure widens the PNG, nothing is cut."""
+    from matplotlib.image import imread
+
+    fig, ax = plots.new_figure(width=2.0, height=2.0)
+    ax.set_title("a title far wider than this two-inch figure, which savefig would otherwise cut at both edges")
+    png = imread(str(plots.save(fig, tmp_path / "wide.png", dpi=50)))
+    assert png.shape[1] > 2.0 * 50 * 1.5
+
+
+def test_comparison_curves_legend_writes_bytes_in_units():
+    """The link panel's key said "8.54e+03 MB"; it writes 8.5 GB."""
+    h = history(bytes_per_step=200_000_000)  # 40 steps -> 8 GB
+    fig = plots.comparison_curves({"two_site": [h]})
+    (text,) = legend_texts(fig.axes[1])
+    assert text == "two_site (8.0 GB)" and "e+" not in text
+
+
 def test_decoupled_clocks_refuses_a_lockstep_result():
     lock = {"sync_mode": "lockstep", "inner_steps": {"0": 6, "1": 6}, "sim_wall_clock_s": 0.121}
     with pytest.raises(ValueError, match=r"no 'decoupled' record \(sync_mode 'lockstep'\).*sync\.mode=decoupled"):
@@ -357,7 +422,7 @@ def test_comparison_curves_draw_bpb_with_a_95_percent_band_and_bytes_on_a_log_ax
     fig = plots.comparison_curves({"two_site": seeds, "baseline": [history(bpb0=6.0, bytes_per_step=40_000)]})
     assert_readable(fig, 2)
     left, right = fig.axes
-    ys = np.array([[r["val_bpb"] for r in h] for h in seeds])
+    ys = np.array([[r.get("val_bpb_subset", r["val_bpb"]) for r in h] for h in seeds])
     np.testing.assert_allclose(left.get_lines()[0].get_ydata(), ys.mean(0))
     (band,) = left.collections  # the one-seed label has no band
     half = stats.t.ppf(0.975, 2) * ys.std(0, ddof=1) / np.sqrt(3)  # the 95% t interval of the mean, as stats.py

@@ -99,8 +99,11 @@ def test_offline_run_holds_history_metrics_table_figures_and_artifact(tmp_path, 
     assert [h["link/cross_site_bytes"] for h in train] == sorted(h["link/cross_site_bytes"] for h in train)
     jsonl = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     evals = [h for h in hist if "eval/bpb" in h]
+    curve = [r.get("val_bpb_subset", r["val_bpb"]) for r in jsonl]  # the subset to its end, the final's included
     assert [(h["tokens"], h["eval/bpb"], h["eval_sim/bpb"]) for h in evals] == \
-        [(r["tokens"], r["val_bpb"], r["val_bpb"]) for r in jsonl]
+        [(r["tokens"], c, c) for r, c in zip(jsonl, curve)]
+    (final_full,) = [h["eval/final_bpb_all_held_out"] for h in hist if "eval/final_bpb_all_held_out" in h]
+    assert final_full == res["final_val_bpb"] == jsonl[-1]["val_bpb"]
     assert [h["sim_time_s"] for h in evals] == [r["sim_time_s"] for r in jsonl]
 
     final = next(h for h in hist if any(k.startswith("eval_history") for k in h))

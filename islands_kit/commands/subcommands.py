@@ -1,8 +1,10 @@
-"""The command line's tools around a run (``cli.py`` keeps ``run`` and ``config``): ``notebook``, ``compare``,
-``sample``, ``corpora`` and ``env``, each a parser and a handler, and the help formatter they all share."""
+"""The command line's tools around a run (``cli.py`` keeps the parsers of ``run`` and ``config``): ``notebook``,
+``compare``, ``sample``, ``corpora`` and ``env``, each a parser and a handler, the parser of ``study``, and the help
+formatter and lazy ``Handler`` they all share."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import warnings
@@ -28,6 +30,19 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         if action.option_strings and not empty and "default" not in text:  # a help that names its default keeps it
             text += (" " if text else "") + "(default: %(default)s)"
         return text
+
+
+class Handler:
+    """A subcommand's handler named by module and function, and imported when that subcommand runs: building the
+    parser (``--help``, ``--version``) then loads no torch, scipy or matplotlib, and each subcommand loads only what
+    its own module imports."""
+
+    def __init__(self, module: str, function: str) -> None:
+        self.module, self.function = module, function
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        result: int = getattr(importlib.import_module(self.module), self.function)(args)
+        return result
 
 
 def is_writer() -> bool:
@@ -61,18 +76,20 @@ def parse_seeds(tokens: list[str]) -> list[int]:
 
 def _cmd_notebook(args: argparse.Namespace) -> int:
     from islands_kit.notebooks import dry_run_notebook, parse_cli_parameters, run_notebook
+    from islands_kit.notebooks.stopping import stop_on_signals
 
     params = parse_cli_parameters(args.name, args.param or [])
-    if args.dry_run:
-        print(dry_run_notebook(args.name, params, args.out))
-        return 0
-    out = run_notebook(args.name, params, args.out, stream=not args.quiet)
+    with stop_on_signals():  # a kill or Ctrl-C ends the kernels and runs started below, with one line
+        if args.dry_run:
+            print(dry_run_notebook(args.name, params, args.out))
+            return 0
+        out = run_notebook(args.name, params, args.out, stream=not args.quiet)
     print(f"executed notebook -> {out}")
     return 0
 
 
 def add_notebook(sub: Sub) -> None:
-    from islands_kit.notebooks.resources import resource_dir
+    from islands_kit.resources import resource_dir
 
     names = ", ".join(sorted(q.stem for q in resource_dir("notebooks").glob("*.ipynb")))
     n = sub.add_parser("notebook", help="execute notebooks/NAME.ipynb with papermill", formatter_class=HelpFormatter,
@@ -214,3 +231,16 @@ def add_tools(sub: Sub) -> None:
     e.add_argument("--short", action="store_true", help="only the versions and the device")
     e.set_defaults(fn=_cmd_env)
 
+
+def add_study(sub: Sub) -> None:
+    p = sub.add_parser("study", help="run a study file (arms, grids, seeds as data) resumably, or write its report")
+    p.add_argument("action", choices=["run", "report"])
+    p.add_argument("study", help="a study file (benchmarks/studies/*.toml)")
+    p.add_argument("--out", default=None, help="the runs' folder (default runs/studies/NAME)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--arms", default=None, help="run: only these arms (comma-separated): their tuning, scoring and rows")
+    p.add_argument("--points", default=None,
+                   help="a study with [[points]]: only these points (comma-separated): run, dry run or report")
+    p.add_argument("--dry-run", action="store_true", help="say how many runs, how many finished, the CPU-hours; run none")
+    p.add_argument("--write", action="store_true", help="report: write the study's JSON and its table in RESULTS.md")
+    p.set_defaults(fn=Handler("islands_kit.protocol.command", "study_command"))

@@ -77,13 +77,16 @@ def select_runs(paths: Sequence[str | Path]) -> Selection:
 
 def run_history(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A run's evaluation records: its folder's ``history.jsonl``, else (a result.json alone) its ``val_curve`` with
-    the run's total bytes on the last point."""
+    the run's total bytes on the last point, which is the final one: ``val_curve`` ends on every held-out byte, its
+    earlier points score the curve's subset, whose final score is ``final_val_bpb_subset`` (when recorded)."""
     f = Path(result.get("dir") or ".") / "history.jsonl"
     if result.get("dir") and f.exists():
         return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    curve = [{"tokens": t, "val_bpb": b} for t, b in result["val_curve"]]
+    curve: list[dict[str, Any]] = [{"tokens": t, "val_bpb": b} for t, b in result["val_curve"]]
     if curve:
-        curve[-1]["cross_site_bytes"] = result["cross_site_bytes"]
+        curve[-1].update(cross_site_bytes=result["cross_site_bytes"], final=True)
+        if result.get("final_val_bpb_subset") is not None:
+            curve[-1]["val_bpb_subset"] = result["final_val_bpb_subset"]
     return curve
 
 

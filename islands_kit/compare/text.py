@@ -11,7 +11,8 @@ import csv
 import io
 import math
 import textwrap
-from typing import Any, Callable, Sequence
+from pathlib import PurePath
+from typing import Any, Callable, Collection, Sequence
 
 from islands_kit.compare.rows import (
     ComparisonError,
@@ -62,7 +63,7 @@ RUN_COLUMNS: list[tuple[str, Cell, int]] = [
     ("tokens / active param",
      lambda r: "—" if r["tokens_per_active_param"] is None else f"{r['tokens_per_active_param']:.1f}", 8),
     ("outer steps / fragment", lambda r: _outer_steps(r["outer_steps_per_fragment"]), 8),
-    ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}", 7),
+    ("sim s", lambda r: f"{r['sim_wall_clock_s']:.2f}", 3),  # the time the islands buy: kept before util
     ("util", lambda r: f"{100 * r['compute_utilization']:.1f}%", 5),
     ("window wait s", lambda r: "—" if r.get("window_wait_s") is None else f"{r['window_wait_s']:.2f}", 6),
     ("note", lambda r: str(r.get("note", r.get("mismatch", "")) or ""), 0),
@@ -131,10 +132,17 @@ def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence
            wide: bool = False) -> str:
     """``rows`` as a terminal table (fitted to ``WIDTH`` unless ``wide``), Markdown (every display column), CSV or
     JSON (every field: non-finite numbers become empty cells / ``null``)."""
+    return _render(rows, fmt, columns, wide)[0]
+
+
+def _render(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[tuple[str, Cell, int]] | None,
+            wide: bool) -> tuple[str, list[str]]:
+    """:func:`render`'s text and the display columns it shows (their names as in ``RUN_COLUMNS``, "{ref}" kept;
+    every field's name for CSV and JSON)."""
     if fmt not in FORMATS:
         raise ComparisonError(f"format: must be one of {'|'.join(FORMATS)} (got {fmt!r})")
     if fmt == "json":
-        return dumps_strict(list(rows), indent=1)
+        return dumps_strict(list(rows), indent=1), list(rows[0]) if rows else []
     if fmt == "csv":
         buf = io.StringIO()
         keys = list(rows[0]) if rows else []
@@ -143,7 +151,7 @@ def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence
         for r in rows:
             w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
                         " ".join(map(str, v)) if isinstance(v, list) else "" if v is None else v for v in r.values()])
-        return buf.getvalue().rstrip("\n")
+        return buf.getvalue().rstrip("\n"), keys
     cols = _columns(rows, columns)
     body = [[str(f(r)) for _, f, _ in cols] for r in rows]
     # "{ref}" in a header: the reference run's experiment, so that no ratio column stands without its reference
@@ -152,7 +160,10 @@ def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence
     if fmt == "markdown":
         esc = [[v.replace("|", "\\|") for v in line] for line in [hdr] + body]
         md = ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in hdr) + "|"]
-        return "\n".join(md + ["| " + " | ".join(line) + " |" for line in esc[1:]])
+        return "\n".join(md + ["| " + " | ".join(line) + " |" for line in esc[1:]]), [name for name, _, _ in cols]
+    if hdr and hdr[0] == "run" and not wide:  # a fitted table names a run by its folder's last parts
+        for line, short in zip(body, short_run_labels([line[0] for line in body])):
+            line[0] = short
     dropped: list[str] = []
     head: list[list[str]] = [hdr]
     if not wide:
@@ -162,46 +173,72 @@ def render(rows: Sequence[dict[str, Any]], fmt: str = "table", columns: Sequence
     text = "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
     if dropped:
         text += "\n" + _wrap(f"(left out to fit {WIDTH} columns: {', '.join(dropped)}; --wide shows every column)")
-    return text
+    return text, [name for name, _, _ in cols if name.replace("{ref}", ref) not in dropped]
+
+
+def short_run_labels(labels: Sequence[str]) -> list[str]:
+    """Each absolute path as its fewest trailing parts that still tell the runs apart (``/home/u/runs/demo/baseline``
+    -> ``baseline``; two ``.../s0`` -> ``a/s0``, ``b/s0``); a relative label stays as it is. Notebooks run in their
+    output folder, so their runs' folders were absolute and crowded the table's columns out."""
+    parts = [PurePath(x).parts if PurePath(x).is_absolute() else None for x in labels]
+    deepest = max((len(p) for p in parts if p), default=0)
+    for k in range(1, deepest + 1):
+        out = [x if p is None else "/".join(p[-k:]) for x, p in zip(labels, parts)]
+        if len(set(out)) == len(set(labels)):
+            return out
+    return list(labels)
 
 
 def _wrap(text: str) -> str:
     return "\n".join(textwrap.fill(line, WIDTH) if len(line) > WIDTH else line for line in text.splitlines())
 
 
-def reference_note(rows: Sequence[dict[str, Any]], swept: bool = False) -> str:
-    """The legend under a table: what "ref" is and what each number column means (wrapped to ``WIDTH``)."""
+def reference_note(rows: Sequence[dict[str, Any]], swept: bool = False, shown: Collection[str] | None = None) -> str:
+    """The legend under a table: what "ref" is and what each number column means (wrapped to ``WIDTH``); with
+    ``shown`` (the columns a fitted table kept, as ``RUN_COLUMNS`` names them) only those columns'."""
     if not rows:
         return ""
+    legend = _legend(rows, swept)
+    return _wrap("\n".join(line for cols, line in legend if shown is None or any(c in shown for c in cols)))
+
+
+def _legend(rows: Sequence[dict[str, Any]], swept: bool) -> list[tuple[tuple[str, ...], str]]:
+    """The legend's lines, each with the columns it explains."""
     ref, exp = rows[0]["reference"], rows[0].get("reference_experiment", "ref")
-    lines = [
-        "bpb: bits per byte on the held-out bytes (lower is better).",
-        f"bpb / {exp}: over the {exp} run with the same seed (paired; reference run {ref}).",
+    lines: list[tuple[tuple[str, ...], str]] = [
+        (("bpb",), "bpb: bits per byte on the held-out bytes (lower is better)."),
+        (("bpb / {ref}",), f"bpb / {exp}: over the {exp} run with the same seed (paired; reference run {ref})."),
     ]
     if swept:
-        lines.append(f"bpb / {exp}, paired [95% CI]: the geometric mean of the per-seed ratios, its paired t interval "
-                     "(on log-ratios) and n seeds; 'not resolved' when the interval holds 1; one seed has no interval.")
+        lines.append((("bpb / {ref}",), f"bpb / {exp}, paired [95% CI]: the geometric mean of the per-seed ratios, its "
+                      "paired t interval (on log-ratios) and n seeds; 'not resolved' when the interval holds 1; one "
+                      "seed has no interval."))
     else:
-        lines.append(f"Each bpb / {exp} is one seed's ratio (n = 1, no interval): runs of two seeds or more per "
-                     "configuration (--seeds 0 1 2) give each ratio its 95% interval.")
+        lines.append((("bpb / {ref}",), f"Each bpb / {exp} is one seed's ratio (n = 1, no interval): runs of two seeds "
+                      "or more per configuration (--seeds 0 1 2) give each ratio its 95% interval."))
     lines += [
-        "link bytes: every byte the run put on the wide-area link (all islands, both directions); per island: that "
-        "total over the run's islands; busiest link: the most bytes on one link in one direction.",
-        f"bytes vs {exp}: the run's link bytes against the {exp} run's with the same seed (the same reference as "
-        "bpb).",
-        "bytes vs own all-reduce: the run's link bytes against an fp32 gradient all-reduce every step among its own "
-        "islands (data-parallel on the same hardware: eight islands all-reduce more than two).",
-        "sim s: simulated wall-clock seconds (each island's compute time from its hardware profile, plus waiting for "
-        "the simulated link), not the real time the run took.",
-        "util: compute utilisation, the share of that simulated time the islands spent computing rather than waiting.",
-        "window wait s: on the orbit, simulated seconds the run's transfers spent waiting for their link's contact "
-        "window, summed over transfers (— off the orbit); result.json's orbit section has bytes per link and window.",
-        "tokens / active param, outer steps / fragment: the regime (the papers measure DiLoCo at >= 20 tokens per "
-        "parameter and hundreds of outer steps; a handful of outer steps measures the method's warm-up).",
-        f"note: '0.93x tokens' where a run trained 0.93 times the tokens of its {exp} pair within the same budget "
-        "(the bpb ratio is then not at equal tokens); a different corpus or budget where compared anyway.",
+        (("link bytes",), "link bytes: every byte the run put on the wide-area link (all islands, both directions)."),
+        (("per island", "busiest link"), "per island: the link bytes over the run's islands; busiest link: the most "
+         "bytes on one link in one direction."),
+        (("bytes vs {ref}",), f"bytes vs {exp}: the run's link bytes against the {exp} run's with the same seed (the "
+         "same reference as bpb)."),
+        (("bytes vs own all-reduce",), "bytes vs own all-reduce: the run's link bytes against an fp32 gradient "
+         "all-reduce every step among its own islands (data-parallel on the same hardware: eight islands all-reduce "
+         "more than two)."),
+        (("sim s",), "sim s: simulated wall-clock seconds (each island's compute time from its hardware profile, plus "
+         "waiting for the simulated link), not the real time the run took."),
+        (("util",), "util: compute utilisation, the share of that simulated time the islands spent computing rather "
+         "than waiting."),
+        (("window wait s",), "window wait s: on the orbit, simulated seconds the run's transfers spent waiting for "
+         "their link's contact window, summed over transfers (— off the orbit); result.json's orbit section has bytes "
+         "per link and window."),
+        (("tokens / active param", "outer steps / fragment"), "tokens / active param, outer steps / fragment: the "
+         "regime (the papers measure DiLoCo at >= 20 tokens per parameter and hundreds of outer steps; a handful of "
+         "outer steps measures the method's warm-up)."),
+        (("note",), f"note: '0.93x tokens' where a run trained 0.93 times the tokens of its {exp} pair within the same "
+         "budget (the bpb ratio is then not at equal tokens); a different corpus or budget where compared anyway."),
     ]
-    return _wrap("\n".join(lines))
+    return lines
 
 
 def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str | None = None,
@@ -212,17 +249,19 @@ def report(results: Sequence[dict[str, Any]], fmt: str = "table", reference: str
     swept = any(s["n_seeds"] > 1 for s in seeds)
     if fmt == "json":
         return rows, seeds if swept else [], dumps_strict({"runs": rows, "seeds": seeds if swept else []}, indent=1)
-    text = render(rows, fmt, wide=wide)
+    text, shown = _render(rows, fmt, None, wide)
     note = smoke_note([r.get("preset") for r in rows])
     if note and fmt != "csv":
         text = f"{_wrap(note)}\n\n{text}"
     if swept:
         head = "over seeds (each seed once; bpb ratios paired by seed):\n" if fmt == "table" else ""
-        text += "\n\n" + head + render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS, wide=wide)
+        seed_text, seed_shown = _render(seeds, fmt, None if fmt == "csv" else SEED_COLUMNS, wide)
+        text += "\n\n" + head + seed_text
+        shown += [name.replace(" mean", "").split(", paired")[0] for name in seed_shown]
         notes = [f"{s['experiment']}: " + "; ".join(n for n in (s["note"], s["ratio_note"]) if n)
                  for s in seeds if s["note"] or s["ratio_note"]]
         if notes and fmt != "csv":
             text += "\n" + _wrap("\n".join(notes))
-    if fmt != "csv":
-        text += "\n\n" + reference_note(rows, swept)
+    if fmt != "csv":  # the fitted table's legend explains the columns it kept; Markdown keeps every one
+        text += "\n\n" + reference_note(rows, swept, shown if fmt == "table" and not wide else None)
     return rows, seeds if swept else [], text

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 
 _HELP: dict[type, dict[str, str]] = {}
 
@@ -27,6 +28,8 @@ def field_help(cls: type) -> dict[str, str]:
     """``{field: help}`` for a config dataclass: the ``# comment`` at the end of each field's line ('' if none)."""
     if cls not in _HELP:
         _HELP[cls] = _parse_help(cls)
+    if cls is ExperimentConfig:  # the experiments are the table's rows, those registered later included
+        return {**_HELP[cls], "experiment": f"{' | '.join(EXPERIMENT_TABLE)} (config/experiment_table.py)"}
     return _HELP[cls]
 
 

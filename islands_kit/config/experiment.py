@@ -40,7 +40,7 @@ class IslandConfig:
 
 @dataclass
 class ExperimentConfig:
-    experiment: str = "baseline"  # baseline | two_site | eight_cell (config/experiment_table.py: the registered ones)
+    experiment: str = "baseline"  # a row of config/experiment_table.py (field_help lists them all)
     preset: str = "smoke"  # the preset this config started from (islands_kit.config.presets: smoke | demo | demo-long | gpu-small | gpu)
     seed: int = 0  # one seed for weights, data order, stochastic rounding and the link's draws
     device: str = "auto"  # auto | cpu | cuda | cuda:N (auto: the local GPU if there is one; see islands_kit/device.py)

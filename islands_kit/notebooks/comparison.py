@@ -74,7 +74,14 @@ def sweep_seeds(seed: int, seeds: Sequence[int] | None) -> list[int]:
 # one experiment notebook in a child process (``run_comparison`` with several jobs): its lines come back on stdout
 _CHILD = ("import json, sys\n"
           "from islands_kit.notebooks.runner import run_notebook\n"
-          "run_notebook(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], kernel_name=sys.argv[4], stream=True)\n")
+          "from islands_kit.notebooks.stopping import stop_on_signals\n"
+          "with stop_on_signals():\n"
+          "    run_notebook(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], kernel_name=sys.argv[4], stream=True)\n")
+
+
+# what an experiment notebook runs besides its run, said as it starts (the compare notebook's time includes it)
+SIDE_RUNS = {"two_site": "then two short side runs: lock-step vs decoupled islands beside a slow site B, in "
+                         "two_site/decoupled/"}
 
 
 def comparison_jobs(jobs: int, n_runs: int) -> int:
@@ -107,8 +114,9 @@ def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_di
 
     def one(k: int, label: str, exp: str, s: int, d: Path) -> None:
         params = dict(shared, seed=s, out_dir=str(d), overrides=overrides)
+        side = f" ({SIDE_RUNS[exp]})" if exp in SIDE_RUNS else ""
         with lock:
-            print(f"=== [{k + 1}/{len(runs)}] {label}: notebooks/{exp}.ipynb -> {d}", flush=True)
+            print(f"=== [{k + 1}/{len(runs)}] {label}: notebooks/{exp}.ipynb -> {d}{side}", flush=True)
         t0 = time.perf_counter()
         if jobs == 1:
             run_notebook(exp, params, d, kernel_name=kernel_name, stream=True)
@@ -124,7 +132,9 @@ def run_comparison(experiments: Sequence[str], shared: Mapping[str, Any], out_di
     if jobs == 1:
         for k, run in enumerate(runs):
             one(k, *run)
-    else:
+    else:  # the runs start together (up to jobs of them), so their headers come together: say why, first
+        print(f"=== {len(runs)} runs, {jobs} at a time side by side, one torch thread each; each starts with its "
+              "=== line, and their progress lines interleave, each labelled", flush=True)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(one, k, *run) for k, run in enumerate(runs)]
             errors = [f.exception() for f in futures]

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from islands_kit.config import ConfigError, _check
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.data import CORPORA
-from islands_kit.notebooks.resources import resource_dir
+from islands_kit.resources import resource_dir
 
 NOTEBOOK_DIR = resource_dir("notebooks")
 EXPERIMENT_NOTEBOOKS = tuple(r.notebook for r in EXPERIMENT_TABLE.values() if r.notebook)  # one per experiment
@@ -91,9 +91,22 @@ def parse_cli_parameters(name: str, pairs: Sequence[Sequence[str]]) -> dict[str,
             continue
         try:
             params[key] = json.loads(raw)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as e:
+            if isinstance(declared.get(key), (dict, list)):  # a mapping or list comes only as JSON: say so, and how
+                fixed = raw.replace("'", '"')
+                hint = f"; e.g. -p {key} '{fixed}'" if _is_json(fixed) else ""
+                raise ConfigError(f"-p {key}: must be JSON ({e.msg} at character {e.pos} of {raw!r}; JSON quotes "
+                                  f"keys and strings with \"){hint}") from None
             params[key] = raw
     return params
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def path_kind(key: str) -> str | None:

@@ -49,7 +49,7 @@ def show_frontier(frontier_file: str | Path, out_dir: str | Path, experiment: st
     preset they were measured at, not the run beside them); when that is not ``run_preset`` a line says so too. Without
     the file, say how to measure it and return False."""
     from islands_kit import plots
-    from islands_kit.notebooks.resources import resource_file
+    from islands_kit.resources import resource_file
 
     path = resource_file(frontier_file)
     if not path.exists():

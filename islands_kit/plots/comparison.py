@@ -3,14 +3,27 @@ notebooks), the compare table's bars, the scaling study's gap to synchronous tra
 published DiLoCo points) and the protocol's quality-vs-bytes frontier."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from islands_kit.compare import format_bytes, ratio_words
-from islands_kit.config.experiment_table import EXPERIMENTS
-from islands_kit.plots.style import _CYCLE, History, _check_runs, _series, _xlabel, color, new_figure
+from islands_kit.plots.style import (
+    _CYCLE,
+    FINAL_LABEL,
+    FINAL_MARKER,
+    History,
+    _check_runs,
+    _curve,
+    _final,
+    _series,
+    _xlabel,
+    color,
+    new_figure,
+)
 from islands_kit.stats import CONFIDENCE, t_quantile
 
 
@@ -23,13 +36,14 @@ def comparison_curves(groups: Mapping[str, Sequence[History]], title: str | None
     if not groups:
         raise ValueError("groups: need at least one label with its runs' histories")
     fig, (left, right) = new_figure(ncols=2, width=5.6, height=4.6)
-    banded = False
+    banded = finals_drawn = False
     for i, (label, hists) in enumerate(groups.items()):
         _check_runs({f"{label}[{j}]": h for j, h in enumerate(hists)}, "groups")
         c = color(label, i)
         n_seeds = len(hists)
+        finals = [f for f in (_final(h, "tokens") for h in hists) if f is not None]
         for ax, key, scale in ((left, "val_bpb", 1.0), (right, "cross_site_bytes", 1e-6)):
-            series = [_series(h, "tokens", key) for h in hists]
+            series = [_curve(h, "tokens") if key == "val_bpb" else _series(h, "tokens", key) for h in hists]
             n = min(len(ys) for _, ys in series)
             if n == 0:
                 continue
@@ -38,14 +52,20 @@ def comparison_curves(groups: Mapping[str, Sequence[History]], title: str | None
             mean = ys.mean(axis=0)
             if key == "cross_site_bytes":
                 keep = mean > 0  # log axis: nothing sent yet cannot be drawn
-                ax.plot(xs[keep], mean[keep], marker=".", color=c, label=f"{label} ({mean[-1]:,.3g} MB)")
+                ax.plot(xs[keep], mean[keep], marker=".", color=c, label=f"{label} ({format_bytes(mean[-1] * 1e6)})")
                 continue
             seeds = f", {n_seeds} seeds" if n_seeds > 1 else ""
-            ax.plot(xs, mean, marker="o", ms=3, color=c, label=f"{label} (final {mean[-1]:.3f}{seeds})")
+            final = f"final {np.mean([f[1] for f in finals]):.3f}" if finals else f"last {mean[-1]:.3f}"
+            ax.plot(xs, mean, marker="o", ms=3, color=c, label=f"{label} ({final}{seeds})")
+            if finals:
+                ax.plot(np.mean([f[0] for f in finals]), np.mean([f[1] for f in finals]), color=c, **FINAL_MARKER)
+                finals_drawn = True
             if n_seeds > 1:
                 half = t_quantile(n_seeds - 1) * ys.std(axis=0, ddof=1) / np.sqrt(n_seeds)
                 ax.fill_between(xs, mean - half, mean + half, color=c, alpha=0.2, lw=0)
                 banded = True
+    if finals_drawn:
+        left.plot([], [], color="0.3", label=FINAL_LABEL, **FINAL_MARKER)
     _xlabel(left, "tokens")
     left.set_ylabel("validation loss (bits per byte)")
     left.set_title("Validation bpb" + (f" (band: {CONFIDENCE:.0%} interval of the mean over seeds)" if banded else ""),
@@ -79,8 +99,10 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
     axes[0].bar(pos, bpb, color=cols)
     for p, v in zip(pos, bpb):
         axes[0].annotate(f"{v:.3f}", (p, v), ha="center", va="bottom", fontsize=8)
+    floor = quality_floor(bpb)
+    axes[0].set_ylim(floor, max([v for v in bpb if math.isfinite(v)], default=floor + 1) * 1.04)
     axes[0].set_ylabel("final validation bpb (bits per byte)")
-    axes[0].set_title("Quality at equal tokens")
+    axes[0].set_title(f"Quality at equal tokens (axis from {floor:g}, not 0)", fontsize=9)
     ref = str(rows[0].get("reference_experiment", "the reference run"))
     sent = [max(float(r["cross_site_bytes"]), 1.0) / 1e6 for r in rows]
     axes[1].bar(pos, sent, color=cols)
@@ -110,8 +132,15 @@ def comparison_bars(rows: Sequence[Mapping[str, Any]], title: str | None = None)
         ax.set_xticks(pos, labels, fontsize=8 if several else None)
         ax.set_xlabel("experiment")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title or " vs ".join(EXPERIMENTS))
+    fig.suptitle(title or " vs ".join(dict.fromkeys(str(r["experiment"]) for r in rows)))
     return fig
+
+
+def quality_floor(bpb: Sequence[float]) -> float:
+    """Where the quality panel's axis starts: 10% below the lowest bar, rounded down to a tenth. From 0, the 3-5% gaps
+    between arms are a few pixels; from here the bars' tops differ visibly, and the title states the floor."""
+    finite = [v for v in bpb if math.isfinite(v)]  # a diverged run's nan has no bar
+    return math.floor(min(finite) * 0.9 * 10) / 10 if finite else 0.0
 
 
 def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, experiment: str = "two_site",
@@ -124,7 +153,8 @@ def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, expe
     the key."""
     if not points:
         raise ValueError("frontier: no points")
-    fig, ax = new_figure(width=10.0, height=4.6)
+    # the key goes under the axes, one line a point: beside them its long lines pushed the axes off the left edge
+    fig, ax = new_figure(width=10.0, height=4.2 + 0.19 * (len(points) + 1))
     for i, p in enumerate(points):
         is_default = bool(p.get("default"))
         name = p["label"] + (" (default)" if is_default and "default" not in p["label"] else "")
@@ -139,8 +169,14 @@ def frontier(points: Sequence[Mapping[str, Any]], title: str | None = None, expe
     ax.set_ylim(lo - 0.01, min(y_max, max(p["ratio"] for p in points)) + 0.01)
     ax.axhline(1.0, color="black", linewidth=0.8, label="baseline (synchronous, every step)")
     ax.set_xscale("log")
+    ax.margins(x=0.08)  # room for the number beside the outermost points
+    # ticks at 1, 2 and 5 of each decade, written as plain numbers as the key writes them; matplotlib's own minor
+    # labels (2x10^2, 3x10^2, ...) crowd each other on a short decade
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("x fewer bytes than data-parallel (fp32 gradient all-reduce every step)")
     ax.set_ylabel("final bpb / baseline bpb (same seed)")
-    ax.set_title(title or f"{experiment}: quality vs bytes on the link")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.set_title(title or f"{experiment}: quality vs bytes on the link", fontsize=10, wrap=True)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), borderaxespad=0.0, frameon=False)
     return fig

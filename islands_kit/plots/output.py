@@ -8,10 +8,11 @@ from matplotlib.figure import Figure
 
 
 def save(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
-    """Write ``fig`` as a PNG (parent folders created); returns the path."""
+    """Write ``fig`` as a PNG (parent folders created); returns the path. The saved area is the drawing's own
+    extent (``bbox_inches="tight"``): a title, label or key that reaches past the figure's edge is kept, not cut."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=dpi, format="png")
+    fig.savefig(p, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.1)
     return p
 
 
@@ -33,5 +34,5 @@ def show(fig: Figure, path: str | Path | None = None) -> None:
         import io
 
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", pad_inches=0.1)
         display(Image(data=buf.getvalue()))

@@ -9,7 +9,20 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter
 
-from islands_kit.plots.style import _CYCLE, X_AXES, History, _check_runs, _series, _xlabel, color, new_figure
+from islands_kit.plots.style import (
+    _CYCLE,
+    FINAL_LABEL,
+    FINAL_MARKER,
+    X_AXES,
+    History,
+    _check_runs,
+    _curve,
+    _final,
+    _series,
+    _xlabel,
+    color,
+    new_figure,
+)
 
 
 def bpb_curves(runs: Mapping[str, History], x: str = "tokens", floors: Mapping[str, float] | None = None,
@@ -20,9 +33,17 @@ def bpb_curves(runs: Mapping[str, History], x: str = "tokens", floors: Mapping[s
     drawn as dashed horizontal lines — the figure a general-purpose compressor reaches on exactly those bytes."""
     _check_runs(runs)
     fig, ax = new_figure()
+    finals = False
     for i, (label, h) in enumerate(runs.items()):
-        xs, ys = _series(h, x, "val_bpb")
-        ax.plot(xs, ys, marker="o", ms=4, color=color(label, i), label=f"{label} (final {ys[-1]:.3f})" if len(ys) else label)
+        xs, ys = _curve(h, x)
+        final = _final(h, x)
+        c = color(label, i)
+        ax.plot(xs, ys, marker="o", ms=4, color=c, label=f"{label} (final {final[1]:.3f})" if final else label)
+        if final is not None:
+            ax.plot(*final, color=c, **FINAL_MARKER)
+            finals = True
+    if finals:
+        ax.plot([], [], color="0.3", label=FINAL_LABEL, **FINAL_MARKER)
     for j, (name, v) in enumerate(sorted((floors or {}).items(), key=lambda kv: kv[1])):
         ax.axhline(v, ls="--", lw=1, color=str(0.3 + 0.2 * j), label=f"{name} on the same bytes ({v:.2f})")
     _xlabel(ax, x)
@@ -43,9 +64,10 @@ def bpb_band(groups: Mapping[str, Sequence[History]], x: str = "tokens", floors:
     if not groups:
         raise ValueError("groups: need at least one label with its seeds' histories")
     fig, ax = new_figure()
+    finals_drawn = False
     for i, (label, hists) in enumerate(groups.items()):
         _check_runs({f"{label}[{j}]": h for j, h in enumerate(hists)}, "groups")
-        series = [_series(h, x, "val_bpb") for h in hists]
+        series = [_curve(h, x) for h in hists]
         n = min(len(ys) for _, ys in series)
         if n == 0:
             continue
@@ -54,11 +76,20 @@ def bpb_band(groups: Mapping[str, Sequence[History]], x: str = "tokens", floors:
         mean = ys.mean(axis=0)
         c = color(label, i)
         k = len(hists)
+        finals = [f for f in (_final(h, x) for h in hists) if f is not None]
+        fy = np.asarray([f[1] for f in finals])
+        text = (f"final {fy.mean():.3f}" + (f" ± {fy.std(ddof=1):.3f}" if len(fy) > 1 else "")) if len(fy) else ""
         ax.plot(xs, mean, marker="o", ms=4, color=c,
-                label=f"{label} (final {mean[-1]:.3f}" + (f" ± {ys[:, -1].std(ddof=1):.3f}, {k} seeds)" if k > 1 else ")"))
+                label=f"{label} ({', '.join(filter(None, [text, f'{k} seeds' if k > 1 else '']))})" if text or k > 1
+                else label)
+        if len(fy):
+            ax.plot(np.mean([f[0] for f in finals]), fy.mean(), color=c, **FINAL_MARKER)
+            finals_drawn = True
         if k > 1:
             sd = ys.std(axis=0, ddof=1)
             ax.fill_between(xs, mean - sd, mean + sd, color=c, alpha=0.2, lw=0)
+    if finals_drawn:
+        ax.plot([], [], color="0.3", label=FINAL_LABEL, **FINAL_MARKER)
     for j, (name, v) in enumerate(sorted((floors or {}).items(), key=lambda kv: kv[1])):
         ax.axhline(v, ls="--", lw=1, color=str(0.3 + 0.2 * j), label=f"{name} on the same bytes ({v:.2f})")
     _xlabel(ax, x)

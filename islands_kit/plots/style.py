@@ -59,6 +59,25 @@ def _series(history: History, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
     return a[:, 0], a[:, 1]
 
 
+def _curve(history: History, x: str) -> tuple[np.ndarray, np.ndarray]:
+    """The validation curve as one quantity: every evaluation on the curve's subset (``data.eval_bytes``) to its end,
+    where the final model's score on that subset (``val_bpb_subset``) stands in for the full-set final. A final
+    record without it (a run from before it was recorded) is left off the line: it scores other bytes."""
+    rows = [{**r, "val_bpb": r.get("val_bpb_subset")} if r.get("final") else r for r in history]
+    return _series(rows, x, "val_bpb")
+
+
+def _final(history: History, x: str) -> tuple[float, float] | None:
+    """``(x, final_val_bpb)``: the final model on every held-out byte, drawn as a marker of its own, never joined to
+    the curve (which scores a subset); None without a finite final record."""
+    xs, ys = _series([r for r in history if r.get("final")], x, "val_bpb")
+    return (float(xs[-1]), float(ys[-1])) if len(ys) else None
+
+
+FINAL_MARKER = dict(marker="D", ms=6, ls="none", mfc="white", mew=1.5, zorder=4)  # the full-set final, every figure
+FINAL_LABEL = "final model on all held-out bytes (final_val_bpb); lines: the data.eval_bytes subset"
+
+
 def _check_runs(runs: Mapping[str, History], name: str = "runs") -> None:
     if not runs:
         raise ValueError(f"{name}: need at least one labelled history")

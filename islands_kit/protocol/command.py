@@ -183,7 +183,8 @@ def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
     return 0
 
 
-def _cmd(args: argparse.Namespace) -> int:
+def study_command(args: argparse.Namespace) -> int:
+    """``islands-kit study run|report FILE`` (its parser: ``commands/subcommands.py``)."""
     try:
         study = load_study(args.study)
     except StudyError as e:
@@ -216,17 +217,3 @@ def _cmd(args: argparse.Namespace) -> int:
     doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))
     print(render(doc))
     return 0
-
-
-def add_study_command(sub: Any) -> None:
-    p = sub.add_parser("study", help="run a study file (arms, grids, seeds as data) resumably, or write its report")
-    p.add_argument("action", choices=["run", "report"])
-    p.add_argument("study", help="a study file (benchmarks/studies/*.toml)")
-    p.add_argument("--out", default=None, help="the runs' folder (default runs/studies/NAME)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
-    p.add_argument("--arms", default=None, help="run: only these arms (comma-separated): their tuning, scoring and rows")
-    p.add_argument("--points", default=None,
-                   help="a study with [[points]]: only these points (comma-separated): run, dry run or report")
-    p.add_argument("--dry-run", action="store_true", help="say how many runs, how many finished, the CPU-hours; run none")
-    p.add_argument("--write", action="store_true", help="report: write the study's JSON and its table in RESULTS.md")
-    p.set_defaults(fn=_cmd)

@@ -21,7 +21,7 @@ from islands_kit.protocol.study import Study
 KEYS = ("experiment", "preset", "seed", "final_val_bpb", "final_tune_bpb", "sim_wall_clock_s", "cross_site_bytes",
         "ddp_equivalent_bytes", "tokens", "steps", "params_active", "wall_time_s", "cpu_time_s", "versions",
         "compute_utilization", "ledger")  # ledger: the byte ledger's channels and directed links (a few dozen numbers)
-HISTORY_KEYS = ("step", "tokens", "sim_time_s", "val_bpb", "final")
+HISTORY_KEYS = ("step", "tokens", "sim_time_s", "val_bpb", "final", "val_bpb_subset")
 
 
 def ledger_path(study: Study) -> Path | None:

@@ -180,7 +180,9 @@ class Tracker:
       (real throughput since the previous log), ``routing/balance_loss/layer<l>`` and
       ``routing/max_over_mean_load/layer<l>`` against ``tokens``; ``link/<channel>_bytes`` and
       ``link/cross_site_bytes`` (cumulative) against ``sim_time_s``, the simulated wall-clock;
-    * every evaluation: ``eval/bpb`` against tokens and ``eval_sim/bpb`` (the same number) against simulated seconds;
+    * every evaluation: ``eval/bpb`` against tokens and ``eval_sim/bpb`` (the same number) against simulated seconds,
+      each on the curve's subset (``data.eval_bytes``) to the end; the final model on every held-out byte once, as
+      ``eval/final_bpb_all_held_out`` (``final_val_bpb``);
     * at the end (:meth:`finish`): the summary (result.json's numbers, compressor floors, versions), the evaluation
       history as a ``wandb.Table``, the run's figures as images, and result.json / history.jsonl / the PNGs as one
       artifact of type ``run-result``.
@@ -268,8 +270,13 @@ class Tracker:
             return
         d = {"step": rec["step"], "tokens": rec["tokens"], "sim_time_s": rec["sim_time_s"],
              "link/cross_site_bytes": rec["cross_site_bytes"]}
-        if math.isfinite(rec["val_bpb"]):
-            d["eval/bpb"] = d["eval_sim/bpb"] = rec["val_bpb"]
+        # the chart is one quantity, the curve's subset, to its end; the final model on every held-out byte has a
+        # metric of its own (joined to the curve, it drew a tick that read as overfitting)
+        curve = rec.get("val_bpb_subset", math.nan) if rec.get("final") else rec["val_bpb"]
+        if math.isfinite(curve):
+            d["eval/bpb"] = d["eval_sim/bpb"] = curve
+        if rec.get("final") and math.isfinite(rec["val_bpb"]):
+            d["eval/final_bpb_all_held_out"] = rec["val_bpb"]
         for k in ("routing_js_bits", "routing_topk_overlap"):
             if k in rec:
                 d[f"routing/{k}"] = rec[k]

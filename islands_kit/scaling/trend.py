@@ -12,6 +12,8 @@ that re-makes it. One ``published_fit`` entry: the same two fits of Charles et a
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -20,7 +22,6 @@ from typing import Any
 
 from islands_kit.config import apply_overrides
 from islands_kit.io import dumps_strict, finite, replace_marked_block
-from islands_kit.notebooks.resources import resource_dir
 from islands_kit.protocol.command import default_root
 from islands_kit.protocol.ledger import ledger_path, restore
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
@@ -28,6 +29,7 @@ from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runs import Run, machines
 from islands_kit.protocol.study import Study, StudyError, load_study
 from islands_kit.protocol.tuning import tuned_pick
+from islands_kit.resources import resource_dir
 from islands_kit.scaling import fit, references
 
 SCHEMA = 1
@@ -228,8 +230,15 @@ def notebook_trend(preset: str, out: Path, say: Any = print) -> dict[str, Any]:
     if preset == "smoke":
         studies = [load_study(bench / "studies" / "smoke" / f"scaling-{axis}.toml") for axis in ("size", "length")]
         roots = [Path(out) / "runs" / s.name for s in studies]
+        said: set[str] = set()
         for s, r in zip(studies, roots):
-            made = run_points(s, r, jobs=1, say=lambda _: None, execute_run=execute_in_process)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):  # each run ends with the same "wandb: off (...)" line
+                made = run_points(s, r, jobs=1, say=lambda _: None, execute_run=execute_in_process)
+            for line in dict.fromkeys(printed.getvalue().splitlines()):  # every distinct line once, over both studies
+                if line not in said:
+                    said.add(line)
+                    say(line)
             say(f"{s.name}: {len(made)} runs made, the rest finished before")
         return build_trend(studies, roots)
     if preset != "demo":

@@ -70,6 +70,7 @@ class Experiment:
         final_x, final_y = eval_windows(self.val, T, cfg.data.final_eval_bytes)
         self.scored_bytes = bytes(final_y.to(torch.uint8).flatten().numpy().tobytes())  # what final_val_bpb scores
         self.val_bytes = int(final_y.numel())
+        self.eval_bytes = int(ey.numel())  # what every evaluation during training scores (the curve's subset)
         # -- transport -------------------------------------------------------------------------------------------
         n = len(cfg.islands)
         self.transport = transport or LocalTransport(n, link_model(cfg))  # the strategy's link model (sync/registry.py)
@@ -137,6 +138,11 @@ class Experiment:
         if final and ev.tune_windows is not None:
             self.final_tune_bpb = ev.bpb(m, ev.tune_windows)
         return ev.bpb(m, ev.final_windows if final else ev.eval_windows)
+
+    def evaluate_subset(self) -> float:
+        """bpb of the deployed model on the curve's subset (``data.eval_bytes``): at the end, the point that keeps the
+        validation curve one quantity to its end, beside ``final_val_bpb`` on every held-out byte."""
+        return self.evaluator.bpb(self.deployed_model(), self.evaluator.eval_windows)
 
     def evaluate_replica(self) -> float:
         """bpb of the first local island's own replica, beside the deployed model that ``evaluate`` scores."""
@@ -277,12 +283,18 @@ class Experiment:
         drift = self.routing_drift()
         if drift is not None:
             rec.update(drift)
+        if final:  # the curve's own quantity at its end; scored last, after every record above was read
+            rec["val_bpb_subset"] = self.evaluate_subset() if scores else math.nan
         self.history.append(rec)
         self.val_curve.append([tokens, bpb])
         if tracker is not None:
             tracker.log_eval(rec)
         if self.progress is not None and math.isfinite(bpb):
             self.progress.eval(self.step, bpb)
+
+    def _final_subset(self) -> float | None:
+        final = [h for h in self.history if h.get("final")]
+        return final[-1].get("val_bpb_subset") if final else None
 
     def result(self) -> Result:
         """result.json; every transfer on the link goes to its own file (``link_timeline``) rather than into it."""
@@ -299,6 +311,8 @@ class Experiment:
             tokens_per_active_param=self.tokens_total / self.params_active,
             outer_steps_per_fragment=self.strategy.outer_steps_per_fragment(),
             final_val_bpb=self.val_curve[-1][1], val_curve=self.val_curve, val_bytes=self.val_bytes,
+            # the final model on the curve's subset: val_curve's earlier points score these bytes, its last all of them
+            final_val_bpb_subset=self._final_subset(), eval_bytes=self.eval_bytes,
             final_tune_bpb=self.final_tune_bpb,
             # the floors on exactly the bytes final_val_bpb scores, and on the whole validation split
             compressor_bpb=compressor_bpb(self.scored_bytes),

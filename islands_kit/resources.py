@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent.parent  # islands_kit/
+_PACKAGE = Path(__file__).resolve().parent  # islands_kit/
 KINDS = ("notebooks", "data_cards", "benchmarks")  # setup.py's RESOURCES: what a wheel carries of each folder
 
 
