@@ -16,9 +16,9 @@ from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
 from islands_kit.protocol.runner import run_study, take_lock
 from islands_kit.protocol.runs import Run, machine_folder, machine_slug, machines
-from islands_kit.protocol.tuning import pick
 from islands_kit.protocol.study import StudyError, load_study, parse_study
 from islands_kit.protocol.tables import render
+from islands_kit.protocol.tuning import pick
 
 TINY = Path(__file__).parent / "studies" / "tiny.toml"
 MACHINE = "torch x | AVX512 | test box"
