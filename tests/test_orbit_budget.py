@@ -12,7 +12,7 @@ import pytest
 from islands_kit.config import apply_overrides
 from islands_kit.config.presets import get_preset
 from islands_kit.model.transformer import active_params
-from islands_kit.orbital import windows
+from islands_kit.orbital import report, windows
 from islands_kit.orbital.settings import CONTROLS
 from islands_kit.protocol.knobs import KnobError, resolve
 from islands_kit.run import run_experiment
@@ -124,3 +124,46 @@ def test_orbit_budget_in_the_designs_units(runs: dict, control: str) -> None:
     else:
         assert b["isl_bytes"] == 0
     assert math.isfinite(b["ground_baseline_days"])
+
+
+def _run(curve: list[list[float]], days: float = 8.0) -> dict:
+    return {"val_curve": curve, "final_val_bpb": curve[-1][1],
+            "orbit_budget": {"orbital_days": days, "tokens": int(curve[-1][0]), "ground_link_bytes": 10,
+                             "isl_bytes": 0, "ground_baseline_days": 0.001}}
+
+
+def test_days_to_quality_reads_the_first_crossing_on_the_same_bytes() -> None:
+    ref = _run([[100, 3.0], [200, 2.5], [200, 2.4]])  # curve bytes: 2.5 at the end; final bytes: 2.4
+    assert report.crossing_tokens([[100, 2.9], [200, 2.4], [200, 2.45]], 2.45, 2.5, 2.4) == pytest.approx(180.0)
+    assert report.days_to_quality(_run([[100, 2.9], [200, 2.4], [200, 2.45]]), ref) == pytest.approx(8.0 * 0.9)
+    # never below 2.5 on the curve, but its final score on the final bytes matches the baseline's: reached at the end
+    assert report.days_to_quality(_run([[100, 2.9], [200, 2.6], [200, 2.4]]), ref) == pytest.approx(8.0)
+    assert report.days_to_quality(_run([[100, 2.9], [200, 2.6], [200, 2.41]]), ref) is None
+    assert report.crossing_tokens([[100, 2.0], [200, 1.9], [200, 1.9]], 1.9, 2.5, 2.4) == 100.0
+
+
+def test_the_verdict_carries_an_interval_or_says_not_reached() -> None:
+    v = report.verdict([6.0, 7.0, 8.0], [9.0, 9.0, 9.0])
+    assert v["mean"] == pytest.approx(7.0) and v["ci95"][0] < 7.0 < v["ci95"][1] and v["reached"] == 3
+    assert v["ci95"][1] - 7.0 == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-3)
+    v = report.verdict([6.0, None, None], [9.0, 8.5, 9.2])
+    assert v["mean"] is None and v["text"] == "not reached in 8.5 days (1 of 3 seeds reached it)"
+    assert report.verdict([None], [8.0])["text"] == "not reached in 8 days"
+    assert report.row_fields({0: {"final_val_bpb": 2.0}}, {}) == {}  # a row that neither flies nor throttles
+
+
+@pytest.mark.slow  # trains for seconds
+def test_a_rows_units_from_smoke_runs(runs: dict, tmp_path) -> None:
+    run_experiment(get_preset("baseline", "smoke"), tmp_path)
+    ref = json.loads((tmp_path / "result.json").read_text())
+    cfg, res = runs["passes+isl"]
+    u = report.row_fields({0: res}, {0: ref})["orbit_units"]
+    assert u["seeds"] == [0] and u["orbital_days"] == [res["orbit_budget"]["orbital_days"]]
+    assert u["isl_bytes"][0] > 0 and u["tokens"] == [res["tokens"]]
+    d = u["days_to_baseline_quality"]
+    assert d["seeds"] == [0] and d["n"] == 1
+    if d["days"][0] is None:
+        assert res["final_val_bpb"] > ref["final_val_bpb"] and d["text"].startswith("not reached in")
+    else:
+        assert 0 < d["days"][0] <= res["orbit_budget"]["orbital_days"]
+    assert report.lines({"row": "(iv)", "orbit_units": u})[0].startswith("(iv): ")
