@@ -113,3 +113,38 @@ def lines(entry: Mapping[str, Any]) -> list[str]:
             f"(the ground baseline's hardware: {86400 * mean(u['ground_baseline_days']):.3g} s); "
             f"{mean(u['ground_link_bytes']):,.0f} bytes over the ground link, {mean(u['isl_bytes']):,.0f} over "
             f"inter-satellite links; the baseline's quality: {u['days_to_baseline_quality']['text']}"]
+
+
+def effects(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The study report's rows (``benchmarks/orbital-demo.json``; its first machine's, the most complete), each with
+    its ratio against its control and against the baseline (mean, 95% interval, n) and its tokens: what each effect
+    costs, in the file's order."""
+    rows = [e for e in doc.get("entries", []) if e.get("kind") == "row"]
+    first = rows[0].get("machine") if rows else None
+    out = []
+    for e in rows:
+        if e.get("machine") != first:
+            continue
+        pick = {k: {f: (e.get(k) or {}).get(f) for f in ("ratio_mean", "ratio_ci95", "ratio_n")}
+                for k in ("vs_control", "vs_ref")}
+        out.append({"row": e["row"], "control": e.get("control"), "tokens": e.get("tokens", []), **pick,
+                    "orbit_units": e.get("orbit_units")})
+    return out
+
+
+def effect_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Each effect in words: the row, its ratio against its control and against the baseline, each with its 95%
+    interval ("not resolved" when the interval holds 1), then its units (``lines``)."""
+    def ratio(r: Mapping[str, Any]) -> str:
+        if r.get("ratio_mean") is None:
+            return "no paired seeds yet"
+        ci, n = r.get("ratio_ci95"), r.get("ratio_n")
+        if not ci:
+            return f"{r['ratio_mean']:.4f}x (n={n}, no interval)"
+        word = "not resolved" if ci[0] <= 1.0 <= ci[1] else ("worse" if ci[0] > 1.0 else "better")
+        return f"{r['ratio_mean']:.4f}x [{ci[0]:.4f}, {ci[1]:.4f}], n={n}: {word}"
+    out = []
+    for e in effects(doc):
+        out.append(f"{e['row']}: vs {e['control']} {ratio(e['vs_control'])}; vs the baseline {ratio(e['vs_ref'])}")
+        out += ["  " + line for line in lines(e)]
+    return out
