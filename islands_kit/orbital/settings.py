@@ -25,9 +25,9 @@ link's rate and round trip are not compressed.
 
 Equal tokens. The orbital demo plans the baseline's budget (1200 steps of the schedule x 40 sequences: what
 ``compare`` checks); satellites in eclipse (37% of each orbit at 550 km) compute at half speed, so they process
-fewer of those tokens — ~85% in all, (1 + 4 x (0.63 + 0.37 x 0.5)) / 5 — as a straggler would (result.json's
-``tokens`` and ``tokens_per_island`` say how many). ``--set steps=1410`` gives equal *processed* tokens instead
-(compare then needs ``--allow-mismatch``: the budgets differ).
+fewer of those tokens, as a straggler would (result.json's ``tokens`` and ``tokens_per_island`` say how many).
+``train/orbit.py``'s ``steps_for_tokens`` plans the ticks that process the budget instead (a study's
+``equal_tokens`` knob); compare then needs ``--allow-mismatch``: the planned budgets differ.
 """
 from __future__ import annotations
 

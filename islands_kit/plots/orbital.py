@@ -61,8 +61,9 @@ def study_effects(rows: Sequence[Mapping[str, Any]], title: str | None = None) -
     it). A ratio without an interval is drawn hollow; the line at 1 is parity."""
     fig, ax = new_figure(width=9.0, height=1.0 + 0.55 * max(len(rows), 1))
     names = [str(r["row"]) for r in rows]
-    for key, color, dy, label in (("vs_control", _UP, -0.12, "against its control"),
-                                  ("vs_ref", _WINDOW, 0.12, "against the ground baseline")):
+    for key, color, dy, name in (("vs_control", _UP, -0.12, "against its control"),
+                                 ("vs_ref", _WINDOW, 0.12, "against the ground baseline")):
+        label: str | None = name
         for i, r in enumerate(rows):
             s = r.get(key) or {}
             m, ci = s.get("ratio_mean"), s.get("ratio_ci95")
