@@ -167,3 +167,28 @@ def test_a_rows_units_from_smoke_runs(runs: dict, tmp_path) -> None:
     else:
         assert 0 < d["days"][0] <= res["orbit_budget"]["orbital_days"]
     assert report.lines({"row": "(iv)", "orbit_units": u})[0].startswith("(iv): ")
+
+
+@pytest.mark.slow  # four smoke runs, each its own process
+def test_a_smoke_orbital_study_reports_each_row_in_orbital_units(tmp_path) -> None:
+    from pathlib import Path
+
+    from islands_kit.protocol.report import make_report
+    from islands_kit.protocol.runner import run_study
+    from islands_kit.protocol.study import load_study
+
+    study = load_study(Path(__file__).parent / "studies" / "orbital-smoke.toml")
+    assert len(run_study(study, tmp_path, jobs=2, say=lambda s: None)) == 4  # a tuning run at seed 0 is scored too
+    doc = make_report(study, tmp_path, "cmd")
+    rows = {e["row"]: e for e in doc["entries"] if e["kind"] == "row"}
+    base = next(e for e in doc["entries"] if e["kind"] == "arm" and e["arm"] == "baseline")
+    assert base["status"] == "done"
+    budget = 24 * 40 * get_preset("orbital", "smoke").model.seq_len  # the baseline's tokens
+    for name, e in rows.items():
+        assert e["status"] == "done" and e["vs_ref"]["ratio_n"] == 1 and e["vs_control"]["ratio_n"] == 1
+        u = e["orbit_units"]
+        assert budget <= u["tokens"][0] == e["tokens"][0] <= budget * 1.1  # at most one smoke tick past it
+        assert u["orbital_days"][0] > 0 and u["days_to_baseline_quality"]["n"] == 1
+        assert (u["isl_bytes"][0] > 0) == name.startswith("(iv)")
+        assert report.lines(e)[0].startswith(name)
+    assert report.effect_lines(doc)[0].startswith("(ii) ground + eclipse throttling: vs orbital ")
