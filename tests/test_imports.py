@@ -226,10 +226,10 @@ def test_the_checker_sees_a_circle_hidden_inside_a_function(tmp_path, monkeypatc
 @pytest.mark.slow  # starts a fresh interpreter per module
 @pytest.mark.parametrize("module", ["islands_kit.orbital.config", "islands_kit.orbital.settings",
                                     "islands_kit.orbital.geometry", "islands_kit.orbital.windows",
-                                    "islands_kit.config"])
+                                    "islands_kit.orbital.report", "islands_kit.config"])
 def test_the_config_and_the_orbits_settings_import_first_and_torch_free(module: str) -> None:
-    """``config/link.py`` and the experiment table import the orbit's settings, which use the config's rules: either
-    side imported first must load (the package loads the config first), and neither pulls in torch."""
+    """``config/link.py`` and the experiment table import the orbit's settings, which use only ``rules.py``: either
+    side imported first must load, and neither pulls in torch."""
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
     run = subprocess.run([sys.executable, "-c", code], cwd=PKG.parent, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
