@@ -112,7 +112,8 @@ plots.show(plots.decoupled_clocks(run["result"]), out / "decoupled_clocks.png")
 # ## Against the ground baseline
 # With `baseline_dir` set: the compare table (bpb paired by seed, bytes; `--wide` columns such as the window wait in
 # `compare.txt`) and the figure `islands-kit compare --plot FILE.png` draws. The orbital run plans the baseline's
-# token budget; its satellites process fewer tokens in eclipse, which the row's note says (its tokens over the baseline's); the study below plans equal processed tokens instead.
+# token budget; its satellites process fewer tokens in eclipse, which the row's note says (its tokens over the
+# baseline's); the study below plans equal processed tokens instead.
 
 # %%
 from islands_kit.notebooks import comparison_report, seed_groups
