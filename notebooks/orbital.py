@@ -50,6 +50,7 @@ wandb_mode = None  # None: the preset's (offline; disabled at smoke, as for `isl
 wandb_project = "islands_kit"
 wandb_group = ""  # the runs of one comparison share a group
 baseline_dir = ""  # a finished ground baseline run (islands-kit run baseline --preset PRESET); empty: no comparison
+study_file = ""  # the orbital study's report; empty: benchmarks/orbital-demo.json at the demo preset, when the kit has it
 overrides = {}  # any other config field by its --set key, e.g. {"link.orbit.beta_deg": 60.0, "threads": 1}
 # orbital knobs; None means the preset value (islands_kit.config.presets, islands_kit/orbital/settings.py)
 isl = None  # link.orbit.isl: False for (a) ground passes only, True for (b) relayed over inter-satellite links
@@ -111,7 +112,8 @@ plots.show(plots.decoupled_clocks(run["result"]), out / "decoupled_clocks.png")
 # ## Against the ground baseline
 # With `baseline_dir` set: the compare table (bpb paired by seed, bytes; `--wide` columns such as the window wait in
 # `compare.txt`) and the figure `islands-kit compare --plot FILE.png` draws. The orbital run plans the baseline's
-# token budget; its satellites process fewer tokens in eclipse, which the row's note says (`0.93x tokens`).
+# token budget; its satellites process fewer tokens in eclipse, which the row's note says (its tokens over the
+# baseline's); the study below plans equal processed tokens instead.
 
 # %%
 from islands_kit.notebooks import comparison_report, seed_groups
@@ -123,3 +125,28 @@ if baseline_dir:
     plots.show(plots.comparison_curves(seed_groups({"ground": base, "orbit": run})), out / "compare.png")
 else:
     print("no baseline_dir: run `islands-kit run baseline --preset " + preset + "` and pass its folder to compare")
+
+# %% [markdown]
+# ## What each effect of the orbit costs (the study)
+# The orbital study (`benchmarks/studies/orbital-demo.toml`) measures the controls one effect at a time, every row at
+# the baseline's processed tokens and paired per seed: (i) the same islands on the ground, (ii) + eclipses, (iii)
+# ground passes only, (iv) + the inter-satellite links in sight, and (iii) on real orbits. Each row's ratio against
+# its control is what the one effect it adds costs; against the baseline, all of them up to it; each with its 95%
+# interval over seeds. Then each orbital row in orbital time: days of orbit, bytes over the ground link and the
+# inter-satellite links, and the days of orbit to reach the ground baseline's quality.
+
+# %%
+import json
+from pathlib import Path
+
+from islands_kit.notebooks.resources import resource_dir
+from islands_kit.orbital.report import effect_lines, effects
+
+report_path = study_file or (str(resource_dir("benchmarks") / "orbital-demo.json") if preset == "demo" else "")
+if report_path and Path(report_path).is_file():
+    study = json.loads(Path(report_path).read_text())
+    print("\n".join(effect_lines(study)))
+    plots.show(plots.study_effects(effects(study)), out / "orbital_effects.png")
+else:
+    print("no study report" + (f" at {report_path}" if report_path else f" at preset {preset}") + ": "
+          "islands-kit study run benchmarks/studies/orbital-demo.toml, then study report --write")

@@ -13,7 +13,8 @@ PKG = ROOT / "islands_kit"
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.(?:py|md|ipynb|json|toml|yaml))\b")
 PLACEHOLDERS = ("runs/", "OUT/", "out_dir/", "x/")
 # outputs a named command writes
-WRITTEN = {"benchmarks/headline-demo.json": "islands-kit study report benchmarks/studies/headline-demo.toml --write"}
+WRITTEN = {"benchmarks/headline-demo.json": "islands-kit study report benchmarks/studies/headline-demo.toml --write",
+           "benchmarks/orbital-demo.json": "islands-kit study report benchmarks/studies/orbital-demo.toml --write"}
 
 
 def _texts(f: Path) -> list[str]:

@@ -114,7 +114,7 @@ def test_experiment_notebooks_declare_their_knobs():
         assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))) == common | own
     # the orbital experiment flies its own link (leo-orbit, link.orbit.*): no link parameter, its orbit's knobs
     assert set(pm.inspect_notebook(str(NOTEBOOK_DIR / "orbital.ipynb"))) == common - {"link"} | {
-        "baseline_dir", "isl", "time_compression", "eclipse_throttle", "H", "grace_s", "corrupt_prob"}
+        "baseline_dir", "study_file", "isl", "time_compression", "eclipse_throttle", "H", "grace_s", "corrupt_prob"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -423,7 +423,7 @@ def test_path_parameters_are_read_from_the_callers_folder(tmp_path, monkeypatch)
 
     kinds = {name: {k: path_kind(k) for k in notebook_parameters(name) if path_kind(k)}
              for name in sorted(q.stem for q in NOTEBOOK_DIR.glob("*.ipynb"))}
-    assert kinds["orbital"] == {"out_dir": "out", "corpus": "corpus", "baseline_dir": "dir"}
+    assert kinds["orbital"] == {"out_dir": "out", "corpus": "corpus", "baseline_dir": "dir", "study_file": "file"}
     assert kinds["two_site"] == {"out_dir": "out", "corpus": "corpus", "frontier_file": "file"}
     assert kinds["scaling"] == {"out_dir": "out"} and all("out_dir" in k for k in kinds.values())
     (tmp_path / "runs" / "base").mkdir(parents=True)
@@ -720,16 +720,30 @@ def test_cli_notebook_runs_orbital_at_smoke_against_a_baseline(tmp_path, capsys,
 
     monkeypatch.chdir(tmp_path)
     run_experiment(get_preset("baseline", "smoke"), "runs/baseline-smoke-s0")
+    # a study report of the shape `islands-kit study report` writes (made up here: two rows, one of them resolved)
+    units = {"seeds": [0, 1, 2], "orbital_days": [8.1, 8.2, 8.0], "tokens": [48000] * 3,
+             "ground_link_bytes": [10**6] * 3, "isl_bytes": [0] * 3, "ground_baseline_days": [7e-4] * 3,
+             "days_to_baseline_quality": {"text": "not reached in 8 days"}}
+    rows = [{"kind": "row", "row": "(i) ground", "control": "baseline", "machine": "m", "tokens": [48000] * 3,
+             "vs_control": {"ratio_mean": 1.02, "ratio_ci95": [1.01, 1.03], "ratio_n": 3}, "vs_ref": None},
+            {"kind": "row", "row": "(iii) ground passes only", "control": "(i) ground", "machine": "m",
+             "vs_control": {"ratio_mean": 1.01, "ratio_ci95": [0.99, 1.03], "ratio_n": 3},
+             "vs_ref": {"ratio_mean": 1.03, "ratio_ci95": [1.01, 1.05], "ratio_n": 3}, "orbit_units": units}]
+    (tmp_path / "study.json").write_text(json.dumps({"entries": rows}))
     assert cli.main(["notebook", "orbital", "-p", "preset", "smoke", "-p", "isl", "True", "-p", "baseline_dir",
-                     "runs/baseline-smoke-s0", "--out", "runs/orbital"]) == 0
+                     "runs/baseline-smoke-s0", "-p", "study_file", "study.json", "--out", "runs/orbital"]) == 0
     assert "executed notebook" in capsys.readouterr().out
     out = tmp_path / "runs" / "orbital"
     res = json.loads((out / "result.json").read_text())
     assert res["experiment"] == "orbital" and res["orbit"]["isl"] is True and res["orbit"]["windows_used"] > 0
-    for png in ("contact_windows.png", "bpb_vs_tokens.png", "decoupled_clocks.png", "compare.png"):
+    for png in ("contact_windows.png", "bpb_vs_tokens.png", "decoupled_clocks.png", "compare.png",
+                "orbital_effects.png"):
         assert_png(out / png)
     printed = "".join(stream_text(out / "orbital.ipynb"))
     assert "transfers waited" in printed and "bpb / baseline: over the baseline run with the same seed" in printed
+    assert "(i) ground: vs baseline 1.0200x [1.0100, 1.0300], n=3: worse; vs the baseline no paired seeds" in printed
+    assert "(iii) ground passes only: vs (i) ground 1.0100x [0.9900, 1.0300], n=3: not resolved" in printed
+    assert "8.1 days of orbit for 48,000 tokens" in printed and "not reached in 8 days" in printed
     assert "window wait s" in (out / "compare.txt").read_text()  # every column in the file
 
 

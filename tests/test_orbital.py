@@ -85,7 +85,8 @@ def test_the_controls_change_one_thing_each() -> None:
     for k in range(4):  # (ii) throttles the satellites' islands as (iii) and (iv) do
         shade = windows.eclipse_windows(o, k)[0][0] / o.time_compression
         assert hooks.step_seconds(1 + k, shade + 1e-12, 0.01) == pytest.approx(0.02)
-    assert hooks.step_seconds(0, 0.0, 0.01) == 0.01 and not hooks.has("result")  # off the orbit: no orbit section
+    assert hooks.step_seconds(0, 0.0, 0.01) == 0.01
+    assert set(hooks.result([], 1.0)) == {"orbit_budget"}  # off the orbit: its time and bytes, no contact windows
     assert len(base.islands) == 1 + N_TRAINING and base.link.orbit.n_satellites == RING
 
 
@@ -106,6 +107,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, list
 def test_the_ground_controls_train_without_windows(runs: dict) -> None:
     ground, lit = runs["ground"][0], runs["ground+eclipse"][0]
     assert "orbit" not in ground and "orbit" not in lit  # no contact windows to report
+    assert "orbit_budget" not in ground and lit["orbit_budget"]["isl_bytes"] == 0  # (i) neither flies nor throttles
     steps = {k: ground["inner_steps"][str(k)] for k in range(5)}
     assert len(set(steps.values())) == 1  # (i): every island at the same pace
     lit_steps = lit["inner_steps"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, overload
 
+from islands_kit.config.link import LINK_PRESETS
 from islands_kit.orbital import settings as orbital
 from islands_kit.rules import ConfigError
 
@@ -123,7 +124,8 @@ _TABLE: tuple[ExperimentRow, ...] = (
                        grace_s=0.05, stochastic_rounding=True, error_feedback=True, routing_sync=False,
                        diloco=dict(alpha=0.0, outer_lr=1.0, outer_momentum=0.0, final_codec="int8"),
                        decoupled=dict(late="carry")),
-                  settings={"link": orbital.link(orbital.SMOKE_COMPRESSION)},
+                  settings={"link": dict(LINK_PRESETS[orbital.LINK], preset=orbital.LINK,
+                                         orbit=orbital.orbit_section(orbital.SMOKE_COMPRESSION))},
                   demo={"optim": {"lr": 3e-3},
                         "link": {"orbit": {"time_compression": orbital.DEMO_COMPRESSION}}},
                   color="#9467bd", marker="^", notebook="orbital", scaling=False),

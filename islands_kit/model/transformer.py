@@ -27,6 +27,16 @@ from islands_kit.config import ModelConfig
 from islands_kit.model.moe import MoE, RoutingStats, init_moe_, moe_active_params
 
 
+def active_params(cfg: ModelConfig) -> int:
+    """Parameters used per token, from the config alone: embedding + attention + norms + router + top_k experts +
+    shared experts + head."""
+    d = cfg.d_model
+    attn = 4 * d * d
+    norms = 2 * d
+    per_block = attn + norms + moe_active_params(cfg)
+    return 2 * cfg.vocab_size * d + cfg.n_layers * per_block + d  # embedding + head, blocks, final norm
+
+
 @dataclass
 class ModelOutput:
     """logits (B, T, 256); loss: mean cross-entropy in nats (None without targets); aux_loss: the sum over layers
@@ -198,12 +208,8 @@ class ByteTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def num_active_params(self) -> int:
-        """Parameters used per token: embedding + attention + norms + router + top_k experts + shared experts + head."""
-        cfg, d = self.cfg, self.cfg.d_model
-        attn = 4 * d * d
-        norms = 2 * d
-        per_block = attn + norms + moe_active_params(cfg)
-        return 2 * cfg.vocab_size * d + cfg.n_layers * per_block + d  # embedding + head, blocks, final norm
+        """Parameters used per token (``active_params`` of its config)."""
+        return active_params(self.cfg)
 
     def block_param_names(self) -> list[list[str]]:
         """Parameter names of each block, in block order."""

@@ -9,10 +9,10 @@ points, is ``train/orbit.py``).
   sgp4_orbit.py  real orbits: element sets propagated by SGP4 (the optional ``orbit`` extra)
   windows.py     schedules: each link's contact windows, relaying over inter-satellite links, eclipses, the plan
                  the link model reads (``comm/link/contact.py``)
-  settings.py    the orbital experiment's islands, link, time compression and controls (the experiment table's row)
+  settings.py    the orbital experiment's islands, time compression and controls (the experiment table's row)
+  report.py      a study row in the design's units: days of orbit, bytes, days to the ground baseline's quality
 
-Imports point one way: geometry <- config <- circular, sgp4_orbit <- windows (<- comm/link <- train/orbit.py); config and settings
-sit under ``islands_kit.config`` (which imports them), so this package loads the config first: whichever of the
-two a program imports first, the other is complete when it is used.
+Imports point one way: geometry <- config <- circular, sgp4_orbit <- windows (<- comm/link <- train/orbit.py). The
+package sits below ``islands_kit.config`` and imports nothing of it (only ``rules.py`` and ``stats.py``, below both): the config reads
+``config.py`` (``link.orbit``) and ``settings.py`` (the experiment table's row), never the other way round.
 """
-import islands_kit.config  # noqa: F401  (see above: config/link.py and the experiment table import config.py and settings.py)

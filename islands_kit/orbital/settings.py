@@ -1,6 +1,7 @@
 """The ``orbital`` experiment's settings (its row of ``config/experiment_table.py``): a ground station's island and
-four training satellites in a ring of nine, the ``leo-orbit`` link, the time compression of each preset, and the
-controls that isolate what the orbit costs. Torch-free: the config table reads it.
+four training satellites in a ring of nine, the time compression of each preset, and the controls that isolate what
+the orbit costs. Torch-free and config-free: the config table reads it (and puts it on the ``leo-orbit`` link of
+``config/link.py``), so nothing here imports the config back.
 
 Islands. Island 0 is the ground station's own island: the decoupled synchroniser sits with island 0
 (``sync/decoupled.py``), so the global model lives on the ground, beside the station, and that island trains its
@@ -24,16 +25,15 @@ link's rate and round trip are not compressed.
 
 Equal tokens. The orbital demo plans the baseline's budget (1200 steps of the schedule x 40 sequences: what
 ``compare`` checks); satellites in eclipse (37% of each orbit at 550 km) compute at half speed, so they process
-fewer of those tokens — ~85% in all, (1 + 4 x (0.63 + 0.37 x 0.5)) / 5 — as a straggler would (result.json's
-``tokens`` and ``tokens_per_island`` say how many). ``--set steps=1410`` gives equal *processed* tokens instead
-(compare then needs ``--allow-mismatch``: the budgets differ).
+fewer of those tokens, as a straggler would (result.json's ``tokens`` and ``tokens_per_island`` say how many).
+``train/orbit.py``'s ``steps_for_tokens`` plans the ticks that process the budget instead (a study's
+``equal_tokens`` knob); compare then needs ``--allow-mismatch``: the planned budgets differ.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from islands_kit.config.link import LINK_PRESETS
-
+LINK = "leo-orbit"  # the named link of config/link.py the satellites' ground links use
 RING = 9  # satellites in the plane (geometry.ring at 550 km with an 80 km grazing margin)
 N_TRAINING = 4  # of them, the ones that train (islands 1..4); the rest relay
 BATCH = 8  # sequences a step per island: (1 + 4) x 8 = the baseline's 40
@@ -65,8 +65,8 @@ def station_and_satellites(hw: Any, k: int) -> list[dict[str, Any]]:
                  n_accelerators=1) for n in names]
 
 
-def link(compression: float, isl: bool = False) -> dict[str, Any]:
-    """The ``leo-orbit`` link over the ring with the orbit's time compression (and inter-satellite links when
-    ``isl``)."""
-    return dict(LINK_PRESETS["leo-orbit"], preset="leo-orbit",
-                orbit=dict(n_satellites=RING, time_compression=compression, isl=isl))
+
+def orbit_section(compression: float, isl: bool = False) -> dict[str, Any]:
+    """``link.orbit``'s settings over the ring with the orbit's time compression (and inter-satellite links when
+    ``isl``); the table puts them on the ``LINK`` link."""
+    return dict(n_satellites=RING, time_compression=compression, isl=isl)

@@ -202,6 +202,32 @@ def compute_factor(cfg: OrbitConfig, k: int, t_sim: float) -> float:
     return cfg.eclipse_throttle if _inside(eclipse_windows(cfg, k), t) else 1.0
 
 
+def relay_hops(cfg: OrbitConfig, g: int, k: int, t_sim: float) -> int | None:
+    """How many inter-satellite links satellite ``k``'s bytes cross at simulated time ``t_sim`` to reach station
+    ``g``: 0 while ``k`` is in a pass itself, else the fewest ring links that are up to a satellite in a pass (the
+    shortest path of ``relay``'s connected group); None when no satellite joined to ``k`` is in a pass (or without
+    ``isl``, when ``k`` is not in one)."""
+    t = (t_sim * cfg.time_compression) % cfg.horizon_s
+    lit = {j for j, ws in enumerate(_cached("passes", cfg, lambda: [[visibility_windows(cfg, h, i)
+                                                                      for i in range(cfg.n_satellites)]
+                                                                     for h in range(len(cfg.stations))])[g])
+           if _inside(ws, t)}
+    if k in lit:
+        return 0
+    if not cfg.isl:
+        return None
+    up = [p for p, ws in _cached("ring", cfg, lambda: ring_links(cfg)).items() if ws is None or _inside(ws, t)]
+    seen, frontier = {k}, [k]
+    for hops in range(1, cfg.n_satellites):  # breadth first over the links that are up
+        frontier = [b for a in frontier for p in up if a in p for b in p if b not in seen]
+        seen.update(frontier)
+        if lit & set(frontier):
+            return hops
+        if not frontier:
+            return None
+    return None
+
+
 def period_s(cfg: OrbitConfig) -> float:
     """The orbital period (seconds of orbital time; satellite 0's with element sets)."""
     return source(cfg).period_s()

@@ -30,7 +30,7 @@ from __future__ import annotations
 from islands_kit.plots.comparison import comparison_bars, comparison_curves, frontier
 from islands_kit.plots.decoupled import decoupled_clocks
 from islands_kit.plots.hierarchical import hierarchical_schedule
-from islands_kit.plots.orbital import contact_windows
+from islands_kit.plots.orbital import contact_windows, study_effects
 from islands_kit.plots.output import save, show
 from islands_kit.plots.runs import balance_vs_load, bpb_band, bpb_curves, link_bytes, routing_load
 from islands_kit.plots.schedules import butterfly_timeline, fragment_timeline, mixing_matrices
@@ -41,7 +41,7 @@ from islands_kit.plots.utilisation import utilisation_vs_bandwidth
 __all__ = [
     "COLORS", "X_AXES", "History", "balance_vs_load", "bpb_band", "bpb_bars", "bpb_curves", "butterfly_timeline", "color",
     "comparison_bars", "comparison_curves",
-    "contact_windows", "decoupled_clocks", "fragment_timeline", "frontier", "hierarchical_schedule",
+    "contact_windows", "study_effects", "decoupled_clocks", "fragment_timeline", "frontier", "hierarchical_schedule",
     "link_bytes", "loss_curves", "mixing_matrices",
     "new_figure", "routing_load", "routing_states", "save", "show", "transfer_times", "utilisation_vs_bandwidth",
 ]

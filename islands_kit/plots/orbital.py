@@ -53,3 +53,32 @@ def contact_windows(result: Mapping[str, Any], timeline: Sequence[Sequence[Any]]
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.25 / max(len(sats), 1)), ncol=3, fontsize=7,
               frameon=False)
     return fig
+
+
+def study_effects(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """Each row of the orbital study (``orbital.report.effects``) as two points with their 95% intervals: its bpb
+    ratio against its control (what the one effect it adds costs) and against the ground baseline (all effects up to
+    it). A ratio without an interval is drawn hollow; the line at 1 is parity."""
+    fig, ax = new_figure(width=9.0, height=1.0 + 0.55 * max(len(rows), 1))
+    names = [str(r["row"]) for r in rows]
+    for key, color, dy, name in (("vs_control", _UP, -0.12, "against its control"),
+                                 ("vs_ref", _WINDOW, 0.12, "against the ground baseline")):
+        label: str | None = name
+        for i, r in enumerate(rows):
+            s = r.get(key) or {}
+            m, ci = s.get("ratio_mean"), s.get("ratio_ci95")
+            if m is None:
+                continue
+            xerr = [[m - ci[0]], [ci[1] - m]] if ci else None
+            ax.errorbar([m], [i + dy], xerr=xerr, fmt="o", color=color, capsize=3, mfc=color if ci else "none",
+                        label=label)
+            label = None  # one legend entry per kind
+    ax.axvline(1.0, color="0.5", lw=0.8, ls="--")
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names)
+    ax.invert_yaxis()
+    ax.set_xlabel("validation bpb ratio (95% interval over seeds)")
+    ax.set_title(title or "What each effect of the orbit costs, at equal processed tokens")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, frameon=False)
+    return fig

@@ -12,6 +12,11 @@
   whole: at most 2 steps off, under 1% from 300 steps up); the warm-up and the evaluation, log and checkpoint cadence
   scale with the steps (the schedule keeps its shape); the sync window ``sync.H`` stays in steps.
 * ``length`` — ``steps`` itself, with the same step-counted settings scaled (the length axis: everything else kept).
+* ``equal_tokens`` — ``"true"``: the steps planned so that the tokens the islands *process* reach the tokens the
+  config plans (steps x global batch x seq_len) — a decoupled run whose islands skip throttled steps (eclipses:
+  ``train/orbit.py``, ``steps_for_tokens``) plans more ticks, at most one tick past the budget; the warm-up and the
+  cadences scale with the steps, as for ``length``. Applied last (after the batch); a run that throttles nothing
+  keeps its steps.
 * ``batch_scale`` — the global batch as a multiple of the point's, at equal tokens (protocol/batch.py: the steps and
   everything counted in steps move with it, H included, so the outer steps per fragment are unchanged); a grid key,
   so one grid tunes the batch at every size.
@@ -31,11 +36,13 @@ from fractions import Fraction
 from typing import Any
 
 from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides
-from islands_kit.model.moe import moe_active_params
+from islands_kit.model.transformer import active_params as model_active_params
 from islands_kit.protocol.batch import BATCH_KEY, at_global_batch, global_batch
+from islands_kit.train.orbit import steps_for_tokens
 
 WIDTH, LR_SCALE, TOKENS, LENGTH, BATCH_SCALE = "width", "lr_scale", "tokens_per_active_param", "length", "batch_scale"
-KNOBS = (WIDTH, LR_SCALE, TOKENS, LENGTH, BATCH_SCALE)
+EQUAL_TOKENS = "equal_tokens"
+KNOBS = (WIDTH, LR_SCALE, TOKENS, LENGTH, BATCH_SCALE, EQUAL_TOKENS)
 MIN_OUTER_STEPS = 24  # per fragment, every preset but smoke (DESIGN.md, "Regime")
 REGIME_EXEMPT = ("smoke",)
 STEP_MULTIPLE = 4
@@ -50,8 +57,7 @@ class KnobError(ConfigError):
 def active_params(cfg: ExperimentConfig) -> int:
     """Parameters one token uses (the model's ``num_active_params``, from the config alone): embedding and head,
     per block attention, norms and the MoE's active part, the final norm."""
-    m, d = cfg.model, cfg.model.d_model
-    return 2 * m.vocab_size * d + m.n_layers * (4 * d * d + 2 * d + moe_active_params(m)) + d
+    return model_active_params(cfg.model)
 
 
 def tokens_of(cfg: ExperimentConfig) -> int:
@@ -153,7 +159,7 @@ def check_regime(cfg: ExperimentConfig, preset: str, where: str = "trial") -> No
 def resolve(base: ExperimentConfig, preset: str, plain: dict[str, str], knobs: dict[str, str]) -> dict[str, str]:
     """The ``--set`` overrides of ``plain`` settings plus ``knobs`` (KNOBS and ``batch``), applied in order — width,
     then the length (``tokens_per_active_param`` or ``length``), ``lr_scale``, then the batch at equal tokens
-    (``batch`` or ``batch_scale``) — and the regime checked on the result."""
+    (``batch`` or ``batch_scale``), then ``equal_tokens`` — and the regime checked on the result."""
     unknown = sorted(set(knobs) - {*KNOBS, BATCH_KEY})
     if unknown:
         raise KnobError(f"{', '.join(unknown)}: not a knob ({', '.join((*KNOBS, BATCH_KEY))})")
@@ -192,6 +198,13 @@ def resolve(base: ExperimentConfig, preset: str, plain: dict[str, str], knobs: d
             raise KnobError(f"{BATCH_SCALE}: {knobs[BATCH_SCALE]} x the point's global batch {global_batch(cfg)} = "
                             f"{batch}, which breaks the batch rule ({e})") from None
         cfg = apply_overrides(base, out)
-    if set(knobs) - {BATCH_KEY}:  # the scaling knobs' trials (a plain study's rows may leave the regime on purpose)
+    if EQUAL_TOKENS in knobs:
+        if knobs[EQUAL_TOKENS] not in ("true", "false"):
+            raise KnobError(f"{EQUAL_TOKENS}: must be true or false (got {knobs[EQUAL_TOKENS]!r})")
+        steps = steps_for_tokens(cfg, tokens_of(cfg)) if knobs[EQUAL_TOKENS] == "true" else cfg.steps
+        if steps != cfg.steps:
+            out.update(_schedule(cfg, steps))
+            cfg = apply_overrides(base, out)
+    if set(knobs) - {BATCH_KEY, EQUAL_TOKENS}:  # the scaling knobs' trials (a plain study's rows may leave the regime on purpose)
         check_regime(cfg, preset, ", ".join(f"{k}={v}" for k, v in knobs.items()))
     return out

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from islands_kit.orbital import report as orbital_report
 from islands_kit.protocol.equal_time import equal_time_trial
 from islands_kit.protocol.runs import Run, machines
 from islands_kit.protocol.study import Study, Trial
@@ -275,6 +276,7 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
         entry[key] = _ratio_fields(mine, other, _pair(mine, other, unpaired))
     entry["unpaired"] = sorted(set(unpaired))
     entry.update(_bytes(mine, {}))
+    entry.update(orbital_report.row_fields(mine, _scored(study, refs["vs_ref"], row.seeds, root) if "vs_ref" in refs else {}))
     return entry
 
 

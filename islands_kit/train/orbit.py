@@ -14,6 +14,18 @@ Eclipse. A satellite in the Earth's shadow computes at ``link.orbit.eclipse_thro
 applies when the link flies (``link.orbit.eclipse=auto``, the default) or, with ``eclipse=on``, on an always-up ground
 link too (the control that separates the eclipse from the passes: ``settings.CONTROLS``).
 
+Equal processed tokens. The decoupled schedule plans ``steps`` ticks; an island computes the inner steps that fit in
+them on its own clock, so a throttled satellite processes fewer than the ticks. ``inner_steps`` counts them from the
+config alone (the driver's loop on the clock, with this module's eclipse), and ``steps_for_tokens`` finds the fewest
+ticks whose processed tokens reach a budget: what a study's ``equal_tokens`` knob plans (protocol/knobs.py).
+
+The design's units (result.json's ``orbit_budget``, for every run that flies or throttles): the orbital time the run
+spanned (simulated seconds x ``time_compression``, in days), the bytes that crossed the ground link (station <->
+satellite) and the inter-satellite links (a relayed transfer's bytes times the ring links between its satellite and
+the one in a pass when its last byte left, ``windows.relay_hops``), and the seconds the ground baseline's hardware
+(the reference experiment's islands at this preset, synchronous: its slowest island's step, compute only) takes for
+the same tokens.
+
 Waiting for a window. A transfer posted at ``s`` that arrives at ``e`` waited ``down_time_s(schedule, s, e)`` of
 that span for its link to come up (the rest is serialisation, latency and resends). Nobody idles for it in
 decoupled mode: the island goes on training, and the wait shows as staleness (late or skipped merges) instead.
@@ -25,8 +37,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from islands_kit.comm.link.contact import ContactPlan, contact_plan, down_time_s, up_windows
 from islands_kit.config import ExperimentConfig
+from islands_kit.config.experiment_table import EXPERIMENT_TABLE
+from islands_kit.config.presets import get_preset
+from islands_kit.model.transformer import active_params
 from islands_kit.orbital import windows
 from islands_kit.sync.hooks import Hooks
+from islands_kit.train.islands import step_seconds
 
 Transfer = Sequence[Any]  # a ledger timeline row: (start_s, end_s, bytes, src, dst, channel)
 
@@ -53,8 +69,97 @@ def attach(hooks: Hooks, cfg: ExperimentConfig, local_islands: Sequence[int] = (
 
     if eclipses(cfg):
         hooks.on("step_seconds", eclipse)
-    if on_orbit(cfg):
+    if on_orbit(cfg) or eclipses(cfg):
         hooks.on("result", lambda timeline, span_s: result_fields(cfg, timeline, span_s))
+
+
+def step_times(cfg: ExperimentConfig) -> tuple[dict[int, float], float]:
+    """Every island's step time (its hardware, its straggler factor) and the decoupled schedule's tick (the fastest),
+    as ``train/experiment.py`` sets them."""
+    active = active_params(cfg.model)
+    step_s = {j: (cfg.faults.straggler_factor if cfg.faults.straggler_island == j else 1.0)
+              * step_seconds(ic, cfg.model, active) for j, ic in enumerate(cfg.islands)}
+    return step_s, min(step_s.values())
+
+
+def inner_steps(cfg: ExperimentConfig, ticks: int | None = None) -> dict[int, int]:
+    """The inner steps each island of a decoupled run computes in ``ticks`` ticks (default ``cfg.steps``): the
+    driver's loop (``DecoupledDriver.step``) on each island's clock, a step throttled in eclipse as ``attach`` makes
+    it. A lock-step run computes ``ticks`` on every island."""
+    ticks = cfg.steps if ticks is None else ticks
+    if cfg.sync.mode != "decoupled":
+        return {j: ticks for j in range(len(cfg.islands))}
+    hooks = Hooks()
+    attach(hooks, cfg)
+    step_s, tick_s = step_times(cfg)
+    end_s = ticks * tick_s * (1 + 1e-9)
+    out = {}
+    for j, s in step_s.items():
+        now, n = 0.0, 0
+        while now + s <= end_s:
+            now += hooks.step_seconds(j, now, s)
+            n += 1
+        out[j] = n
+    return out
+
+
+def processed_tokens(cfg: ExperimentConfig, ticks: int | None = None) -> int:
+    """Training tokens the islands process in ``ticks`` ticks (result.json's ``tokens`` for that run)."""
+    return sum(n * cfg.islands[j].batch_size * cfg.model.seq_len for j, n in inner_steps(cfg, ticks).items())
+
+
+def steps_for_tokens(cfg: ExperimentConfig, tokens: int) -> int:
+    """The fewest ticks whose processed tokens reach ``tokens`` (one tick past them at most: under 1% from 100
+    ticks up); ``cfg.steps`` itself when nothing throttles."""
+    if tokens <= 0:
+        raise ValueError(f"tokens: must be > 0 (got {tokens})")
+    lo, hi = 1, max(1, cfg.steps)
+    while processed_tokens(cfg, hi) < tokens:
+        lo, hi = hi + 1, 2 * hi
+        if hi > 1 << 24:
+            raise ValueError(f"tokens: {tokens} are not reached in {hi} ticks (does an island compute at all?)")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if processed_tokens(cfg, mid) >= tokens:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def ground_baseline_s(cfg: ExperimentConfig, tokens: int) -> float:
+    """Seconds the ground baseline's hardware takes to train ``tokens``: the reference experiment's islands at
+    ``cfg``'s preset, with ``cfg``'s model, in lock step (each step as long as its slowest island's compute)."""
+    ref = next(r.name for r in EXPERIMENT_TABLE.values() if r.reference)
+    base = get_preset(ref, cfg.preset)
+    active = active_params(cfg.model)
+    step = max(step_seconds(ic, cfg.model, active) for ic in base.islands)
+    per_step = sum(ic.batch_size for ic in base.islands) * cfg.model.seq_len
+    return tokens / per_step * step
+
+
+def budget(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: float) -> dict[str, Any]:
+    """result.json's ``orbit_budget``: the run in the design's units (module doc)."""
+    o = cfg.link.orbit
+    G = len(o.stations)
+    ground = isl = 0
+    for _start, end, nbytes, src, dst, _channel in timeline:
+        src, dst, nbytes = int(src), int(dst), int(nbytes)
+        if src == dst or (src < G and dst < G):
+            continue
+        if src >= G and dst >= G:  # between ring neighbours, over their own link
+            isl += nbytes
+            continue
+        ground += nbytes
+        if on_orbit(cfg) and o.isl:
+            sat, station = (src, dst) if src >= G else (dst, src)
+            isl += nbytes * (windows.relay_hops(o, station, sat - G, float(end)) or 0)
+    tokens = processed_tokens(cfg)
+    orbital_s = span_s * o.time_compression
+    return {"time_compression": o.time_compression, "orbital_s": orbital_s, "orbital_days": orbital_s / 86400.0,
+            "tokens": tokens, "ground_link_bytes": ground, "isl_bytes": isl,
+            "ground_baseline_s": ground_baseline_s(cfg, tokens),
+            "ground_baseline_days": ground_baseline_s(cfg, tokens) / 86400.0}
 
 
 def _window_of(schedule: Any, start: float, end: float) -> tuple[float, float] | None:
@@ -115,10 +220,15 @@ def contact_report(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: 
 
 
 def result_fields(cfg: ExperimentConfig, timeline: Iterable[Transfer], span_s: float) -> dict[str, Any]:
-    """``{"orbit": contact_report(...)}`` for a run that flies, else nothing (result.json's keys stay as they were)."""
-    if not on_orbit(cfg):
-        return {}
-    return {"orbit": contact_report(cfg, timeline, span_s)}
+    """``orbit_budget`` (``budget``) for a run that flies or throttles, and ``orbit`` (``contact_report``) for one
+    that flies; nothing for any other run (result.json's keys stay as they were)."""
+    timeline = list(timeline)
+    out: dict[str, Any] = {}
+    if on_orbit(cfg) or eclipses(cfg):
+        out["orbit_budget"] = budget(cfg, timeline, span_s)
+    if on_orbit(cfg):
+        out["orbit"] = contact_report(cfg, timeline, span_s)
+    return out
 
 
 def up_share(wins: Sequence[Sequence[float]], span_s: float) -> float:
