@@ -128,6 +128,7 @@ class Study:
     points: list[Point] = field(default_factory=list)
     point_reports: str | None = None  # the folder of the points' reports and ledgers
     trend: str | None = None  # the scaling trend's JSON (islands_kit/scaling/trend.py)
+    executor: dict[str, Any] = field(default_factory=dict)  # where the runs are made (protocol/executor.py checks it)
 
     # -- expansion -----------------------------------------------------------------------------------------------
     def base_config(self, experiment: str) -> ExperimentConfig:
@@ -248,7 +249,9 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     fails here, naming it, before any run)."""
     w = f"{path}: " if path else ""
     _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
-                   "point_reports", "trend"}, w.rstrip(": ") or "study")
+                   "point_reports", "trend", "executor"}, w.rstrip(": ") or "study")
+    if not isinstance(doc.get("executor", {}), dict):
+        raise StudyError(f"{w}executor: must be a table ([executor]: kind, partition, account, time_min, ...)")
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
@@ -301,7 +304,8 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         raise StudyError(f"{w}rows: two rows share a name")
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
                   arms, rows, doc.get("report"), str(doc.get("description", "")), path,
-                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"))
+                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"),
+                  dict(doc.get("executor", {})))
     study.check_budgets()
     if study.points:
         if rows or study.report:
