@@ -204,7 +204,7 @@ class Cluster:
             ex.update_parameters(**self.params(name))
             job = ex.submit(fn, *args)
             self._jobs[str(job.job_id)] = job
-        rec = {"executor": self.settings.kind, "job_id": str(job.job_id), "folder": str(self.folder / "jobs"),
+        rec = {"executor": self.settings.kind, "job_id": str(job.job_id), "folder": str(self.folder / "jobs" / "%j"),
                "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr), "name": name, "host": _HOST,
                "submitted": time.time()}
         if self.settings.kind == "submitit-local":  # the job is its controller process: pid and start time
@@ -269,7 +269,8 @@ class Cluster:
         while self.state(rec) != "ended":
             time.sleep(self.poll_s)
         for _ in range(10):  # a shared filesystem may show a node's files a moment late
-            res = run.result() or landed_result(run)
+            res = run.result()
+            res = landed_result(run) if res is None else res
             if res is not None:
                 if (run.dir / LANDED).exists():
                     self.forget_machine()
