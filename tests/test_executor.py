@@ -97,6 +97,77 @@ def test_the_slurm_dry_run_prints_each_submission_and_its_sbatch_parameters(tmp_
     assert not out_dir.exists()  # a dry run writes nothing and submits nothing
 
 
+def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
+    from islands_kit.protocol.status import Jobs, show_status
+    from islands_kit.records.locks import _start_time
+
+    study = load_study(two_arm_study(tmp_path))
+    root = tmp_path / "runs" / BOX
+    runs = [Run(t, s, study.preset, root, "tune") for t in (study.trials("baseline")[0], study.trials("two_site")[0])
+            for s in (0, 1)]
+    runs.append(Run(study.trials("baseline")[0], 2, study.preset, root, "score"))
+    for r in runs:
+        r.dir.mkdir(parents=True)
+    runs[0].dir.joinpath("result.json").write_text("{}")
+    runs[1].dir.joinpath("log.txt").write_text("step 3\nValueError: the config broke a rule\n")  # a local run that failed
+    me = {"pid": os.getpid(), "host": os.uname().nodename, "started": _start_time(os.getpid())}
+    runs[2].dir.joinpath("run.lock").write_text(json.dumps(me))  # a local runner making it
+    err = tmp_path / "job.err"
+    err.write_text("srun: error: node7: task 0: Killed\n")
+    dead = {"executor": "submitit-local", "job_id": str(2 ** 22 + 4321), "host": os.uname().nodename, "started": "1",
+            "stderr": str(err), "folder": str(tmp_path / "jobs" / "%j")}
+    runs[3].dir.joinpath(JOB).write_text(json.dumps(dead))  # a job gone without a result.json
+    alive = {**dead, "job_id": str(os.getpid()), "started": me["started"]}
+    runs[4].dir.joinpath(JOB).write_text(json.dumps(alive))  # a job whose process is live
+    lines: list[str] = []
+    counts = show_status([("two on box", runs)], Jobs(tmp_path / ".cluster"), say=lines.append)
+    assert counts == {"finished": 1, "failed": 2, "running": 2}
+    text = "\n".join(lines)
+    assert "the config broke a rule" in text and "task 0: Killed" in text and f"job {os.getpid()} (submitit-local)" in text
+    runs[4].dir.joinpath("run.lock").unlink(missing_ok=True)
+    runs[4].dir.joinpath(JOB).unlink()
+    assert show_status([("h", runs[4:])], Jobs(tmp_path / ".cluster"), say=lambda s: None) == {"not started": 1}
+
+
+def test_a_job_on_another_machine_kind_files_its_run_under_that_machine(tmp_path, monkeypatch):
+    import islands_kit.protocol.executor as ex
+    from islands_kit.protocol.runs import this_machine
+    from islands_kit.train.result import machine_fingerprint
+
+    study = load_study(two_arm_study(tmp_path))
+    base = tmp_path / "runs"
+    recorded = {"fp": machine_fingerprint()}
+
+    def fake_execute(run: Run):  # what runner.execute leaves: the run's folder with its result.json
+        run.dir.mkdir(parents=True, exist_ok=True)
+        res = {"final_val_bpb": 1.25, "versions": {"machine": recorded["fp"]}}
+        run.dir.joinpath("result.json").write_text(json.dumps(res))
+        return res
+
+    monkeypatch.setattr(ex, "execute", fake_execute)
+    planned = Run(study.trials("baseline")[0], 0, study.preset, base / BOX, "tune")  # the probe said BOX; the node is not
+    assert ex.run_on_node(planned)["final_val_bpb"] == 1.25
+    here = Run(planned.trial, 0, study.preset, base / this_machine(), "tune")
+    assert here.result() is not None and planned.result() is None
+    assert json.loads((planned.dir / ex.LANDED).read_text())["machine"] == this_machine()
+    # result.json's machine decides: a run whose result names another machine than the node's view is moved there
+    recorded["fp"] = "torch 9 | AVX2 | x86_64 other box | flags 0"
+    other = Run(study.trials("two_site")[0], 0, study.preset, base / BOX, "tune")
+    ex.run_on_node(other)
+    moved = Run(other.trial, 0, study.preset, base / machine_slug(recorded["fp"]), "tune")
+    assert moved.result() is not None and not Run(other.trial, 0, study.preset, base / this_machine(), "tune").dir.exists()
+    # the submitter takes the landed result, says where it went, and forgets the probe's answer
+    settings = Settings(kind="submitit-local", poll_s=0.01)
+    cluster = Cluster(settings, base / ".cluster", say=lambda s: None)
+    probe = ex.probe_file(settings, cluster.folder)
+    probe.parent.mkdir(parents=True)
+    probe.write_text(json.dumps({"machine": BOX}))
+    gone = {"executor": "submitit-local", "job_id": str(2 ** 22 + 4321), "host": os.uname().nodename, "started": "1"}
+    assert cluster.known_machine() == BOX
+    assert cluster.wait(planned, gone)["final_val_bpb"] == 1.25
+    assert cluster.known_machine() is None
+
+
 FAKE_SLURM = {
     "srun": "#!/bin/sh\nexit 0\n",
     # records the sbatch file it was given and answers as Slurm does

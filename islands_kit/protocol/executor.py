@@ -197,11 +197,15 @@ class Cluster:
                 self._executor = self.submitit.LocalExecutor(folder=jobs)
         return self._executor
 
-    def submit(self, name: str, fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
-        """Submit ``fn(*args)`` as one job; its record (what ``state`` and a later invocation need)."""
+    def submit(self, name: str, fn: Callable[..., Any], *args: Any, minutes: int | None = None) -> dict[str, Any]:
+        """Submit ``fn(*args)`` as one job (``minutes``: its own time limit); its record (what ``state`` and a later
+        invocation need)."""
+        params = self.params(name)
+        if minutes is not None:
+            params["timeout_min" if self.settings.kind == "submitit-local" else "time"] = minutes
         with self._lock:
             ex = self._make_executor()
-            ex.update_parameters(**self.params(name))
+            ex.update_parameters(**params)
             job = ex.submit(fn, *args)
             self._jobs[str(job.job_id)] = job
         rec = {"executor": self.settings.kind, "job_id": str(job.job_id), "folder": str(self.folder / "jobs" / "%j"),
@@ -295,7 +299,7 @@ class Cluster:
         if known is not None:
             return known
         self.folder.mkdir(parents=True, exist_ok=True)
-        rec = self.submit("islands-kit-probe", probe_machine)
+        rec = self.submit("islands-kit-probe", probe_machine, minutes=min(10, self.settings.time_min))  # short: starts soon
         self.say(f"probe: job {rec['job_id']} asks the {self.settings.kind} nodes which machine they are")
         try:
             value = self._jobs[rec["job_id"]].result()
