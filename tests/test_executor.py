@@ -316,7 +316,8 @@ def test_submitit_local_a_killed_job_and_a_killed_submitter_resume_without_submi
     assert records[key] == [before["job_id"]]  # never submitted twice
     killed = str(training[0].parent.relative_to(out))
     assert len(records[killed]) == 2 and victim["job_id"] in records[killed]
-    assert f"submit baseline" in again.stdout or f"submit two_site" in again.stdout
+    arm, seed = training[0].parent.parts[-3], training[0].parent.name.removeprefix("seed")
+    assert f"submit {arm} seed {seed}: job {records[killed][-1]}" in again.stdout
     assert len(list(out.glob("*/*/*/seed*/result.json"))) == 4
     status = subprocess.run([sys.executable, "-m", "islands_kit", "study", "status", str(study), "--out", str(out)],
                             cwd=ROOT, env=ENV, capture_output=True, text=True)
