@@ -289,6 +289,7 @@ def test_submitit_local_a_killed_job_and_a_killed_submitter_resume_without_submi
     cmd = [sys.executable, "-m", "islands_kit", "study", "run", str(study), "--out", str(out), "--executor", "submitit-local",
            "--jobs", "2"]
     sub = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    training: list[Path] = []
     try:
         deadline = time.time() + 600
         # both tuning runs submitted and one of them training (its `islands-kit run` holds the output folder)
@@ -301,8 +302,9 @@ def test_submitit_local_a_killed_job_and_a_killed_submitter_resume_without_submi
         else:
             pytest.fail("the submitter never had two jobs in flight")
     finally:
-        victim = json.loads(training[0].read_text())
-        _kill_tree(int(victim["job_id"]))  # a job killed mid-run
+        victim = json.loads(training[0].read_text()) if training else {"job_id": "0"}
+        if training:
+            _kill_tree(int(victim["job_id"]))  # a job killed mid-run
         sub.kill()  # and the submitting shell
         sub.wait()
     survivor = next(j for j in jobs if j != training[0])
