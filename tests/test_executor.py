@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from islands_kit.cli import main
+from islands_kit.protocol import executor as executor_mod
 from islands_kit.protocol.executor import JOB, Cluster, Settings, settings_from
 from islands_kit.protocol.runs import Run, machine_slug
 from islands_kit.protocol.study import StudyError, load_study, parse_study
@@ -237,8 +238,8 @@ def test_a_slurm_job_is_recorded_attached_to_by_a_second_submitter_and_resubmitt
                                                       .execute(other)), daemon=True)
     done.start()
     deadline = time.time() + 30
-    while not (fake_slurm / "sbatch-102.sh").exists() and time.time() < deadline:
-        time.sleep(0.05)
+    while (executor_mod.read_json(other.dir / JOB) or {}).get("job_id") != "102" and time.time() < deadline:
+        time.sleep(0.05)  # (the sbatch file is there a moment before the record)
     assert json.loads((other.dir / JOB).read_text())["job_id"] == "102"
     assert json.loads((other.dir / "job-101.json").read_text())["job_id"] == "101"  # the failed job's record kept
     other.dir.joinpath("result.json").write_text("{}")
