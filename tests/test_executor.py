@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,12 +228,27 @@ def test_a_slurm_job_is_recorded_attached_to_by_a_second_submitter_and_resubmitt
 
     # a job that fails: its log's tail reaches the submitter; the next invocation submits the run again
     other = Run(study.trials("two_site")[0], 0, study.preset, tmp_path / "runs" / BOX, "tune")
-    (fake_slurm / "state-101").write_text("FAILED")
     err = tmp_path / "runs" / ".cluster" / "jobs" / "101" / "101_0_log.err"
     err.parent.mkdir(parents=True)
     err.write_text("Traceback ...\nRuntimeError: the node ran out of disk\n")
-    with pytest.raises(RuntimeError, match=r"(?s)failed in job 101 \(slurm\).*ran out of disk"):
-        Cluster(settings, tmp_path / "runs" / ".cluster", say=lambda s: None).execute(other)
+    errors: list[str] = []
+
+    def failing() -> None:
+        try:
+            Cluster(settings, tmp_path / "runs" / ".cluster", say=lambda s: None).execute(other)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=failing, daemon=True)
+    t.start()
+    deadline = time.time() + 30
+    while (executor_mod.read_json(other.dir / JOB) or {}).get("job_id") != "101" and time.time() < deadline:
+        time.sleep(0.05)
+    # the job started on node7, took the run's lock and died there: its lock stays, the run fails with the log's tail
+    other.dir.joinpath("run.lock").write_text(json.dumps({"pid": 4321, "host": "node7", "started": "1"}))
+    (fake_slurm / "state-101").write_text("FAILED")
+    t.join(30)
+    assert len(errors) == 1 and re.search(r"(?s)failed in job 101 \(slurm\).*ran out of disk", errors[0])
     got.clear()
     done = threading.Thread(target=lambda: got.append(Cluster(settings, tmp_path / "runs" / ".cluster", say=lambda s: None)
                                                       .execute(other)), daemon=True)
@@ -242,6 +258,7 @@ def test_a_slurm_job_is_recorded_attached_to_by_a_second_submitter_and_resubmitt
         time.sleep(0.05)  # (the sbatch file is there a moment before the record)
     assert json.loads((other.dir / JOB).read_text())["job_id"] == "102"
     assert json.loads((other.dir / "job-101.json").read_text())["job_id"] == "101"  # the failed job's record kept
+    assert not (other.dir / "run.lock").exists()  # the ended job's lock, from a node this host cannot judge, cleared
     other.dir.joinpath("result.json").write_text("{}")
     (fake_slurm / "state-102").write_text("COMPLETED")
     done.join(30)

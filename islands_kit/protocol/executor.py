@@ -281,8 +281,8 @@ class Cluster:
                     self.say(f"moved {run.trial.arm} seed {run.seed}: ran on {read_json(run.dir / LANDED) or {}}"
                              f" — filed there; pin a partition or constraint to keep a study on one machine kind")
                 return res
-            if holder(run.dir / "run.lock") is not None:
-                return None
+            if holder(run.dir / "run.lock") is not None and _lock_host(run.dir / "run.lock") == _HOST:
+                return None  # a live local runner here is making it (a node's lock is the ended job's own)
             time.sleep(min(self.poll_s, 1.0))
         log = run.dir / "log.txt"
         where = log if log.is_file() else rec.get("stderr")
