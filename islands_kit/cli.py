@@ -10,7 +10,9 @@
     islands-kit sample RUN_DIR [--prompt TEXT] [--temperature T] [--top-k K] [--max-bytes N] [--seed S] [--island I]
                        [--raw]
     islands-kit env [--short]
-    islands-kit study run|report FILE [--out DIR] [--jobs N] [--arms A,B] [--points P,Q] [--dry-run] [--write]
+    islands-kit study run|report|status FILE [--out DIR] [--jobs N] [--arms A,B] [--points P,Q] [--dry-run] [--write]
+                      [--executor local|submitit-local|slurm] [--partition P] [--account A] [--time-min M]
+                      [--cpus-per-run N] [--constraint C]
 
 ``--seeds`` takes ``0 1 2``, ``0,1,2`` or ``0-2``. ``islands-kit config EXPERIMENT`` prints every config field with its
 value, default and help.

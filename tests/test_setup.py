@@ -57,7 +57,7 @@ def test_reachable_cpu_index_supplies_torch_and_no_gpu_means_no_kernels(tmp_path
     lines = pip_lines(plan)
     (torch_line,) = [line for line in lines if "torch==" in line]
     assert f"--index-url {index_server}" in torch_line
-    assert any(line.endswith("-e .[dev,orbit]") for line in lines) and "kernels" not in plan
+    assert any(line.endswith("-e .[dev,orbit,cluster]") for line in lines) and "kernels" not in plan
     assert "not reachable" not in plan
 
 
@@ -78,7 +78,7 @@ def test_a_gpu_gets_the_default_torch_build_and_the_kernels(tmp_path):
     plan, _ = setup_plan(tmp_path, "http://127.0.0.1:9", gpu=True)
     (torch_line,) = [line for line in pip_lines(plan) if "torch==" in line]
     assert "--index-url" not in torch_line and "not reachable" not in plan  # the CPU index is not even tried
-    assert any(line.endswith("-e .[dev,orbit,kernels]") for line in pip_lines(plan))
+    assert any(line.endswith("-e .[dev,orbit,cluster,kernels]") for line in pip_lines(plan))
 
 
 def test_torch_build_setting_is_checked(tmp_path):

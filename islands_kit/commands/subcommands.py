@@ -232,15 +232,30 @@ def add_tools(sub: Sub) -> None:
     e.set_defaults(fn=_cmd_env)
 
 
+# protocol/executor.py's KINDS, spelled here so that building the parser imports no protocol code (a test holds them
+# equal)
+EXECUTORS = ("local", "submitit-local", "slurm")
+
+
 def add_study(sub: Sub) -> None:
     p = sub.add_parser("study", help="run a study file (arms, grids, seeds as data) resumably, or write its report")
-    p.add_argument("action", choices=["run", "report"])
+    p.add_argument("action", choices=["run", "report", "status"])
     p.add_argument("study", help="a study file (benchmarks/studies/*.toml)")
     p.add_argument("--out", default=None, help="the runs' folder (default runs/studies/NAME)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="runs at a time, one thread each (default 2); with slurm: jobs in the queue at a time")
     p.add_argument("--arms", default=None, help="run: only these arms (comma-separated): their tuning, scoring and rows")
     p.add_argument("--points", default=None,
                    help="a study with [[points]]: only these points (comma-separated): run, dry run or report")
     p.add_argument("--dry-run", action="store_true", help="say how many runs, how many finished, the CPU-hours; run none")
     p.add_argument("--write", action="store_true", help="report: write the study's JSON and its table in RESULTS.md")
+    g = p.add_argument_group("where runs are made (run; or the study file's [executor] table; docs/distributed.md)")
+    g.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="local (default: processes here), slurm (one Slurm job per run, the 'cluster' extra), "
+                        "submitit-local (the Slurm path's jobs as processes here)")
+    g.add_argument("--partition", default=None, help="slurm: the partition")
+    g.add_argument("--account", default=None, help="slurm: the account charged")
+    g.add_argument("--time-min", type=int, default=None, help="a job's time limit in minutes (one run; default 240)")
+    g.add_argument("--cpus-per-run", type=int, default=None, help="slurm: CPUs per job (a run uses one thread; default 1)")
+    g.add_argument("--constraint", default=None, help="slurm: a node constraint (one machine kind: the runs pair)")
     p.set_defaults(fn=Handler("islands_kit.protocol.command", "study_command"))

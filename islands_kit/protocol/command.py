@@ -3,6 +3,8 @@
     islands-kit study run benchmarks/studies/headline-demo.toml --jobs 2      # resumable; two runs at a time
     islands-kit study run benchmarks/studies/headline-demo.toml --dry-run    # runs, finished, CPU-hours, then stop
     islands-kit study report benchmarks/studies/headline-demo.toml --write   # JSON + its table in RESULTS.md
+    islands-kit study run FILE --executor slurm --partition cpu --jobs 200     # each run one Slurm job (docs/distributed.md)
+    islands-kit study status FILE                                            # queued, running, finished, failed runs
 """
 from __future__ import annotations
 
@@ -13,15 +15,17 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from islands_kit.config import apply_overrides
 from islands_kit.io import dumps_strict, finite, replace_marked_block
+from islands_kit.protocol.executor import Cluster, Settings, known_machine, make_executor, settings_from
 from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runner import arm_of, check_arms, known_runs, run_study
-from islands_kit.protocol.runs import Run, machine_folder, this_machine
+from islands_kit.protocol.runner import arm_of, check_arms, execute, known_runs, run_study
+from islands_kit.protocol.runs import Run, machine_folder, machines, this_machine
+from islands_kit.protocol.status import Jobs, show_status, show_submissions
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
 from islands_kit.protocol.tuning import MIN_KEEP, tune
@@ -77,7 +81,7 @@ def _cost_key(t: Trial) -> str:
 
 
 def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = None,
-            arms: list[str] | None = None) -> dict[str, Any]:
+            arms: list[str] | None = None, show: Callable[[list[Run]], Any] | None = None) -> dict[str, Any]:
     """What running ``study`` on this machine would cost (only ``arms``' runs when given, as ``run --arms`` makes).
     Nothing is written: the finished runs (the folders' and the ledger's) are gathered in a scratch copy, since a pick
     another machine finished decides what is left here."""
@@ -94,6 +98,7 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
         runs = [r for r in all_runs(study, scratch, machine) if arms is None or arm_of(study, r) in arms]
         done = [r for r in runs if r.result() is not None]
         left = [r for r in runs if r.result() is None]
+        left = [Run(r.trial, r.seed, r.preset, base / machine, r.phase) for r in left]  # out of the scratch copy
     seconds: dict[str, float] = {}
     total = 0.0
     for r in left:
@@ -111,6 +116,8 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
         f"(one thread each; measured from {len(seconds)} configs' first steps, rough"
         + ("; equal-time runs counted at full length, an upper bound; a grid extended past an edge adds one run per "
            "tuning seed it reaches, not counted" if study.protocol >= 3 else "") + ")")
+    if show is not None:
+        show(left)
     return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600}
 
 
@@ -142,7 +149,7 @@ def _arms(args: argparse.Namespace, known: list[str]) -> list[str] | None:
     return arms
 
 
-def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
+def points_command(args: argparse.Namespace, study: Study, root: Path, cluster: Cluster | None = None) -> int:
     """``study run|report`` of a study with points: per point its dry run, its runs or its report and ledger."""
     subs = point_studies(study)
     if getattr(args, "points", None):
@@ -158,7 +165,9 @@ def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
     if arms == []:
         return 2
     if args.action == "run" and args.dry_run:
-        costs = [dry_run(sub, point_root(root, p), arms=arms) for p, sub in subs]
+        show = None if cluster is None else (lambda left: show_submissions(left, cluster))
+        machine = None if cluster is None else cluster.known_machine()
+        costs = [dry_run(sub, point_root(root, p), arms=arms, machine=machine, show=show) for p, sub in subs]
         print(f"study {study.name}: {len(subs)} points, {sum(c['runs'] for c in costs)} runs, "
               f"{sum(c['left'] for c in costs)} to run: about {sum(c['cpu_hours'] for c in costs):.1f} CPU-hours")
         return 0
@@ -167,7 +176,9 @@ def points_command(args: argparse.Namespace, study: Study, root: Path) -> int:
             ledger = ledger_path(sub)
             if ledger is not None and (n := restore(sub, point_root(root, p), ledger)):
                 print(f"study {sub.name}: {n} finished runs restored from {ledger}")
-        made = run_points(study, root, jobs=args.jobs, arms=arms, points=[p.name for p, _ in subs])
+        made = run_points(study, root, jobs=args.jobs, arms=arms, points=[p.name for p, _ in subs],
+                          execute_run=execute if cluster is None else cluster.execute,
+                          machine=None if cluster is None else cluster.machine())
         print(f"study {study.name}: {len(made)} runs made in this invocation; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
@@ -191,8 +202,17 @@ def study_command(args: argparse.Namespace) -> int:
         print(f"islands-kit study: {e}")
         return 2
     root = Path(args.out) if args.out else default_root(study)
+    try:
+        settings = settings_from(study.executor, _executor_flags(args), f"{study.path}: executor")
+        if args.action == "status":
+            return status_command(study, root, settings)
+        cluster = None if args.action != "run" or settings.kind == "local" else make_executor(settings.kind, settings, root / ".cluster")
+    except StudyError as e:
+        print(f"islands-kit study: {e}")
+        return 2
+    assert cluster is None or isinstance(cluster, Cluster)
     if study.points:
-        return points_command(args, study, root)
+        return points_command(args, study, root, cluster)
     if getattr(args, "points", None):
         print(f"islands-kit study: --points: {study.path} has no [[points]]")
         return 2
@@ -200,20 +220,44 @@ def study_command(args: argparse.Namespace) -> int:
     if arms == []:
         return 2
     if args.action == "run" and args.dry_run:
-        dry_run(study, root, arms=arms)
+        if cluster is None:
+            dry_run(study, root, arms=arms)
+        else:
+            dry_run(study, root, arms=arms, machine=cluster.known_machine(), show=lambda left: show_submissions(left, cluster))
         return 0
     ledger = ledger_path(study)  # a report, like a run, starts from every finished run the ledger holds
     if ledger is not None and (n := restore(study, root, ledger)):
         print(f"study {study.name}: {n} finished runs restored from {ledger}")
     if args.action == "run":
         try:
-            made = run_study(study, root, jobs=args.jobs, arms=arms)
+            machine = None if cluster is None else cluster.machine()
+            made = run_study(study, root, jobs=args.jobs, arms=arms, machine=machine,
+                             execute_run=execute if cluster is None else cluster.execute)
         except StudyError as e:
             print(f"islands-kit study: {e}")
             return 2
-        print(f"study {study.name}: {len(made)} runs made in this invocation on {this_machine()}; report: "
+        print(f"study {study.name}: {len(made)} runs made in this invocation on {machine or this_machine()}; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
     doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))
     print(render(doc))
+    return 0
+
+
+def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {"kind": getattr(args, "executor", None), "partition": getattr(args, "partition", None),
+            "account": getattr(args, "account", None), "time_min": getattr(args, "time_min", None),
+            "cpus_per_run": getattr(args, "cpus_per_run", None), "constraint": getattr(args, "constraint", None)}
+
+
+def status_command(study: Study, root: Path, settings: Settings) -> int:
+    """``study status``: every run of the study (each point's) on the machine its jobs are planned for and on every
+    machine that made runs, with its state; a failed run's log tail."""
+    folder = root / ".cluster"
+    planned = (known_machine(settings, folder) if settings.kind != "local" else None) or this_machine()
+    parts = [(sub, point_root(root, p), f"[{p.name}] ") for p, sub in point_studies(study)] if study.points else [(study, root, "")]
+    groups = [(f"{prefix}{sub.name} on {m}", all_runs(sub, base, m))
+              for sub, base, prefix in parts for m in dict.fromkeys([planned, *machines(base)])]
+    counts = show_status(groups, Jobs(folder, settings if settings.kind != "local" else None))
+    print(f"study {study.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return 0

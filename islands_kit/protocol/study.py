@@ -134,6 +134,7 @@ class Study:
     protocol: int = 2  # 3: tuning seeds apart from the scoring seeds, rungs, edges extended, equal time trained
     halving: int = 1  # successive halving's factor over the tuning seeds (protocol/tuning.py); 1: every trial at each
     equal_time: bool = False  # train each island arm's reference to the island arm's finishing simulated time
+    executor: dict[str, Any] = field(default_factory=dict)  # where the runs are made (protocol/executor.py checks it)
 
     @property
     def extends(self) -> bool:
@@ -323,7 +324,10 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     fails here, naming it, before any run)."""
     w = f"{path}: " if path else ""
     _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
-                   "point_reports", "trend", "protocol", "halving", "equal_time"}, w.rstrip(": ") or "study")
+                   "point_reports", "trend", "protocol", "halving", "equal_time", "executor"},
+             w.rstrip(": ") or "study")
+    if not isinstance(doc.get("executor", {}), dict):
+        raise StudyError(f"{w}executor: must be a table ([executor]: kind, partition, account, time_min, ...)")
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
@@ -386,7 +390,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
                   arms, rows, doc.get("report"), str(doc.get("description", "")), path,
                   _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"),
-                  protocol, halving, equal_time)
+                  protocol, halving, equal_time, dict(doc.get("executor", {})))
     study.check_budgets()
     if study.points:
         if rows or study.report:
