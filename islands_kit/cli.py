@@ -148,9 +148,17 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from islands_kit.config.configfile import format_config
+    import torch
 
-    sys.stdout.write(format_config(resolve_config(args)))
+    from islands_kit.config.configfile import format_config
+    from islands_kit.model import ByteTransformer
+    from islands_kit.optim.build import format_groups, optimizer_groups
+
+    cfg = resolve_config(args)
+    sys.stdout.write(format_config(cfg))
+    with torch.device("meta"):  # the parameters' names and shapes, no memory
+        model = ByteTransformer(cfg.model)
+    sys.stdout.write(format_groups(optimizer_groups(model, cfg.optim)))
     return 0
 
 
