@@ -46,7 +46,8 @@ __all__ = [
     "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",
     "MAX_SENDS_PER_CHUNK", "MAX_THREADS", "MOVED_KEYS", "PRECISIONS", "SYNONYMS", "SEED_MAX", "STEPS_MAX",
     "ConfigError", "DataConfig", "ExperimentConfig", "FaultConfig", "IslandConfig",
-    "INNER_OPTIMIZERS", "LinkConfig", "ModelConfig", "MuonConfig", "OptimConfig", "OrbitConfig", "Section", "SnooConfig", "StationConfig", "SyncConfig", "_check",
+    "INNER_OPTIMIZERS", "LinkConfig", "ModelConfig", "MuonConfig", "OptimConfig", "OrbitConfig", "Section", "SnooConfig",
+    "StationConfig", "SyncConfig", "_check",
     "apply_overrides",
     "check_device_spelling", "from_dict", "link_config", "parse_set",
 ]

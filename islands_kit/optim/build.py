@@ -69,8 +69,8 @@ def build_muon(model: nn.Module, cfg: OptimConfig, fused: bool | None = None) ->
     m = cfg.muon
     named = dict(model.named_parameters())
     names = muon_param_groups(model)
-    adamw = {"kind": "adamw", "lr": cfg.muon_adamw_lr}
-    groups = [{"params": [named[n] for n in names["muon_out_in"]], "kind": "muon", "layout": "out_in"},
+    adamw: dict[str, Any] = {"kind": "adamw", "lr": cfg.muon_adamw_lr}
+    groups: list[dict[str, Any]] = [{"params": [named[n] for n in names["muon_out_in"]], "kind": "muon", "layout": "out_in"},
               {"params": [named[n] for n in names["muon_in_out"]], "kind": "muon", "layout": "in_out"},
               {"params": [named[n] for n in names["adamw_decay"]], **adamw, "weight_decay": cfg.weight_decay},
               {"params": [named[n] for n in names["adamw_no_decay"]], **adamw, "weight_decay": 0.0}]
