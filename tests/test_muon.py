@@ -214,3 +214,18 @@ def test_resume_of_a_muon_run_is_bit_identical(experiment: str, tmp_path) -> Non
     again = exp.run()
     for k in ("final_val_bpb", "val_curve", "tokens", "ledger"):
         assert again[k] == full[k], k
+
+
+def test_config_listing_shows_the_split(capsys: pytest.CaptureFixture[str]) -> None:
+    """``islands-kit config`` under optim.name=muon ends with the group assignment as comments (the listing stays a
+    config file); under adamw there is none."""
+    from islands_kit import cli
+
+    assert cli.main(["config", "two_site", "--set", "optim.name=muon"]) == 0
+    out = capsys.readouterr().out
+    tail = out[out.index("# optim.name=muon"):].splitlines()
+    assert [line.split(":")[0].strip("# ") for line in tail[1:]] == ["muon_out_in", "muon_in_out", "adamw_decay",
+                                                                      "adamw_no_decay"]
+    assert "blocks.*.moe.w1" in tail[2] and "blocks.*.moe.router.weight" in tail[3]
+    assert cli.main(["config", "two_site"]) == 0
+    assert "# optim.name=muon" not in capsys.readouterr().out
