@@ -6,7 +6,8 @@ each repeat, so load drifts hit both alike):
   * step only — ``optimizer.step()`` alone (forward/backward run untimed before it);
   * full      — forward + backward + step.
 A sample is a window of ``--window`` consecutive steps; printed: the median per-step time over ``--repeats`` windows
-and the ratios Muon / AdamW, median and range over the repeats' paired windows.
+and the ratios Muon / AdamW, median and range over the repeats' paired windows. Times are this process's CPU seconds
+(``time.process_time``; one torch thread): on a shared box wall time would also count the other jobs' turns.
 
     OMP_NUM_THREADS=1 python benchmarks/muon_step.py [--repeats 7] [--window 5] [--batch 40]
 
@@ -30,16 +31,16 @@ from islands_kit.optim.build import build_optimizer
 
 
 def window(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, float]:
-    """Seconds per step over ``steps`` steps: (step only, forward + backward + step)."""
+    """CPU seconds per step over ``steps`` steps: (step only, forward + backward + step)."""
     t_step = t_full = 0.0
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = model(x, y)
         (out.loss + out.aux_loss).backward()
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         opt.step()
-        t2 = time.perf_counter()
+        t2 = time.process_time()
         t_step += t2 - t1
         t_full += t2 - t0
     return t_step / steps, t_full / steps
@@ -80,7 +81,7 @@ def main() -> None:
     print(f"model: {args.preset} (d_model {m.d_model}, {m.n_layers} layers, {m.n_experts} experts of d_expert "
           f"{m.d_expert}), {n_params / 1e6:.3f} M params, batch {args.batch} x {m.seq_len}, threads "
           f"{torch.get_num_threads()}; medians over {args.repeats} windows of {args.window} steps")
-    print(f"{'':8s} {'step only (ms)':>15s} {'fwd+bwd+step (ms)':>18s}")
+    print(f"{'CPU time':8s} {'step only (ms)':>15s} {'fwd+bwd+step (ms)':>18s}")
     for k in opts:
         print(f"{k:8s} {med[k][0] * 1e3:15.1f} {med[k][1] * 1e3:18.1f}")
     for i, what in enumerate(("step only", "full step")):
