@@ -229,3 +229,15 @@ def test_config_listing_shows_the_split(capsys: pytest.CaptureFixture[str]) -> N
     assert "blocks.*.moe.w1" in tail[2] and "blocks.*.moe.router.weight" in tail[3]
     assert cli.main(["config", "two_site"]) == 0
     assert "# optim.name=muon" not in capsys.readouterr().out
+
+
+def test_lr_scale_knob_scales_every_group_under_muon() -> None:
+    """The scaling study's ``lr_scale`` moves Muon's lr and the AdamW group's with it, not the AdamW group alone."""
+    from islands_kit.protocol.knobs import resolve
+
+    base = get_preset("baseline", "smoke")
+    sets = resolve(base, "smoke", {"optim.name": "muon", "optim.muon.lr": "0.02"}, {"lr_scale": "2"})
+    assert (float(sets["optim.lr"]), float(sets["optim.muon.lr"])) == (2 * base.optim.lr, 0.04)
+    sets = resolve(base, "smoke", {"optim.name": "muon", "optim.muon.adamw_lr": "1e-3"}, {"lr_scale": "0.5"})
+    assert float(sets["optim.muon.adamw_lr"]) == 5e-4
+    assert "optim.muon.lr" not in resolve(base, "smoke", {}, {"lr_scale": "2"})  # adamw: optim.lr alone
