@@ -431,6 +431,7 @@ def test_undefended_nan_island_diverges_at_the_same_step_as_the_simulator(tmp_pa
 
 @pytest.mark.parametrize("experiment,nproc,extra", [
     ("two_site", 3, SHAMPOO),  # island 0 on ranks 0, 1: each shard holds its share of the Shampoo blocks
+    ("two_site", 2, MUON),  # each shard holds its island's Muon momentum buffers and AdamW moments
     ("eight_cell", 8, []),
 ])
 def test_killed_rank_and_torchrun_resume_is_bit_identical(tmp_path: Path, experiment: str, nproc: int,
