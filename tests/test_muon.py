@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from islands_kit.config import ConfigError, OptimConfig, apply_overrides
+from islands_kit.config import ConfigError, ExperimentConfig, OptimConfig, apply_overrides
 from islands_kit.config.presets import get_preset
 from islands_kit.model import ByteTransformer
 from islands_kit.optim.build import build_optimizer, muon_param_groups, optimizer_groups
@@ -97,7 +97,7 @@ def test_adjusted_lr_reads_fans_from_the_layout() -> None:
     assert adjusted_lr(0.02, "match_rms_adamw", 16, 64) == pytest.approx(0.2 * 0.02 * 8)
 
 
-def _smoke(experiment: str = "two_site", **sets: object) -> object:
+def _smoke(experiment: str = "two_site", **sets: object) -> ExperimentConfig:
     return apply_overrides(get_preset(experiment, "smoke"), {"threads": 1, "progress": False, "optim.name": "muon",
                                                              **{k: str(v) for k, v in sets.items()}})
 
