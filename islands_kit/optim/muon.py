@@ -11,7 +11,7 @@ Scalable for LLM Training") steps a matrix W with gradient G as ``torch.optim.Mu
 
 with lr' = lr sqrt(max(1, fan_out / fan_in)) (``original``) or lr 0.2 sqrt(max(fan_out, fan_in))
 (``match_rms_adamw``). The coefficients, the normalisation (Frobenius, clamped at eps) and the bfloat16 iteration are
-torch's, so a matrix stored as ``nn.Linear`` stores it (fan_out, fan_in) steps bit for bit as under torch.optim.Muon
+torch's, so a matrix stored as ``nn.Linear`` stores it, (fan_out, fan_in), steps bit for bit as under torch.optim.Muon
 (tests/test_muon.py). Two things torch's class does not do, and this one does:
 
 * a group's ``layout`` says how its matrices are stored: ``out_in`` (``nn.Linear``) or ``in_out`` (``x @ W``, the
