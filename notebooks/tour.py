@@ -17,7 +17,7 @@
 # # A tour of islands_kit
 #
 # Small live examples of every idea the experiments rest on, each computed in seconds with the kit's real code: bytes
-# and bits per byte, MoE routing and its balance, Shampoo, Streaming DiLoCo's fragment schedule, a DiLoCo outer step
+# and bits per byte, MoE routing and its balance, Shampoo and Muon, Streaming DiLoCo's fragment schedule, a DiLoCo outer step
 # written in plain PyTorch (and checked against the kit's), butterfly mixing, and the wide-area link model.
 #
 # ```bash
@@ -29,7 +29,7 @@ seed = 0
 out_dir = ""  # figures + sample run; `islands-kit notebook tour` sets its --out (runs/notebook-tour); empty: runs/tour (make lab: the checkout's)
 corpus = "shakespeare"  # shakespeare | enwiki | hub:<name>[:<config>] | path or glob
 tiny_steps = 60  # training steps of the tiny MoE in the routing section
-race_steps = 150  # optimizer steps in the Shampoo vs Adam race
+race_steps = 150  # optimizer steps in the Shampoo / Muon / Adam race
 H = 50  # window length for the DiLoCo and butterfly schedules
 n_fragments = 4  # P
 tau = 2  # τ: overlap of a fragment's transfer with inner steps
@@ -112,7 +112,7 @@ tiny = {
 plots.show(plots.balance_vs_load(tiny), out / "tour_balance_vs_load.png")
 
 # %% [markdown]
-# ## 3. Shampoo against Adam on an ill-conditioned problem
+# ## 3. Shampoo and Muon against Adam on an ill-conditioned problem
 # Least squares `½·mean((A W B − C)²)` with A, B symmetric positive definite (eigenvalues spread over [1, 31.6]): the
 # Hessian `(B Bᵀ) ⊗ (Aᵀ A)` is Kronecker-structured with condition number 10⁶ — the structure Shampoo's left and right
 # preconditioners `L^{-1/4} G R^{-1/4}` approximate. Adam only rescales coordinates. Each curve is the best of three
@@ -124,10 +124,15 @@ plots.show(plots.balance_vs_load(tiny), out / "tour_balance_vs_load.png")
 # preconditioned step points where the loss hardly depends on W; grafting keeps the step Adam-sized, so the loss
 # barely moves, the next gradients are the same as the first, and the statistics stay as they were. Five Adam steps
 # first (or a larger ε: 1e-6 or 1e-2 both converge from step 1) give L and R the curvature they need.
+#
+# Muon (`optim.name=muon`'s rule for the hidden matrices) replaces the momentum of the gradient by its nearest
+# orthogonal matrix (five Newton-Schulz iterations in bfloat16): every singular direction moves at the same rate,
+# whatever its curvature. That equalises the gradient's spectrum, not the Hessian's, so on this problem it is no
+# preconditioner: its steps have a fixed size, and it ends where that size lets it.
 
 # %%
-race = tour.optimizer_race(steps=race_steps, shampoo_starts=(1, 5), seed=seed)
-plots.show(plots.loss_curves(race, title="Shampoo vs Adam: ½·mean((AWB − C)²), condition number 10⁶"),
+race = tour.optimizer_race(steps=race_steps, shampoo_starts=(1, 5), seed=seed, muon_lrs=(0.03, 0.1, 0.3))
+plots.show(plots.loss_curves(race, title="Shampoo, Muon and Adam: ½·mean((AWB − C)²), condition number 10⁶"),
            out / "tour_shampoo_vs_adam.png")
 
 # %% [markdown]

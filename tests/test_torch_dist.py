@@ -1,7 +1,8 @@
 """TorchDistTransport (torch.distributed, gloo) against the in-process simulator, and its failure bounds.
 
 End to end through the real CLI under torchrun: two_site with 2 processes (one per island), two_site with 3 processes
-(one per data-parallel rank: island 0's two ranks share gradients and Shampoo blocks over their island group),
+(one per data-parallel rank: island 0's two ranks share gradients and Shampoo blocks over their island group; and the
+same under Muon),
 eight_cell and hierarchical with 8 processes must write the same result.json as the simulator — final_val_bpb, the byte ledger per
 channel and link, the simulated clock, peak rate and transfer times — to the last bit (only wall_time_s and cpu_time_s differ).
 Failures: a peer that vanishes ends the survivor with a DistributedError long before the (deliberately huge) timeout;
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.slow  # every test here starts processes
 FAULTY = Path(__file__).with_name("faulty_transport.py")  # the CLI with the test-only fault-injecting transport
 FAST = ["steps=8", "eval_every=4"]  # eval at step 4 runs while a fragment / exchange is still in flight
 SHAMPOO = ["optim.name=shampoo", "optim.start_preconditioning_step=2", "optim.precondition_frequency=2"]
+MUON = ["optim.name=muon"]  # Muon on the hidden matrices (experts per expert), AdamW on the rest
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -70,6 +72,7 @@ def _simulate(experiment: str, sets: list[str], out: Path) -> dict:
 @pytest.mark.parametrize("experiment,nproc,extra", [
     ("two_site", 2, []),  # one process per island: island 0's dp_ranks=2 folded into its micro-batches
     ("two_site", 3, SHAMPOO),  # one process per rank: island 0 = ranks 0, 1 (grads summed, Shampoo blocks shared)
+    ("two_site", 3, MUON),  # the same ranks under Muon: each of island 0's ranks orthogonalises the summed gradient
     ("eight_cell", 8, []),  # butterfly exchanges over isend/irecv
     # int8 deltas with error feedback: each rank holds its own cell's reference; after the exact average at step 4
     # every rank's new reference must be the same bits for the deltas to decode as in the simulator
@@ -428,6 +431,7 @@ def test_undefended_nan_island_diverges_at_the_same_step_as_the_simulator(tmp_pa
 
 @pytest.mark.parametrize("experiment,nproc,extra", [
     ("two_site", 3, SHAMPOO),  # island 0 on ranks 0, 1: each shard holds its share of the Shampoo blocks
+    ("two_site", 2, MUON),  # each shard holds its island's Muon momentum buffers and AdamW moments
     ("eight_cell", 8, []),
 ])
 def test_killed_rank_and_torchrun_resume_is_bit_identical(tmp_path: Path, experiment: str, nproc: int,
@@ -476,6 +480,7 @@ DECOUPLED = ["sync.mode=decoupled", "faults.straggler_island=1", "faults.straggl
     [],  # the transpacific link: every merge still in flight over many ticks (applied at the end); bounded staleness
     # island 1 preempted for steps 5..14: absent from those rounds, then rejoins from its copy of the global model
     ["link.preset=intra-dc", "faults.preempt_island=1", "faults.preempt_start=4", "faults.preempt_steps=10"],
+    ["link.preset=intra-dc", *MUON],  # the decoupled driver with Muon inside the islands
 ])
 def test_decoupled_torchrun_matches_simulator(tmp_path: Path, extra: list[str]) -> None:
     """sync.mode=decoupled over torchrun (2 processes, no collective; rank 0 is the synchroniser) with a 2x straggler

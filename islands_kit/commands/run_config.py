@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from islands_kit.commands.dry_run import dry_run
 from islands_kit.commands.subcommands import is_writer, parse_seeds
 from islands_kit.compare import report, smoke_note
@@ -15,6 +17,8 @@ from islands_kit.config import ConfigError, ExperimentConfig, apply_overrides, p
 from islands_kit.config.configfile import config_from_file, format_config, load_config_file
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.presets import get_preset
+from islands_kit.model import ByteTransformer
+from islands_kit.optim.build import format_groups, optimizer_groups
 from islands_kit.records.tracking import load_result
 from islands_kit.run import run_experiment
 from islands_kit.train.checkpoint import RESUMABLE, read_config
@@ -128,5 +132,9 @@ def _run_one(cfg: ExperimentConfig, out: Path, resume: str | None) -> None:
 
 def config_command(args: argparse.Namespace) -> int:
 
-    sys.stdout.write(format_config(resolve_config(args)))
+    cfg = resolve_config(args)
+    sys.stdout.write(format_config(cfg))
+    with torch.device("meta"):  # the parameters' names and shapes, no memory
+        model = ByteTransformer(cfg.model)
+    sys.stdout.write(format_groups(optimizer_groups(model, cfg.optim)))
     return 0

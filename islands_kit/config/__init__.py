@@ -26,7 +26,7 @@ from islands_kit.config.experiment_table import EXPERIMENTS
 from islands_kit.config.faults import ATTACKS, DEFENSES, FaultConfig
 from islands_kit.config.keys import MOVED_KEYS, SYNONYMS
 from islands_kit.config.link import LINK_PRESETS, LinkConfig, link_config
-from islands_kit.config.model import ModelConfig, OptimConfig, SnooConfig
+from islands_kit.config.model import INNER_OPTIMIZERS, ModelConfig, MuonConfig, OptimConfig, SnooConfig
 from islands_kit.config.overrides import apply_overrides, parse_set
 from islands_kit.config.sync import Section, SyncConfig
 from islands_kit.orbital.config import OrbitConfig, StationConfig
@@ -46,7 +46,8 @@ __all__ = [
     "ATTACKS", "CODECS", "DEFENSES", "EXPERIMENTS", "INT_MAX", "LINK_PRESETS", "MAX_CHUNK_FAILURE", "MAX_LR",
     "MAX_SENDS_PER_CHUNK", "MAX_THREADS", "MOVED_KEYS", "PRECISIONS", "SYNONYMS", "SEED_MAX", "STEPS_MAX",
     "ConfigError", "DataConfig", "ExperimentConfig", "FaultConfig", "IslandConfig",
-    "LinkConfig", "ModelConfig", "OptimConfig", "OrbitConfig", "Section", "SnooConfig", "StationConfig", "SyncConfig", "_check",
+    "INNER_OPTIMIZERS", "LinkConfig", "ModelConfig", "MuonConfig", "OptimConfig", "OrbitConfig", "Section", "SnooConfig",
+    "StationConfig", "SyncConfig", "_check",
     "apply_overrides",
     "check_device_spelling", "from_dict", "link_config", "parse_set",
 ]

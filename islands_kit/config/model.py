@@ -109,11 +109,51 @@ class SnooConfig:
                p + "fragments", f"must be an integer in [1, optim.snoo.k={self.k}]", self.fragments)
 
 
+MUON_ADJUST_LR = ("original", "match_rms_adamw")  # torch.optim.Muon's adjust_lr_fn values
+
+
+@dataclass
+class MuonConfig:
+    """Muon's knobs (``optim.muon.*``, read with ``optim.name=muon``; Jordan et al. 2024, ``optim/muon.py``): the
+    hidden matrices (attention projections, dense and expert MLP weights; 3-D expert weights one matrix per expert)
+    take momentum, Newton-Schulz orthogonalisation and a shape-adjusted lr, with torch.optim.Muon's conventions;
+    everything else (embeddings, output head, norms, routers) takes AdamW with optim.beta1 / beta2 / eps and
+    optim.weight_decay on its matrices. Both groups follow the warm-up and cosine of ``optim.*``."""
+
+    lr: float = 0.02  # Muon's peak lr on the hidden matrices (0: they stay put and only the AdamW group trains)
+    momentum: float = 0.95  # mu: momentum buffer B <- mu B + (1 - mu) g (torch's lerp form)
+    nesterov: bool = True  # orthogonalise g + mu (B - g) (Nesterov) rather than B
+    ns_steps: int = 5  # Newton-Schulz iterations (torch's quintic: coefficients 3.4445, -4.7750, 2.0315, in bf16)
+    adjust_lr: str = "original"  # original: lr x sqrt(max(1, fan_out/fan_in)) | match_rms_adamw: lr x 0.2 sqrt(max(fan_out, fan_in))
+    #   (torch's adjust_lr_fn: Keller Jordan's, and Moonshot's, whose update has AdamW's RMS so AdamW's lr carries over)
+    weight_decay: float = 0.01  # decoupled decay of the Muon matrices: w <- w (1 - lr x weight_decay), torch's rule
+    #   (0.01 at lr 0.02 shrinks them per step as AdamW's defaults do: 2e-3 x 0.1)
+    adamw_lr: float = 0.0  # the AdamW group's peak lr (0 = optim.lr, so a grid over optim.lr moves it)
+
+    def __post_init__(self) -> None:
+        p = "optim.muon."
+        _check_fields(self, p)
+        _check(0 <= self.lr <= MAX_LR, p + "lr", f"must be >= 0 and <= {MAX_LR:g}", self.lr)
+        _check(0 <= self.momentum < 1, p + "momentum", "must be in [0, 1)", self.momentum)
+        _check(isinstance(self.ns_steps, int) and 1 <= self.ns_steps <= 99, p + "ns_steps",
+               "must be an integer in [1, 99]", self.ns_steps)
+        _check(self.adjust_lr in MUON_ADJUST_LR, p + "adjust_lr", "must be one of " + "|".join(MUON_ADJUST_LR),
+               self.adjust_lr)
+        _check(0 <= self.weight_decay and self.lr * self.weight_decay < 1, p + "weight_decay",
+               f"must be >= 0 with optim.muon.lr x weight_decay < 1 (optim.muon.lr={self.lr})", self.weight_decay)
+        _check(0 <= self.adamw_lr <= MAX_LR, p + "adamw_lr", f"must be >= 0 and <= {MAX_LR:g} (0 = optim.lr)",
+               self.adamw_lr)
+
+
+INNER_OPTIMIZERS = ("adamw", "shampoo", "muon", "sgd")
+
+
 @dataclass
 class OptimConfig:
     """Inner optimizer (per island) and its schedule: linear warm-up then cosine decay to min_lr_ratio * lr."""
 
-    name: str = "adamw"  # adamw | shampoo | sgd (plain SGD: the reference for equivalence tests)
+    name: str = "adamw"  # adamw | shampoo | muon (Muon on the hidden matrices, AdamW on the rest: optim.muon) | sgd
+    #   (plain SGD: the reference for equivalence tests)
     lr: float = 2e-3  # peak inner learning rate
     min_lr_ratio: float = 0.1  # cosine decay ends at min_lr_ratio * lr
     warmup_steps: int = 50  # linear warm-up steps
@@ -129,12 +169,13 @@ class OptimConfig:
     shampoo_epsilon: float = 1e-12  # Shampoo: added to the factors' eigenvalues before the inverse root
     shampoo_beta2: float = 1.0  # 1.0 = plain sums of G G^T (original Shampoo)
     grafting: str = "adam"  # adam | adagrad | rmsprop | sgd
+    muon: MuonConfig = field(default_factory=MuonConfig)  # Muon's own knobs (read with name=muon)
     snoo: SnooConfig = field(default_factory=SnooConfig)  # SNOO around the inner optimizer (off by default)
 
     def __post_init__(self) -> None:
         p = "optim."
         _check_fields(self, p)
-        _check(self.name in ("adamw", "shampoo", "sgd"), p + "name", "must be one of adamw|shampoo|sgd", self.name)
+        _check(self.name in INNER_OPTIMIZERS, p + "name", "must be one of " + "|".join(INNER_OPTIMIZERS), self.name)
         _check(0 < self.lr <= MAX_LR, p + "lr", f"must be > 0 and <= {MAX_LR:g}", self.lr)
         _check(0 <= self.min_lr_ratio <= 1, p + "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
         _check(self.warmup_steps >= 0, p + "warmup_steps", "must be >= 0", self.warmup_steps)
@@ -152,3 +193,12 @@ class OptimConfig:
         _check(self.shampoo_epsilon > 0, p + "shampoo_epsilon", "must be > 0", self.shampoo_epsilon)
         _check(0 < self.shampoo_beta2 <= 1, p + "shampoo_beta2", "must be in (0, 1]", self.shampoo_beta2)
         _check(self.grafting in ("adam", "adagrad", "rmsprop", "sgd"), p + "grafting", "must be one of adam|adagrad|rmsprop|sgd", self.grafting)
+        if self.name == "muon":
+            adamw_lr = self.muon_adamw_lr
+            _check(adamw_lr * self.weight_decay < 1, p + "weight_decay", f"the AdamW group's lr x weight_decay must "
+                   f"be < 1 (optim.name=muon; its lr: {adamw_lr})", self.weight_decay)
+
+    @property
+    def muon_adamw_lr(self) -> float:
+        """The AdamW group's peak lr under ``name=muon``: ``muon.adamw_lr``, or ``lr`` where that is 0."""
+        return self.muon.adamw_lr or self.lr

@@ -167,11 +167,13 @@ def ill_conditioned_problem(n: int = 24, cond: float = 1e3, seed: int = 0) -> tu
 
 def optimizer_race(n: int = 24, cond: float = 1e3, steps: int = 150, lrs: Sequence[float] = (0.03, 0.1, 0.3),
                    shampoo_starts: Sequence[int] = (5,), epsilon: float = 1e-12, precondition_frequency: int = 1,
-                   seed: int = 0) -> dict[str, list[float]]:
+                   seed: int = 0, muon_lrs: Sequence[float] = ()) -> dict[str, list[float]]:
     """Loss curves of Adam and of Shampoo (Adam grafting; one run per ``start_preconditioning_step`` in
     ``shampoo_starts``) on ``ill_conditioned_problem``, each at the best learning rate of ``lrs`` (lowest final
-    loss): label -> losses per step. Before its start step Shampoo is its grafting optimizer, i.e. Adam."""
-    from islands_kit.optim import Shampoo
+    loss): label -> losses per step. Before its start step Shampoo is its grafting optimizer, i.e. Adam. With
+    ``muon_lrs``, also the kit's Muon (``optim.name=muon``'s matrix rule: momentum 0.95, Nesterov, 5 Newton-Schulz
+    steps) at the best of those."""
+    from islands_kit.optim import Muon, Shampoo
 
     A, B, C = ill_conditioned_problem(n, cond, seed)
 
@@ -198,6 +200,9 @@ def optimizer_race(n: int = 24, cond: float = 1e3, steps: int = 150, lrs: Sequen
         out.update([best(f"Shampoo, preconditioned from step {start}", lambda p, lr, start=start: Shampoo(
             p, lr=lr, epsilon=epsilon, precondition_frequency=precondition_frequency,
             start_preconditioning_step=start))])
+    if muon_lrs:
+        lrs = tuple(muon_lrs)
+        out.update([best("Muon", lambda p, lr: Muon([{"params": p, "kind": "muon"}], lr=lr))])
     return out
 
 

@@ -5,7 +5,8 @@
   stays near the preset's (the demo: 64 wide, 2 heads of 32, d_expert 64 → width 32: 2 heads of 16, d_expert 32;
   48: 2 of 24; 96: 3 of 32). Depth, experts, top-k and the context length stay. A width whose heads do not split it
   into even head sizes (RoPE) is refused, naming ``width``.
-* ``lr_scale`` — the inner lr times this factor (a per-size lr grid: ``lr_scale = ["0.707", "1", "1.41"]``).
+* ``lr_scale`` — the inner lr times this factor (a per-size lr grid: ``lr_scale = ["0.707", "1", "1.41"]``); under
+  ``optim.name=muon`` every group's lr (``optim.muon.lr`` and the AdamW group's).
 * ``tokens_per_active_param`` — the training tokens as a multiple of the model's active parameters (the published
   study's and the demo's budget axis: the demo trains 1200 x 40 x 128 bytes on 201,280 active parameters, 30.5).
   ``steps`` becomes tokens / (global batch x seq_len), rounded to a multiple of 4 (so ``batch_scale`` 0.5 and 2 stay
@@ -179,7 +180,12 @@ def resolve(base: ExperimentConfig, preset: str, plain: dict[str, str], knobs: d
         out.update(length_sets(cfg, int(_number(knobs[LENGTH], LENGTH, positive_int=True))))
         cfg = apply_overrides(base, out)
     if LR_SCALE in knobs:
-        out["optim.lr"] = f"{cfg.optim.lr * _number(knobs[LR_SCALE], LR_SCALE):.6g}"
+        scale = _number(knobs[LR_SCALE], LR_SCALE)
+        out["optim.lr"] = f"{cfg.optim.lr * scale:.6g}"
+        if cfg.optim.name == "muon":  # every group's lr: Muon's, and the AdamW group's own where it has one
+            out["optim.muon.lr"] = f"{cfg.optim.muon.lr * scale:.6g}"
+            if cfg.optim.muon.adamw_lr > 0:
+                out["optim.muon.adamw_lr"] = f"{cfg.optim.muon.adamw_lr * scale:.6g}"
         cfg = apply_overrides(base, out)
     if BATCH_KEY in knobs or BATCH_SCALE in knobs:
         if BATCH_SCALE in knobs:

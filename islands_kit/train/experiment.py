@@ -25,6 +25,7 @@ from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_
 from islands_kit.device import check_precision, resolve_device
 from islands_kit.device import describe as describe_device
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.optim.build import optimizer_groups
 from islands_kit.records.tracking import Tracker
 from islands_kit.sync.ddp import ddp_equivalent_bytes
 from islands_kit.sync.registry import link_model
@@ -81,6 +82,7 @@ class Experiment:
         base = MoETransformer(cfg.model).to(self.device)  # initialised on the CPU: the same weights on every device
         self.params_total = base.num_params()
         self.params_active = base.num_active_params()
+        self.optim_groups = optimizer_groups(base, cfg.optim)  # optim.name=muon: which parameter takes which rule
         # each island's step time at full speed (its hardware; no straggler factor): the ideal rate goodput counts
         self.nominal_step_s = {j: step_seconds(ic, cfg.model, self.params_active) for j, ic in enumerate(cfg.islands)}
         # every island's step time with its straggler factor (its Island's compute_s); T_ref of the decoupled schedule
@@ -332,6 +334,7 @@ class Experiment:
             diverged_at_step=self.diverged_at_step, diverged_reason=self.diverged_reason,
             sync_mode=cfg.sync.mode, inner_steps=dict(self.inner_steps), tokens_per_island=dict(self.tokens_per_island),
             goodput=self.goodput(), outer_log=self.outer_records(), **self.strategy.result_fields(),
+            **({"optim_groups": self.optim_groups} if self.optim_groups else {}),
             **self.hooks.result(led.timeline, max(clock.now.values())),  # the features' fields (faults, the orbit)
         )
 
