@@ -115,6 +115,33 @@ def _umask() -> int:
     return mask
 
 
+def confined(root: Path, rel: str | Path, what: str) -> Path:
+    """``root / rel`` for a path a file names (a study's report, a ledger's key): ValueError naming ``what`` when
+    ``rel`` is absolute or empty, holds a ``..`` component, or when any part of it under ``root`` that exists is a
+    symbolic link — so whatever the file says, the kit reads and writes under ``root`` only."""
+    p = Path(rel)
+    if not str(rel) or p.is_absolute() or not p.parts or ".." in p.parts or "\\" in str(rel):
+        raise ValueError(f"{what}: {str(rel)!r} must be a relative path under {root} (no '..', not absolute)")
+    cur = root
+    for part in p.parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise ValueError(f"{what}: {cur} is a symbolic link (the kit never reads or writes through one)")
+    return root / p
+
+
+def read_limited(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, refused (ValueError naming the file and the limit) when it holds more than ``limit``
+    bytes: the size is read from the file system and checked again while reading, so an oversized file costs nothing
+    to refuse."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise ValueError(f"{what}: {path} holds {max(size, len(data)):,} bytes, more than the limit of {limit:,}")
+    return data
+
+
 def sha256_hex(data: bytes) -> str:
     """Hex sha256 of ``data`` (the corpus fingerprint recorded in result.json)."""
     return hashlib.sha256(data).hexdigest()

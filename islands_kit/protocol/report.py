@@ -73,9 +73,14 @@ def _pair(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], unpaired: 
     return seeds
 
 
+def restored(res: dict[str, Any]) -> bool:
+    """Whether a run's result was restored from a study's ledger (made elsewhere) rather than made on this checkout."""
+    return bool(res.get("restored_from"))
+
+
 def _ratio_fields(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
     if not seeds:
-        return {"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False,
+        return {"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False, "ratio_restored_n": 0,
                 "time_ratio_mean": None, "time_ratio_ci95": None, "time_ratio_n": 0}
     tok = paired_ratio([arm[s]["final_val_bpb"] for s in seeds], [ref[s]["final_val_bpb"] for s in seeds])
     # equal simulated wall-clock: both curves read when the first of the two finishes (the faster run's final bpb
@@ -88,6 +93,8 @@ def _ratio_fields(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]
     tim: RatioStat | None = paired_ratio([a for a, _ in pairs_ok], [b for _, b in pairs_ok]) if pairs_ok else None
     return {"ratio_mean": tok.mean, "ratio_ci95": tok.interval(), "ratio_n": tok.n, "resolved": tok.resolved,
             "ratios": list(tok.ratios),
+            # seeds whose pair holds a run restored from a ledger: the rest were both made on this checkout
+            "ratio_restored_n": sum(1 for s in seeds if restored(arm[s]) or restored(ref[s])),
             "time_ratio_mean": None if tim is None else tim.mean, "time_ratio_ci95": None if tim is None else tim.interval(),
             "time_ratio_n": 0 if tim is None else tim.n}
 
@@ -141,14 +148,15 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
         tune = sum(tune_score(r) or math.inf for r in done) / len(done) if complete else None
         val = sum(float(r["final_val_bpb"]) for r in done) / len(done) if complete else None
         grid.append({"label": dict(trial.label), "overrides": trial.overrides, "runs": len(done),
-                     "final_tune_bpb": tune, "final_val_bpb": val})
+                     "restored": sum(1 for r in done if restored(r)), "final_tune_bpb": tune, "final_val_bpb": val})
         if tune is not None and val is not None and math.isfinite(tune) and math.isfinite(val):
             tune_vals.append(tune)
             val_vals.append(val)
     entry: dict[str, Any] = {"kind": "arm", "arm": arm, "experiment": a.experiment, "preset": study.preset,
                              "ref": a.ref, "picked_on": "tune", "tune_seeds": study.tune_seeds, "grid": grid,
                              "fixed": dict(a.fixed),
-                             "machine": root.name, "tuned_on": (tuned_on or root).name}
+                             "machine": root.name, "tuned_on": (tuned_on or root).name,
+                             "tuning_restored": sum(g["restored"] for g in grid)}
     chosen = picks.get(arm)
     if chosen is None:
         return {**entry, "overrides": None, "label": None, "seeds": [], "val_bpb": [], "status": "tuning"}
@@ -160,6 +168,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
                   "pick_at_grid_edge": grid_edges(a.grid, dict(chosen.label)),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "restored_seeds": [s for s in sorted(mine) if restored(mine[s])],
                   **_where(mine),
                   "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,
                   "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",
@@ -185,6 +194,7 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
     mine = _scored(study, t, row.seeds, root)
     entry.update({"experiment": t.experiment, "overrides": t.overrides, "seeds": sorted(mine),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "restored_seeds": [s for s in sorted(mine) if restored(mine[s])],
                   "tokens": [mine[s].get("tokens") for s in sorted(mine)], **_where(mine),
                   "status": "done" if len(mine) == len(row.seeds) else f"{len(mine)}/{len(row.seeds)} seeds"})
     # against the arm it changes one thing of (or its control), and against the study's reference arm

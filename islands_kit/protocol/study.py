@@ -28,6 +28,7 @@ budgets). Errors name the file, the field and the rule, before any run starts.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.presets import PRESETS, get_preset
+from islands_kit.io import confined, read_limited
 from islands_kit.protocol.batch import BATCH_KEY
 from islands_kit.protocol.knobs import KNOBS, resolve
 
@@ -189,18 +191,82 @@ class Study:
 
 
 # -- loading ---------------------------------------------------------------------------------------------------------
+# A study file arrives like a pull request does: every name that becomes a folder or a file is checked to stay where
+# the kit keeps its outputs, every size is bounded before anything is expanded, every type is checked before use.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a study's or a point's name: one folder, never a path
+MAX_SEED = 2 ** 32  # the config's own bound on ``seed``
+MAX_LIST = 1000  # seeds per list, rows, points
+MAX_TRIALS = 512  # trials of every arm at every point together, counted before any is expanded
+MAX_FILE = 1 << 20  # bytes of a study file (the committed ones hold a few KB)
+SCALARS = (str, int, float, bool)
+
+
+def _text(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise StudyError(f"{where}: must be a string (got {type(v).__name__})")
+    return v
+
+
+def _name(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not NAME.fullmatch(v):
+        raise StudyError(f"{where}: {str(v)[:60]!r} must be a name of letters, digits, '.', '-' and '_' (up to 100, "
+                         "not starting with '.'): it names a folder")
+    return v
+
+
+def _path(v: Any, where: str, suffix: str | None) -> str | None:
+    """A path the study names (its report, its trend, its points' reports folder): relative, under the folder the kit
+    runs in, no '..', no symbolic link along it."""
+    if v is None:
+        return None
+    p = _text(v, where)
+    try:
+        confined(Path("."), p, where)
+    except ValueError as e:
+        raise StudyError(str(e)) from None
+    if suffix is not None and not p.endswith(suffix):
+        raise StudyError(f"{where}: {p!r} must end in {suffix}")
+    return p
+
+
 def _strings(d: Any, where: str) -> dict[str, str]:
     if not isinstance(d, dict):
         raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
+    bad = [k for k, v in d.items() if not isinstance(v, SCALARS)]
+    if bad:
+        raise StudyError(f"{where}.{bad[0]}: must be a string, number or true/false (got {type(d[bad[0]]).__name__})")
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in d.items()}
 
 
 def _seeds(v: Any, where: str) -> list[int]:
-    if not isinstance(v, list) or not v or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v):
-        raise StudyError(f"{where}: must be a non-empty list of seeds (whole numbers >= 0), got {v!r}")
+    if (not isinstance(v, list) or not v or len(v) > MAX_LIST
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in v)):
+        raise StudyError(f"{where}: must be a non-empty list of at most {MAX_LIST} seeds (whole numbers in [0, 2^32)), "
+                         f"got {str(v)[:80]}")
     if len(set(v)) != len(v):
         raise StudyError(f"{where}: a seed is listed twice ({v!r})")
     return list(v)
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if not isinstance(v, list) or len(v) > MAX_LIST:
+        raise StudyError(f"{where}: must be a list of at most {MAX_LIST} tables")
+    return v
+
+
+def _count_trials(arms: dict[str, Any], points: int, w: str) -> None:
+    """StudyError when the grids hold more than ``MAX_TRIALS`` trials over all arms and points, counted from the grid
+    sizes alone (a grid of a million trials used to be expanded, trial by trial, before any output)."""
+    total = 0
+    for name, a in arms.items():
+        n = 1
+        grid = a.get("grid", {}) if isinstance(a, dict) else {}
+        for vs in grid.values() if isinstance(grid, dict) else []:
+            n *= len(vs) if isinstance(vs, list) else 1
+        total += n * max(1, points)
+        if total > MAX_TRIALS:
+            raise StudyError(f"{w}arms.{name}.grid: the grids make over {MAX_TRIALS} trials (arms x grid values x points: "
+                             f"{total:,} by this arm); refused before expanding any")
 
 
 def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
@@ -210,8 +276,8 @@ def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
 
 
 def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
-    if not isinstance(raw, list):
-        raise StudyError(f"{w}points: must be a list of tables ([[points]])")
+    if not isinstance(raw, list) or len(raw) > MAX_LIST:
+        raise StudyError(f"{w}points: must be a list of at most {MAX_LIST} tables ([[points]])")
     out = []
     for i, p in enumerate(raw):
         pw = f"{w}points[{i}]"
@@ -220,7 +286,7 @@ def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
         _allowed(p, {"name", "axis", "set", "arms"}, pw)
         if "name" not in p or p.get("axis") not in AXES:
             raise StudyError(f"{pw}: needs a name and an axis ({' | '.join(AXES)}), got {p.get('axis')!r}")
-        out.append(Point(str(p["name"]), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
+        out.append(Point(_name(p["name"], f"{pw}.name"), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
                          _point_arms(p["arms"], f"{pw}.arms", arms) if "arms" in p else None))
     if len({p.name for p in out}) != len(out):
         raise StudyError(f"{w}points: two points share a name")
@@ -243,6 +309,10 @@ def _point_arms(v: Any, where: str, arms: dict[str, Arm]) -> tuple[str, ...]:
     return tuple(a for a in arms if a in v)
 
 
+# what expanding a trial may raise on a bad value (a knob of ``inf`` overflows, a zero divides), each one line
+EXPANSION_ERRORS = (ValueError, OverflowError, ZeroDivisionError, TypeError)
+
+
 def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     """A study from a parsed TOML document; every field checked, every trial expanded once (so a bad key or value
     fails here, naming it, before any run)."""
@@ -252,41 +322,48 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
-    if doc["preset"] not in PRESETS:
+    _name(doc["name"], f"{w}name")
+    if not isinstance(doc["preset"], str) or doc["preset"] not in PRESETS:
         raise StudyError(f"{w}preset: {doc['preset']!r} is not a preset (one of {', '.join(PRESETS)})")
     seeds = _seeds(doc["seeds"], f"{w}seeds")
     tune_seeds = _seeds(doc.get("tune_seeds", [seeds[0]]), f"{w}tune_seeds")
     arms: dict[str, Arm] = {}
     if not isinstance(doc["arms"], dict) or not doc["arms"]:
         raise StudyError(f"{w}arms: must hold at least one arm table ([arms.NAME])")
+    _count_trials(doc["arms"], len(doc.get("points", [])) if isinstance(doc.get("points"), list) else 0, w)
     for name, a in doc["arms"].items():
         aw = f"{w}arms.{name}"
         if not isinstance(a, dict):
             raise StudyError(f"{aw}: must be a table")
         _allowed(a, {"experiment", "ref", "fixed", "grid"}, aw)
         exp = a.get("experiment")
-        if exp not in EXPERIMENT_TABLE:
+        if not isinstance(exp, str) or exp not in EXPERIMENT_TABLE:
             raise StudyError(f"{aw}.experiment: {exp!r} is not an experiment (one of {', '.join(EXPERIMENT_TABLE)})")
         grid_raw = a.get("grid", {})
         if not isinstance(grid_raw, dict):
             raise StudyError(f"{aw}.grid: must be a table of key = [values]")
         grid: dict[str, list[str]] = {}
         for k, vs in grid_raw.items():
-            if not isinstance(vs, list) or not vs or len(set(map(str, vs))) != len(vs):
-                raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {vs!r})")
+            if (not isinstance(vs, list) or not vs or not all(isinstance(v, SCALARS) for v in vs)
+                    or len(set(map(str, vs))) != len(vs)):
+                raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {str(vs)[:80]})")
             grid[str(k)] = [str(v) for v in vs]
-        arms[name] = Arm(name, exp, str(a.get("ref", name)), _strings(a.get("fixed", {}), f"{aw}.fixed"), grid)
+        arms[name] = Arm(name, exp, _text(a.get("ref", name), f"{aw}.ref"), _strings(a.get("fixed", {}), f"{aw}.fixed"),
+                         grid)
     for name, a in arms.items():
         if a.ref not in arms:
             raise StudyError(f"{w}arms.{name}.ref: {a.ref!r} is not an arm of this study ({', '.join(arms)})")
     rows = []
-    for i, r in enumerate(doc.get("rows", [])):
+    for i, r in enumerate(_list(doc.get("rows", []), f"{w}rows")):
         rw = f"{w}rows[{i}]"
         if not isinstance(r, dict):
             raise StudyError(f"{rw}: must be a table")
         _allowed(r, {"name", "arm", "experiment", "set", "seeds", "control"}, rw)
         if "name" not in r or ("arm" in r) == ("experiment" in r):
             raise StudyError(f"{rw}: needs a name and exactly one of arm (on top of its pick) or experiment (standalone)")
+        for k in ("name", "arm", "experiment", "control"):
+            if k in r:
+                _text(r[k], f"{rw}.{k}")
         if "arm" in r and r["arm"] not in arms:
             raise StudyError(f"{rw}.arm: {r['arm']!r} is not an arm of this study ({', '.join(arms)})")
         if "experiment" in r and r["experiment"] not in EXPERIMENT_TABLE:
@@ -300,8 +377,10 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     if len(set(names)) != len(names):
         raise StudyError(f"{w}rows: two rows share a name")
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
-                  arms, rows, doc.get("report"), str(doc.get("description", "")), path,
-                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"))
+                  arms, rows, _path(doc.get("report"), f"{w}report", ".json"),
+                  _text(doc.get("description", ""), f"{w}description"), path,
+                  _points(doc.get("points", []), w, arms), _path(doc.get("point_reports"), f"{w}point_reports", None),
+                  _path(doc.get("trend"), f"{w}trend", ".json"))
     study.check_budgets()
     if study.points:
         if rows or study.report:
@@ -312,7 +391,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             for name in sub.arms:
                 try:
                     sub.trials(name)
-                except ValueError as e:
+                except EXPANSION_ERRORS as e:
                     raise StudyError(f"{w}points '{pt.name}', arms.{name}: {e}") from None
         return study
     stand_in = {}
@@ -321,12 +400,12 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             stand_in[name] = study.trials(name)[0]
         except StudyError:
             raise
-        except ValueError as e:  # a config rule, named by the config's own message
+        except EXPANSION_ERRORS as e:  # a config rule, named by the config's own message
             raise StudyError(f"{w}arms.{name}: {e}") from None
     for row in rows:  # on its arm's first trial until the pick is known: a bad key fails now, not hours in
         try:
             study.row_trial(row, stand_in)
-        except ValueError as e:
+        except EXPANSION_ERRORS as e:
             raise StudyError(f"{w}rows '{row.name}': {e}") from None
     return study
 
@@ -336,7 +415,13 @@ def load_study(path: str | Path) -> Study:
     if not p.is_file():
         raise StudyError(f"{p}: no such study file")
     try:
-        doc = tomllib.loads(p.read_text())
+        doc = tomllib.loads(read_limited(p, MAX_FILE, "study file").decode())
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{p}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise StudyError(f"{p}: not UTF-8 text ({e})") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise StudyError(f"{p}: nested too deeply to be a study file") from None
+    except ValueError as e:  # over MAX_FILE
+        raise StudyError(str(e)) from None
     return parse_study(doc, p)
