@@ -21,7 +21,7 @@ from islands_kit.protocol.runner import arm_of, check_arms, known_runs, run_stud
 from islands_kit.protocol.runs import Run, machine_folder, this_machine
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
-from islands_kit.train.estimate import estimate_run
+from islands_kit.train.estimate import estimate_within
 from islands_kit.train.preflight import preflight
 
 RESULTS = Path("benchmarks") / "RESULTS.md"
@@ -82,7 +82,10 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
         key = _cost_key(r.trial)
         if key not in seconds:
             cfg = apply_overrides(study.base_config(r.trial.experiment), r.trial.overrides)
-            seconds[key] = estimate_run(cfg).total_s
+            try:
+                seconds[key] = estimate_within(cfg).total_s
+            except RuntimeError as e:
+                raise StudyError(f"{r.trial.arm} ({r.trial.describe()}): {e}") from None
         total += seconds[key]
     only = f" of {', '.join(a for a in study.arms if a in arms)}" if arms is not None else ""
     say(f"study {study.name}: {len(runs)} runs{only} ({sum(r.phase == 'tune' for r in runs)} tuning, "
