@@ -14,7 +14,7 @@ from islands_kit.config.presets import get_preset
 from islands_kit.io import atomic_write_bytes
 from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
-from islands_kit.protocol.runner import run_study, take_lock
+from islands_kit.protocol.runner import release_lock, run_study, take_lock
 from islands_kit.protocol.runs import Run, machine_folder, machine_slug, machines, pick
 from islands_kit.protocol.study import StudyError, load_study, parse_study
 from islands_kit.protocol.tables import render
@@ -154,8 +154,9 @@ def test_a_run_held_by_a_live_process_is_skipped_and_a_dead_ones_lock_taken(tmp_
     d = tmp_path / "run"
     assert take_lock(d)
     assert not take_lock(d)  # held by this (live) process
+    release_lock(d)
     (d / "run.lock").write_text(json.dumps({"pid": 2 ** 22 + 12345, "host": os.uname().nodename}))
-    assert take_lock(d)  # a dead holder's lock is taken over
+    assert take_lock(d)  # a lock file its dead holder left behind is taken over
 
 
 def test_bpb_at_time_interpolates_between_evaluations():
