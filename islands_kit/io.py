@@ -205,19 +205,59 @@ def _jsonable(o: Any) -> Any:
     return str(o)
 
 
+MAX_RESULT_BYTES = 64 << 20  # a result.json (a long run's holds a few MB: its config, curve and link timeline)
+_COUNTS = ("cross_site_bytes", "ddp_equivalent_bytes", "tokens", "steps")
+
+
+def _check_result(res: dict[str, Any], p: Path) -> None:
+    """The figures a comparison computes with, each a number of its kind: ValueError naming the file and the key
+    (``"abc"`` for a bpb, ``10**4000`` bytes or a negative bpb used to raise inside the table, or print nonsense)."""
+    def bad(key: str, v: Any, rule: str) -> ValueError:
+        return ValueError(f"compare: {p}: {key} = {str(v)[:40]} {rule}")
+
+    v = res["final_val_bpb"]
+    if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not (v > 0 or math.isnan(v))):
+        raise bad("final_val_bpb", v, "is not a bpb (a number > 0, or null for a diverged run)")
+    for k in _COUNTS:
+        n = res[k]
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < 2 ** 63:
+            raise bad(k, n, "is not a whole count in [0, 2^63)")
+    t = res["sim_wall_clock_s"]
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not (math.isfinite(t) and t >= 0):
+        raise bad("sim_wall_clock_s", t, "is not a finite time >= 0")
+    curve = res["val_curve"]
+    if not isinstance(curve, list) or not all(
+            isinstance(pt, list) and len(pt) == 2 and all(x is None or (isinstance(x, (int, float))
+                                                          and not isinstance(x, bool)) for x in pt) for pt in curve):
+        raise bad("val_curve", "...", "is not a list of [tokens, bpb] pairs")
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
-    """A run's result.json (``path``: the file or its folder), checked for the contract's keys; a diverged run's
-    ``null`` bpb comes back as NaN, and ``dir`` records the folder as given (compare labels rows with it)."""
+    """A run's result.json (``path``: the file or its folder), checked for the contract's keys and the kinds of the
+    figures a comparison uses, at most ``MAX_RESULT_BYTES``; a diverged run's ``null`` bpb comes back as NaN, and
+    ``dir`` records the folder as given (compare labels rows with it). ValueError naming the file otherwise."""
     p = Path(path)
     if p.is_dir():
         p = p / "result.json"
     if not p.exists():
         raise FileNotFoundError(f"compare: no result.json at {p}")
-    with open(p) as f:
-        res = json.load(f)
+    try:
+        res = json.loads(read_limited(p, MAX_RESULT_BYTES, "compare"))
+    except RecursionError:
+        raise ValueError(f"compare: {p} is nested too deeply to be a result.json") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"compare: {p} is not UTF-8 JSON ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"compare: {p} is not JSON ({e})") from None
+    if not isinstance(res, dict):
+        raise ValueError(f"compare: {p} is not a JSON object")
+    if res.get("restored_from"):
+        raise ValueError(f"compare: {p} was restored from the study ledger {str(res['restored_from'])[:80]} "
+                         "(its figures only, not a run's whole record)")
     missing = [k for k in RESULT_KEYS if k not in res]
     if missing:
         raise ValueError(f"compare: {p} lacks result keys {missing}")
+    _check_result(res, p)
     # a diverged run's bpb is stored as null (strict JSON): NaN again here, so tables and ratios stay numeric
     if res["final_val_bpb"] is None:
         res["final_val_bpb"] = math.nan
