@@ -158,7 +158,7 @@ def read_ledger(path: Path, say: Callable[[str], None] = _warn) -> dict[str, dic
                 why = f"nested deeper than {MAX_DEPTH} levels"
             else:
                 try:
-                    rec = json.loads(line)
+                    rec = json.loads(line.rstrip(b"\r\n"))
                 except ValueError as e:  # a torn write, or not JSON
                     why = f"not a JSON record ({str(e)[:80]})"
             why = why or check_record(rec)
