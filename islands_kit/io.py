@@ -138,7 +138,7 @@ def read_limited(path: Path, limit: int, what: str) -> bytes:
         size = os.fstat(f.fileno()).st_size
         data = f.read(limit + 1) if size <= limit else b""
     if size > limit or len(data) > limit:
-        raise ValueError(f"{what}: {path} holds {max(size, len(data)):,} bytes, more than the limit of {limit:,}")
+        raise ValueError(f"{path}: {max(size, len(data)):,} bytes, over the limit of {limit:,} for {what}")
     return data
 
 
@@ -242,7 +242,7 @@ def load_result(path: str | Path) -> dict[str, Any]:
     if not p.exists():
         raise FileNotFoundError(f"compare: no result.json at {p}")
     try:
-        res = json.loads(read_limited(p, MAX_RESULT_BYTES, "compare"))
+        res = json.loads(read_limited(p, MAX_RESULT_BYTES, "a result.json"))
     except RecursionError:
         raise ValueError(f"compare: {p} is nested too deeply to be a result.json") from None
     except UnicodeDecodeError as e:

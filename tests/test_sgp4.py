@@ -90,8 +90,8 @@ def test_an_element_set_file_over_its_limit_is_refused_unread(tmp_path: Path) ->
     big = tmp_path / "big.tle"
     with open(big, "wb") as f:
         f.truncate(tle.MAX_BYTES + 1)  # sparse: its size alone refuses it
-    with pytest.raises(ConfigError, match=rf"link\.orbit\.tle_file: .*big\.tle holds {tle.MAX_BYTES + 1:,} bytes, "
-                                          rf"more than the limit of {tle.MAX_BYTES:,}"):
+    with pytest.raises(ConfigError, match=rf"link\.orbit\.tle_file: .*big\.tle: {tle.MAX_BYTES + 1:,} bytes, over "
+                                          rf"the limit of {tle.MAX_BYTES:,} for an element-set file"):
         OrbitConfig(tle_file=str(big), n_satellites=1)
 
 

@@ -89,7 +89,7 @@ def run_history(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     the run's total bytes on the last point."""
     f = Path(result.get("dir") or ".") / "history.jsonl"
     if result.get("dir") and f.exists():
-        text = read_limited(f, MAX_HISTORY_BYTES, "compare --plot").decode(errors="replace")
+        text = read_limited(f, MAX_HISTORY_BYTES, "a history.jsonl in compare --plot").decode(errors="replace")
         try:
             return [json.loads(line) for line in text.splitlines() if line.strip()]
         except (ValueError, RecursionError) as e:

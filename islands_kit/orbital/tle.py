@@ -108,7 +108,7 @@ def element_sets(tle_file: str, tle_lines: list[str]) -> list[ElementSet]:
     neither."""
     if tle_file:
         p = resolve(tle_file)
-        return parse(read_limited(p, MAX_BYTES, "link.orbit.tle_file").decode(errors="replace"), str(p))
+        return parse(read_limited(p, MAX_BYTES, "an element-set file").decode(errors="replace"), str(p))
     if tle_lines:
         return parse("\n".join(tle_lines), "link.orbit.tle")
     return []

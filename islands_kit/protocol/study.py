@@ -265,8 +265,9 @@ def _count_trials(arms: dict[str, Any], points: int, w: str) -> None:
             n *= len(vs) if isinstance(vs, list) else 1
         total += n * max(1, points)
         if total > MAX_TRIALS:
-            raise StudyError(f"{w}arms.{name}.grid: the grids make over {MAX_TRIALS} trials (arms x grid values x points: "
-                             f"{total:,} by this arm); refused before expanding any")
+            raise StudyError(f"{w}arms.{name}.grid: the grids make at least {total:,} trials (grid values multiplied, "
+                             f"summed over arms, times points), over the limit of {MAX_TRIALS}; refused before "
+                             "expanding any")
 
 
 def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
@@ -415,7 +416,7 @@ def load_study(path: str | Path) -> Study:
     if not p.is_file():
         raise StudyError(f"{p}: no such study file")
     try:
-        doc = tomllib.loads(read_limited(p, MAX_FILE, "study file").decode())
+        doc = tomllib.loads(read_limited(p, MAX_FILE, "a study file").decode())
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{p}: not valid TOML ({e})") from None
     except UnicodeDecodeError as e:
