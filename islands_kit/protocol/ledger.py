@@ -29,9 +29,10 @@ from typing import Any
 
 from islands_kit.comm.control import nesting_depth
 from islands_kit.io import atomic_write_bytes, confined, dumps_strict, finite
+from islands_kit.protocol.fields import MAX_SEED
 from islands_kit.protocol.runner import known_runs
 from islands_kit.protocol.runs import SLUG, Run, machines
-from islands_kit.protocol.study import MAX_SEED, Study, StudyError
+from islands_kit.protocol.study import Study, StudyError
 
 KEYS = ("experiment", "preset", "seed", "final_val_bpb", "final_tune_bpb", "sim_wall_clock_s", "cross_site_bytes",
         "ddp_equivalent_bytes", "tokens", "steps", "params_active", "wall_time_s", "cpu_time_s", "versions",

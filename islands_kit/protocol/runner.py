@@ -23,8 +23,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from islands_kit.protocol.runs import Run, machine_folder, tuned_pick

@@ -28,7 +28,6 @@ budgets). Errors name the file, the field and the rule, before any run starts.
 from __future__ import annotations
 
 import itertools
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +36,20 @@ from typing import Any
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.presets import PRESETS, get_preset
-from islands_kit.io import confined, read_limited
+from islands_kit.io import read_limited
 from islands_kit.protocol.batch import BATCH_KEY
+from islands_kit.protocol.fields import (
+    MAX_FILE,
+    MAX_LIST,
+    MAX_SEED,
+    SCALARS,
+    StudyError,
+    check_name,
+    check_path,
+    check_text,
+    count_trials,
+    table_list,
+)
 from islands_kit.protocol.knobs import KNOBS, resolve
 
 if sys.version_info >= (3, 11):
@@ -49,10 +60,6 @@ else:  # pragma: no cover - the 3.10 fallback
 # what every study run sets besides its own settings and its seed: one thread (bit-reproducible per seed on one
 # machine), the tuning split scored, no wandb, no progress lines in the logs
 RUN_SETS = {"threads": "1", "data.score_tune": "true", "wandb_mode": "disabled", "progress": "false"}
-
-
-class StudyError(ValueError):
-    """A study file broke a rule; the message names the file, the field and the rule."""
 
 
 @dataclass(frozen=True)
@@ -191,44 +198,6 @@ class Study:
 
 
 # -- loading ---------------------------------------------------------------------------------------------------------
-# A study file arrives like a pull request does: every name that becomes a folder or a file is checked to stay where
-# the kit keeps its outputs, every size is bounded before anything is expanded, every type is checked before use.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a study's or a point's name: one folder, never a path
-MAX_SEED = 2 ** 32  # the config's own bound on ``seed``
-MAX_LIST = 1000  # seeds per list, rows, points
-MAX_TRIALS = 512  # trials of every arm at every point together, counted before any is expanded
-MAX_FILE = 1 << 20  # bytes of a study file (the committed ones hold a few KB)
-SCALARS = (str, int, float, bool)
-
-
-def _text(v: Any, where: str) -> str:
-    if not isinstance(v, str):
-        raise StudyError(f"{where}: must be a string (got {type(v).__name__})")
-    return v
-
-
-def _name(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not NAME.fullmatch(v):
-        raise StudyError(f"{where}: {str(v)[:60]!r} must be a name of letters, digits, '.', '-' and '_' (up to 100, "
-                         "not starting with '.'): it names a folder")
-    return v
-
-
-def _path(v: Any, where: str, suffix: str | None) -> str | None:
-    """A path the study names (its report, its trend, its points' reports folder): relative, under the folder the kit
-    runs in, no '..', no symbolic link along it."""
-    if v is None:
-        return None
-    p = _text(v, where)
-    try:
-        confined(Path("."), p, where)
-    except ValueError as e:
-        raise StudyError(str(e)) from None
-    if suffix is not None and not p.endswith(suffix):
-        raise StudyError(f"{where}: {p!r} must end in {suffix}")
-    return p
-
-
 def _strings(d: Any, where: str) -> dict[str, str]:
     if not isinstance(d, dict):
         raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
@@ -248,28 +217,6 @@ def _seeds(v: Any, where: str) -> list[int]:
     return list(v)
 
 
-def _list(v: Any, where: str) -> list[Any]:
-    if not isinstance(v, list) or len(v) > MAX_LIST:
-        raise StudyError(f"{where}: must be a list of at most {MAX_LIST} tables")
-    return v
-
-
-def _count_trials(arms: dict[str, Any], points: int, w: str) -> None:
-    """StudyError when the grids hold more than ``MAX_TRIALS`` trials over all arms and points, counted from the grid
-    sizes alone (a grid of a million trials used to be expanded, trial by trial, before any output)."""
-    total = 0
-    for name, a in arms.items():
-        n = 1
-        grid = a.get("grid", {}) if isinstance(a, dict) else {}
-        for vs in grid.values() if isinstance(grid, dict) else []:
-            n *= len(vs) if isinstance(vs, list) else 1
-        total += n * max(1, points)
-        if total > MAX_TRIALS:
-            raise StudyError(f"{w}arms.{name}.grid: the grids make at least {total:,} trials (grid values multiplied, "
-                             f"summed over arms, times points), over the limit of {MAX_TRIALS}; refused before "
-                             "expanding any")
-
-
 def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
     extra = sorted(set(d) - keys)
     if extra:
@@ -287,7 +234,7 @@ def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
         _allowed(p, {"name", "axis", "set", "arms"}, pw)
         if "name" not in p or p.get("axis") not in AXES:
             raise StudyError(f"{pw}: needs a name and an axis ({' | '.join(AXES)}), got {p.get('axis')!r}")
-        out.append(Point(_name(p["name"], f"{pw}.name"), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
+        out.append(Point(check_name(p["name"], f"{pw}.name"), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
                          _point_arms(p["arms"], f"{pw}.arms", arms) if "arms" in p else None))
     if len({p.name for p in out}) != len(out):
         raise StudyError(f"{w}points: two points share a name")
@@ -323,7 +270,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
-    _name(doc["name"], f"{w}name")
+    check_name(doc["name"], f"{w}name")
     if not isinstance(doc["preset"], str) or doc["preset"] not in PRESETS:
         raise StudyError(f"{w}preset: {doc['preset']!r} is not a preset (one of {', '.join(PRESETS)})")
     seeds = _seeds(doc["seeds"], f"{w}seeds")
@@ -331,7 +278,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     arms: dict[str, Arm] = {}
     if not isinstance(doc["arms"], dict) or not doc["arms"]:
         raise StudyError(f"{w}arms: must hold at least one arm table ([arms.NAME])")
-    _count_trials(doc["arms"], len(doc.get("points", [])) if isinstance(doc.get("points"), list) else 0, w)
+    count_trials(doc["arms"], len(doc.get("points", [])) if isinstance(doc.get("points"), list) else 0, w)
     for name, a in doc["arms"].items():
         aw = f"{w}arms.{name}"
         if not isinstance(a, dict):
@@ -349,13 +296,13 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
                     or len(set(map(str, vs))) != len(vs)):
                 raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {str(vs)[:80]})")
             grid[str(k)] = [str(v) for v in vs]
-        arms[name] = Arm(name, exp, _text(a.get("ref", name), f"{aw}.ref"), _strings(a.get("fixed", {}), f"{aw}.fixed"),
+        arms[name] = Arm(name, exp, check_text(a.get("ref", name), f"{aw}.ref"), _strings(a.get("fixed", {}), f"{aw}.fixed"),
                          grid)
     for name, a in arms.items():
         if a.ref not in arms:
             raise StudyError(f"{w}arms.{name}.ref: {a.ref!r} is not an arm of this study ({', '.join(arms)})")
     rows = []
-    for i, r in enumerate(_list(doc.get("rows", []), f"{w}rows")):
+    for i, r in enumerate(table_list(doc.get("rows", []), f"{w}rows")):
         rw = f"{w}rows[{i}]"
         if not isinstance(r, dict):
             raise StudyError(f"{rw}: must be a table")
@@ -364,7 +311,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             raise StudyError(f"{rw}: needs a name and exactly one of arm (on top of its pick) or experiment (standalone)")
         for k in ("name", "arm", "experiment", "control"):
             if k in r:
-                _text(r[k], f"{rw}.{k}")
+                check_text(r[k], f"{rw}.{k}")
         if "arm" in r and r["arm"] not in arms:
             raise StudyError(f"{rw}.arm: {r['arm']!r} is not an arm of this study ({', '.join(arms)})")
         if "experiment" in r and r["experiment"] not in EXPERIMENT_TABLE:
@@ -378,10 +325,10 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     if len(set(names)) != len(names):
         raise StudyError(f"{w}rows: two rows share a name")
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
-                  arms, rows, _path(doc.get("report"), f"{w}report", ".json"),
-                  _text(doc.get("description", ""), f"{w}description"), path,
-                  _points(doc.get("points", []), w, arms), _path(doc.get("point_reports"), f"{w}point_reports", None),
-                  _path(doc.get("trend"), f"{w}trend", ".json"))
+                  arms, rows, check_path(doc.get("report"), f"{w}report", ".json"),
+                  check_text(doc.get("description", ""), f"{w}description"), path,
+                  _points(doc.get("points", []), w, arms), check_path(doc.get("point_reports"), f"{w}point_reports", None),
+                  check_path(doc.get("trend"), f"{w}trend", ".json"))
     study.check_budgets()
     if study.points:
         if rows or study.report:
