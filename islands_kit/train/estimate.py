@@ -106,7 +106,7 @@ def estimate_run(cfg: ExperimentConfig, start_step: int = 0, warm_steps: int = 2
 
 
 
-BUDGET_S = 40.0  # a dry run's timing of one config, set-up included (ISLANDS_KIT_DRY_RUN_BUDGET_S overrides)
+BUDGET_S = 30.0  # a dry run's timing of one config, set-up included (ISLANDS_KIT_DRY_RUN_BUDGET_S overrides)
 
 
 def _timing_child(conn: Any, cfg: dict[str, Any], start_step: int) -> None:
