@@ -115,6 +115,33 @@ def _umask() -> int:
     return mask
 
 
+def confined(root: Path, rel: str | Path, what: str) -> Path:
+    """``root / rel`` for a path a file names (a study's report, a ledger's key): ValueError naming ``what`` when
+    ``rel`` is absolute or empty, holds a ``..`` component, or when any part of it under ``root`` that exists is a
+    symbolic link — so whatever the file says, the kit reads and writes under ``root`` only."""
+    p = Path(rel)
+    if not str(rel) or p.is_absolute() or not p.parts or ".." in p.parts or "\\" in str(rel):
+        raise ValueError(f"{what}: {str(rel)!r} must be a relative path under {root} (no '..', not absolute)")
+    cur = root
+    for part in p.parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise ValueError(f"{what}: {cur} is a symbolic link (the kit never reads or writes through one)")
+    return root / p
+
+
+def read_limited(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, refused (ValueError naming the file and the limit) when it holds more than ``limit``
+    bytes: the size is read from the file system and checked again while reading, so an oversized file costs nothing
+    to refuse."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise ValueError(f"{path}: {max(size, len(data)):,} bytes, over the limit of {limit:,} for {what}")
+    return data
+
+
 def sha256_hex(data: bytes) -> str:
     """Hex sha256 of ``data`` (the corpus fingerprint recorded in result.json)."""
     return hashlib.sha256(data).hexdigest()
@@ -178,19 +205,59 @@ def _jsonable(o: Any) -> Any:
     return str(o)
 
 
+MAX_RESULT_BYTES = 64 << 20  # a result.json (a long run's holds a few MB: its config, curve and link timeline)
+_COUNTS = ("cross_site_bytes", "ddp_equivalent_bytes", "tokens", "steps")
+
+
+def _check_result(res: dict[str, Any], p: Path) -> None:
+    """The figures a comparison computes with, each a number of its kind: ValueError naming the file and the key
+    (``"abc"`` for a bpb, ``10**4000`` bytes or a negative bpb used to raise inside the table, or print nonsense)."""
+    def bad(key: str, v: Any, rule: str) -> ValueError:
+        return ValueError(f"compare: {p}: {key} = {str(v)[:40]} {rule}")
+
+    v = res["final_val_bpb"]
+    if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not (v > 0 or math.isnan(v))):
+        raise bad("final_val_bpb", v, "is not a bpb (a number > 0, or null for a diverged run)")
+    for k in _COUNTS:
+        n = res[k]
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < 2 ** 63:
+            raise bad(k, n, "is not a whole count in [0, 2^63)")
+    t = res["sim_wall_clock_s"]
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not (math.isfinite(t) and t >= 0):
+        raise bad("sim_wall_clock_s", t, "is not a finite time >= 0")
+    curve = res["val_curve"]
+    if not isinstance(curve, list) or not all(
+            isinstance(pt, list) and len(pt) == 2 and all(x is None or (isinstance(x, (int, float))
+                                                          and not isinstance(x, bool)) for x in pt) for pt in curve):
+        raise bad("val_curve", "...", "is not a list of [tokens, bpb] pairs")
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
-    """A run's result.json (``path``: the file or its folder), checked for the contract's keys; a diverged run's
-    ``null`` bpb comes back as NaN, and ``dir`` records the folder as given (compare labels rows with it)."""
+    """A run's result.json (``path``: the file or its folder), checked for the contract's keys and the kinds of the
+    figures a comparison uses, at most ``MAX_RESULT_BYTES``; a diverged run's ``null`` bpb comes back as NaN, and
+    ``dir`` records the folder as given (compare labels rows with it). ValueError naming the file otherwise."""
     p = Path(path)
     if p.is_dir():
         p = p / "result.json"
     if not p.exists():
         raise FileNotFoundError(f"compare: no result.json at {p}")
-    with open(p) as f:
-        res = json.load(f)
+    try:
+        res = json.loads(read_limited(p, MAX_RESULT_BYTES, "a result.json"))
+    except RecursionError:
+        raise ValueError(f"compare: {p} is nested too deeply to be a result.json") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"compare: {p} is not UTF-8 JSON ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"compare: {p} is not JSON ({e})") from None
+    if not isinstance(res, dict):
+        raise ValueError(f"compare: {p} is not a JSON object")
+    if res.get("restored_from"):
+        raise ValueError(f"compare: {p} was restored from the study ledger {str(res['restored_from'])[:80]} "
+                         "(its figures only, not a run's whole record)")
     missing = [k for k in RESULT_KEYS if k not in res]
     if missing:
         raise ValueError(f"compare: {p} lacks result keys {missing}")
+    _check_result(res, p)
     # a diverged run's bpb is stored as null (strict JSON): NaN again here, so tables and ratios stay numeric
     if res["final_val_bpb"] is None:
         res["final_val_bpb"] = math.nan

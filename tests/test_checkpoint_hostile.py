@@ -173,3 +173,76 @@ def test_the_kits_checkpoint_reads_as_its_storage_and_an_expanded_one_is_refused
     with pytest.raises(ConfigError, match=r"^--resume: .*checkpoint\.pt: holds an expanded tensor of shape "
                                           r"\(256, 1048576\) .*; refused$"):
         run_experiment(_cfg(), tmp_path / "out", resume=folder)
+
+
+_MEASURE = """
+import resource, sys, time
+from islands_kit.config import ConfigError
+from islands_kit.train.checkpoint import load_checkpoint
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+try:
+    load_checkpoint(sys.argv[1])
+    print("loaded")
+except ConfigError as e:
+    print("refused:", e)
+except BaseException as e:  # noqa: BLE001 - what the old code raised (MemoryError, RuntimeError)
+    print("raised:", type(e).__name__)
+print("grew_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, "s", time.perf_counter() - t0)
+"""
+
+
+def test_a_compressed_record_is_refused_unread_in_bounded_memory(tmp_path, good_state):
+    """A record DEFLATE-compressed in the checkpoint's zip (torch.save writes none) inflates to whatever its header
+    claims when read: 256 MiB of zeros in a file of well under a megabyte. It is refused from the zip's directory
+    before torch reads a record, the process growing by less than twice the file's size."""
+    import subprocess
+    import sys
+    import zipfile
+
+    plain = tmp_path / "plain.pt"
+    torch.save(good_state, plain)
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    with zipfile.ZipFile(plain) as src:
+        names = src.namelist()
+        big = max((n for n in names if "/data/" in n), key=lambda n: src.getinfo(n).file_size)
+    # the same file, its largest record deflated and claiming 256 MiB
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(folder / FILENAME, "w") as dst:
+        for n in names:
+            if n != big:
+                info = zipfile.ZipInfo(n)
+                dst.writestr(info, src.read(n), compress_type=zipfile.ZIP_STORED)
+        info = zipfile.ZipInfo(big)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with dst.open(info, "w", force_zip64=True) as f:
+            zeros = bytes(1 << 20)
+            for _ in range(256):
+                f.write(zeros)
+    size = (folder / FILENAME).stat().st_size
+    assert size < 2 << 20
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(folder)], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}).stdout
+    assert re.search(r"refused: --resume: .*checkpoint\.pt: record '.*' is compressed \([\d,]+ bytes claiming "
+                     r"268,435,456\); the kit writes none, refused unread", out), out
+    grew_kb = int(re.search(r"grew_kb (\d+)", out).group(1))
+    assert grew_kb * 1024 < 2 * size, out
+
+
+def test_a_checkpoint_nested_thousands_deep_is_one_line_not_a_recursion_error(tmp_path, good_state):
+    import sys
+
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(50000)
+    try:
+        folder = tmp_path / "ck"
+        folder.mkdir()
+        torch.save({**good_state, "history": deep}, folder / FILENAME)
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(ConfigError, match=r"^--resume: .*checkpoint\.pt: nested deeper than 32 levels; the kit writes "
+                                          r"none, refused$"):
+        run_experiment(_cfg(), tmp_path / "out", resume=folder)

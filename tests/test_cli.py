@@ -127,6 +127,10 @@ def test_seeds_are_taken_as_a_list_a_comma_list_or_a_range(tmp_path, capsys):
     for bad in (["a"], ["-1"], ["2-0"], ["0,,x"], [","]):
         with pytest.raises(ConfigError, match="--seeds: "):
             parse_seeds(bad)
+    # counted before the list is made: a hundred billion seeds raised MemoryError, 2^63 failed in every run's config
+    for bad in (["0-100000000000"], [str(2 ** 63)], ["0-9999", "10000"]):
+        with pytest.raises(ConfigError, match=r"^--seeds: at most 10,000 seeds, each below 2\^32 \(got "):
+            parse_seeds(bad)
     for written in (["0,1"], ["0", "1"], ["0-1"]):
         assert main(["run", "baseline", "--seeds", *written, "--dry-run", "--set", "steps=2",
                      "--out", str(tmp_path / "s")]) == 0

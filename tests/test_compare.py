@@ -395,3 +395,43 @@ def test_runs_made_on_two_machines_or_kernel_sets_are_not_paired(tmp_path):
     with pytest.raises(ComparisonError, match=r"machine: the runs differ .*Intel Xeon.*AMD EPYC"):
         compare_table([intel, amd])
     assert len(compare_table([intel, same])) == 2
+
+
+def test_a_stub_or_hostile_result_is_skipped_with_one_line_and_the_rest_compared(tmp_path, capsys):
+    """``study report`` used to leave stub result.json files (a ledger's figures) under runs/, after which
+    ``compare runs`` failed on the first (``lacks result keys [...]``); a hostile result.json (bpb "abc", bytes
+    10**4000, a negative bpb) raised inside the table or printed nonsense. Each is now skipped, named with why."""
+    runs = tmp_path / "runs"
+    base = write(runs, "baseline-demo-s0", result())
+    ts = write(runs, "two_site-demo-s0", result("two_site", bpb=3.3, sent=10_000))
+    stub = write(runs / "studies" / "t" / "box-0123abcd" / "baseline" / ("a" * 12), "seed0",
+                 {"experiment": "baseline", "seed": 0, "final_val_bpb": 2.5, "restored_from": "benchmarks/t.runs.jsonl"})
+    partial = write(runs, "partial", {k: v for k, v in result().items() if k != "corpus"})
+    hostile = {name: write(runs, name, dict(result(), **change)) for name, change in (
+        ("abc", {"final_val_bpb": "abc"}), ("negative", {"final_val_bpb": -1.0}),
+        ("huge", {"cross_site_bytes": 10 ** 4000 // 10 ** 3990 * 10 ** 30}))}
+    sel = select_runs([runs])
+    assert [r["dir"] for r in sel.results] == [str(base), str(ts)]
+    why = dict(sel.skipped)
+    assert why[stub] == f"{stub / 'result.json'} was restored from the study ledger benchmarks/t.runs.jsonl (its " \
+                        "figures only, not a run's whole record)"
+    assert why[partial] == f"{partial / 'result.json'} lacks result keys ['corpus']"
+    assert why[hostile["abc"]].endswith("final_val_bpb = abc is not a bpb (a number > 0, or null for a diverged run)")
+    assert why[hostile["negative"]].endswith("final_val_bpb = -1.0 is not a bpb (a number > 0, or null for a diverged run)")
+    assert why[hostile["huge"]].endswith("is not a whole count in [0, 2^63)")
+    assert cli.main(["compare", str(runs)]) == 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "skipped 5 run(s)" in err
+    assert cli.main(["compare", str(stub)]) == 2  # nothing left to compare: one line naming why
+    assert "compare: no run to compare: " in capsys.readouterr().err
+
+
+def test_compare_plot_refuses_a_history_over_its_limit_unread(tmp_path, capsys):
+    from islands_kit.compare.folders import MAX_HISTORY_BYTES
+
+    run = write(tmp_path, "run", result())
+    with open(run / "history.jsonl", "wb") as f:
+        f.truncate(MAX_HISTORY_BYTES + 1)  # sparse
+    assert cli.main(["compare", str(run), "--plot", str(tmp_path / "p.png")]) == 2
+    assert f"history.jsonl: {MAX_HISTORY_BYTES + 1:,} bytes, over the limit of {MAX_HISTORY_BYTES:,} for a " \
+           "history.jsonl in compare --plot" in capsys.readouterr().err

@@ -54,6 +54,8 @@ def test_every_int_field_refuses_more_than_64_bits(key):
     ({"steps": str(10**12)}, "steps", "<= 1e+09"),
     ({"sync.diloco.outer_lr": "1e6"}, "sync.diloco.outer_lr", "<= 10"),
     ({"optim.max_preconditioner_dim": "100000"}, "optim.max_preconditioner_dim", "<= 8192"),
+    # passed the dry run, trained 600 steps, then failed naming no field ("start_s: must be a finite time (got inf)")
+    ({"faults.straggler_factor": "1.7e308"}, "faults.straggler_factor", "must be in [1, 1e+06]"),
 ])
 def test_ranges_name_field_and_rule(overrides, field, rule):
     with pytest.raises(ConfigError) as e:

@@ -238,7 +238,7 @@ def test_dry_run_says_each_points_cost(tmp_path, monkeypatch, capsys):
     class Est:
         total_s = 360.0
 
-    monkeypatch.setattr(command, "estimate_run", lambda cfg: Est())
+    monkeypatch.setattr(command, "estimate_within", lambda cfg: Est())
     # the study's own ledgers hold runs already made (benchmarks/scaling/): this counts the plan from nothing
     study = dataclasses.replace(load_study(SIZE), point_reports=str(tmp_path / "no-ledgers"))
     args = argparse.Namespace(action="run", dry_run=True, study=str(SIZE), arms=None, jobs=2, write=False,

@@ -61,6 +61,40 @@ def test_bad_element_sets_are_refused_naming_the_line() -> None:
     assert OrbitConfig(tle=CROSSING, n_satellites=2).uses_tle()
 
 
+def _with(line: str, cols: slice, text: str) -> str:
+    """``line`` with ``text`` in ``cols`` and its checksum made right again (the checksum is no format check)."""
+    out = line[:cols.start] + text + line[cols.stop:68]
+    return out + str(tle.checksum(out))
+
+
+@pytest.mark.parametrize("line, cols, text, message", [
+    (2, slice(52, 63), "1X.0638310Q", r"columns 53-63, the mean motion, read '1X\.0638310Q': not in the element-set format"),
+    (2, slice(52, 63), "-5.06383100", r"columns 53-63, the mean motion, read '-5\.06383100': not in the element-set"),
+    (2, slice(52, 63), " 0.00000000", r"the mean motion 0\.00000000 is outside \[1e-06, 20\]"),
+    (2, slice(8, 16), "999.9999", r"the inclination 999\.9999 is outside \[0, 180\]"),
+    (1, slice(18, 32), "25400.20992115", r"the epoch's day of the year 400\.20992115 is outside \[1, 367\)"),
+    (1, slice(53, 61), " 9152Z-4", r"columns 54-61, the drag term \(B\*\), read ' 9152Z-4'"),
+])
+def test_an_element_set_that_passes_its_checksum_but_not_its_format_is_refused(line, cols, text, message) -> None:
+    """Digits and letters the checksum does not see (``1X.0638310Q`` for a mean motion) failed later with a raw
+    RuntimeError inside the propagator; a negative mean motion or an inclination of 999.9999 passed quietly."""
+    sets = list(CROSSING[:3])
+    sets[line] = _with(sets[line], cols, text)
+    with pytest.raises(ValueError, match=rf"^x: line {line + 1}: {message}"):
+        tle.parse("\n".join(sets), "x")
+    with pytest.raises(ConfigError, match=r"^link\.orbit\.tle: "):
+        OrbitConfig(tle=sets, n_satellites=1)
+
+
+def test_an_element_set_file_over_its_limit_is_refused_unread(tmp_path: Path) -> None:
+    big = tmp_path / "big.tle"
+    with open(big, "wb") as f:
+        f.truncate(tle.MAX_BYTES + 1)  # sparse: its size alone refuses it
+    with pytest.raises(ConfigError, match=rf"link\.orbit\.tle_file: .*big\.tle: {tle.MAX_BYTES + 1:,} bytes, over "
+                                          rf"the limit of {tle.MAX_BYTES:,} for an element-set file"):
+        OrbitConfig(tle_file=str(big), n_satellites=1)
+
+
 def test_without_the_extra_element_sets_ask_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sgp4_orbit, "HAVE_SGP4", False)
     with pytest.raises(ConfigError, match=r"link\.orbit\.tle_file: .*pip install 'islands_kit\[orbit\]'"):

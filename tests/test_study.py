@@ -14,7 +14,7 @@ from islands_kit.config.presets import get_preset
 from islands_kit.io import atomic_write_bytes
 from islands_kit.protocol.batch import at_global_batch
 from islands_kit.protocol.report import bpb_at_time, make_report
-from islands_kit.protocol.runner import run_study, take_lock
+from islands_kit.protocol.runner import release_lock, run_study, take_lock
 from islands_kit.protocol.runs import Run, machine_folder, machine_slug, machines
 from islands_kit.protocol.study import StudyError, load_study, parse_study
 from islands_kit.protocol.tables import render
@@ -43,7 +43,7 @@ def fake_executor(val_of, tune_of=None, machine=MACHINE, calls=None):
         label = dict(run.trial.label)
         val = val_of(run.trial.arm, label, run.seed)
         tune = (tune_of or val_of)(run.trial.arm, label, run.seed)
-        res = {"final_val_bpb": val, "final_tune_bpb": tune, "sim_wall_clock_s": 100.0 if run.trial.arm == "baseline" else 50.0,
+        res = {"seed": run.seed, "final_val_bpb": val, "final_tune_bpb": tune, "sim_wall_clock_s": 100.0 if run.trial.arm == "baseline" else 50.0,
                "cross_site_bytes": 1000 if run.trial.arm == "baseline" else 10, "ddp_equivalent_bytes": 1000,
                "versions": {"machine": machine}, "compute_utilization": 0.5 if run.trial.arm == "baseline" else 0.8,
                "ledger": {"channels": {"gradients" if run.trial.arm == "baseline" else "fragments":
@@ -155,8 +155,9 @@ def test_a_run_held_by_a_live_process_is_skipped_and_a_dead_ones_lock_taken(tmp_
     d = tmp_path / "run"
     assert take_lock(d)
     assert not take_lock(d)  # held by this (live) process
+    release_lock(d)
     (d / "run.lock").write_text(json.dumps({"pid": 2 ** 22 + 12345, "host": os.uname().nodename}))
-    assert take_lock(d)  # a dead holder's lock is taken over
+    assert take_lock(d)  # a lock file its dead holder left behind is taken over
 
 
 def test_bpb_at_time_interpolates_between_evaluations():
@@ -237,18 +238,27 @@ def test_every_results_table_is_the_rendering_of_its_json():
     assert checked == sum(1 for p in STUDIES if (lambda s: s.report and (root / s.report).is_file())(load_study(p)))
 
 
-def test_the_ledger_carries_finished_runs_to_a_checkout_without_run_folders(tmp_path):
+def _without_provenance(doc):
+    """A report with the fields that say which runs were restored from a ledger taken out."""
+    drop = {"restored_seeds", "tuning_restored", "ratio_restored_n", "restored"}
+    if isinstance(doc, dict):
+        return {k: _without_provenance(v) for k, v in doc.items() if k not in drop}
+    return [_without_provenance(v) for v in doc] if isinstance(doc, list) else doc
+
+
+def test_the_ledger_carries_finished_runs_to_a_checkout_without_run_folders(tmp_path, monkeypatch):
     import shutil
 
     from islands_kit.protocol.command import dry_run
     from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
 
-    study = parse_study(study_doc(report=str(tmp_path / "t.json")))
+    monkeypatch.chdir(tmp_path)  # a study's report is a path under the folder the kit runs in
+    study = parse_study(study_doc(report="t.json"))
     val = lambda arm, label, seed: (2.0 if arm == "baseline" else 2.05 + 0.01 * seed) + float(label["optim.lr"])  # noqa: E731
     run_study(study, tmp_path / "runs", jobs=2, say=lambda s: None, machine=BOX, execute_run=fake_executor(val))
     before = make_report(study, tmp_path / "runs", "cmd")
     ledger = ledger_path(study)
-    assert ledger == tmp_path / "t.runs.jsonl" and write_ledger(study, tmp_path / "runs", ledger) == 10
+    assert ledger == Path("t.runs.jsonl") and write_ledger(study, tmp_path / "runs", ledger) == 10
     shutil.rmtree(tmp_path / "runs")  # a new checkout: the run folders are gone, the ledger is committed
     assert dry_run(study, tmp_path / "runs", say=lambda s: None, machine=BOX)["left"] == 0
     assert not (tmp_path / "runs").exists()  # the dry run wrote nothing
@@ -256,7 +266,12 @@ def test_the_ledger_carries_finished_runs_to_a_checkout_without_run_folders(tmp_
     calls: list = []
     assert run_study(study, tmp_path / "runs", say=lambda s: None, machine=BOX, execute_run=fake_executor(val, calls=calls)) == []
     assert calls == []
-    assert make_report(study, tmp_path / "runs", "cmd") == before
+    after = make_report(study, tmp_path / "runs", "cmd")
+    assert _without_provenance(after) == _without_provenance(before)
+    # and every figure says where it came from: each scored seed restored, each ratio's pairs counted as such
+    arm = next(e for e in after["entries"] if e["kind"] == "arm" and e["arm"] == "two_site")
+    assert arm["restored_seeds"] == [0, 1, 2] and arm["ratio_restored_n"] == 3 and arm["tuning_restored"] == 3
+    assert "(3 of 3 from the ledger)" in render(after) and "from the ledger" not in render(before)
 
 
 def test_an_arm_tuned_on_one_machine_is_scored_at_every_seed_on_another_and_never_paired_across(tmp_path):

@@ -9,7 +9,7 @@ from islands_kit.config import ConfigError, ExperimentConfig
 from islands_kit.notebooks import config_summary
 from islands_kit.records.locks import lock_owner
 from islands_kit.train.checkpoint import check_resume, read_config
-from islands_kit.train.estimate import estimate_run
+from islands_kit.train.estimate import estimate_within
 from islands_kit.train.preflight import describe_memory, preflight
 from islands_kit.train.progress import format_duration
 
@@ -17,7 +17,7 @@ from islands_kit.train.progress import format_duration
 def dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) -> int:
     """Make every check a run makes before training (islands_kit.train.preflight: config, output folder, corpus, device,
     memory; the checkpoint when resuming) for each run (one, or a sweep's one per seed), say what would run, where
-    each run writes, and about how long each takes here (``estimate.estimate_run``: a few timed steps)."""
+    each run writes, and about how long each takes here (``estimate.estimate_within``: a few timed steps, stopped at a deadline)."""
     devices = []
     for cfg, out in zip(cfgs, outs):
         devices.append(preflight(cfg, out))
@@ -35,7 +35,11 @@ def dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         print("time: not estimated under torchrun (each process holds only its own islands)")
         return 0
-    est = estimate_run(cfgs[0], read_config(resume)[1] if resume else 0)
+    try:
+        est = estimate_within(cfgs[0], read_config(resume)[1] if resume else 0)
+    except RuntimeError as e:
+        print(e)
+        return 1
     total = f"; all {len(cfgs)} runs, one after another: about {format_duration(len(cfgs) * est.total_s)}" if len(cfgs) > 1 else ""
     print(f"time: {est.describe()}{total}")
     return 0

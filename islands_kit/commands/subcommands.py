@@ -50,6 +50,10 @@ def is_writer() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+MAX_SEED = 2 ** 32  # the config's bound on ``seed``
+MAX_SWEEP = 10_000  # seeds in one sweep (one run each)
+
+
 def parse_seeds(tokens: list[str]) -> list[int]:
     """``--seeds`` as written: ``0 1 2``, ``0,1,2`` or ``0-2`` (mixed too), each seed once in the order given; a
     ConfigError naming ``--seeds`` and the forms it takes otherwise."""
@@ -64,6 +68,9 @@ def parse_seeds(tokens: list[str]) -> list[int]:
                                   f"{part!r})") from None
             if last < first:
                 raise ConfigError(f"--seeds: a range S-S must not run backwards (got {part!r})")
+            if last >= MAX_SEED or last - first + 1 + len(seeds) > MAX_SWEEP:
+                # counted before the list is made: 0-100000000000 asked for a hundred billion seeds (MemoryError)
+                raise ConfigError(f"--seeds: at most {MAX_SWEEP:,} seeds, each below 2^32 (got {part[:40]!r})")
             seeds.extend(range(first, last + 1))
     if not seeds:
         raise ConfigError("--seeds: name at least one seed (S, S,S or S-S)")

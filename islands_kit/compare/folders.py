@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from islands_kit.compare.rows import configuration_groups, group_labels, run_label
-from islands_kit.io import load_result
+from islands_kit.io import load_result, read_limited
+
+MAX_HISTORY_BYTES = 64 << 20  # a history.jsonl (one line per evaluation and log step: a long run's is a few MB)
 
 
 def expand_run_dirs(paths: Sequence[str | Path], nested: list[Path] | None = None,
@@ -65,9 +67,16 @@ def select_runs(paths: Sequence[str | Path]) -> Selection:
     found: set[Path] = set()
     dirs = expand_run_dirs(paths, nested, found)
     sel = Selection(skipped=[(d, "a side run inside another run's folder") for d in nested])
-    results = [load_result(d) for d in dirs]
-    real = any(r.get("preset") != "smoke" for r in results)
-    for d, r in zip(dirs, results):
+    loaded: list[tuple[Path, dict[str, Any]]] = []
+    for d in dirs:
+        try:
+            loaded.append((d, load_result(d)))
+        except ValueError as e:  # a stub, a partial or a hostile result.json: named, and the rest compared
+            sel.skipped.append((d, str(e).removeprefix("compare: ")))
+    if not loaded:
+        raise ValueError("compare: no run to compare: " + "; ".join(why for _, why in sel.skipped))
+    real = any(r.get("preset") != "smoke" for _, r in loaded)
+    for d, r in loaded:
         if real and d in found and r.get("preset") == "smoke":
             sel.skipped.append((d, "a smoke run, a plumbing check, among runs of a real preset"))
         else:
@@ -81,7 +90,11 @@ def run_history(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     earlier points score the curve's subset, whose final score is ``final_val_bpb_subset`` (when recorded)."""
     f = Path(result.get("dir") or ".") / "history.jsonl"
     if result.get("dir") and f.exists():
-        return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        text = read_limited(f, MAX_HISTORY_BYTES, "a history.jsonl in compare --plot").decode(errors="replace")
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"compare --plot: {f} is not a history of JSON lines ({str(e)[:80]})") from None
     curve: list[dict[str, Any]] = [{"tokens": t, "val_bpb": b} for t, b in result["val_curve"]]
     if curve:
         curve[-1].update(cross_site_bytes=result["cross_site_bytes"], final=True)

@@ -9,6 +9,8 @@ ATTACKS = ("none", "sign_flip", "scale", "nan", "noise", "replay")
 DEFENSES = ("none", "auto", "trimmed_mean", "median", "clip")
 
 
+MAX_STRAGGLER_FACTOR = 1e6
+
 @dataclass
 class FaultConfig:
     """Injected faults and an adversarial island (seeded, deterministic), and the defences against them.
@@ -38,7 +40,9 @@ class FaultConfig:
         _check_fields(self, p)
         _check(self.preempt_start >= 0, p + "preempt_start", "must be >= 0", self.preempt_start)
         _check(self.preempt_steps >= 0, p + "preempt_steps", "must be >= 0", self.preempt_steps)
-        _check(self.straggler_factor >= 1.0, p + "straggler_factor", "must be >= 1", self.straggler_factor)
+        # a slow island's step times stay finite however long the run: 1.7e308 made every simulated time inf
+        _check(1.0 <= self.straggler_factor <= MAX_STRAGGLER_FACTOR, p + "straggler_factor",
+               f"must be in [1, {MAX_STRAGGLER_FACTOR:g}] (a compute-time multiplier)", self.straggler_factor)
         _check(self.attack in ATTACKS, p + "attack", "must be one of " + "|".join(ATTACKS), self.attack)
         _check(self.attack_start >= 0, p + "attack_start", "must be >= 0", self.attack_start)
         _check(self.attack_scale > 0, p + "attack_scale", "must be > 0", self.attack_scale)

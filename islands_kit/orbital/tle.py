@@ -12,10 +12,27 @@ wheel. Their source and date: data_cards/starlink-plane-2025-07-19.md.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import NamedTuple
 
+from islands_kit.io import read_limited
+
 HERE = Path(__file__).resolve().parent
+MAX_BYTES = 16 << 20  # an element-set file (CelesTrak's whole active catalogue is about 3 MB)
+_D = r"[ +-]\d{5}[+-]\d"  # an exponent field: mantissa with an assumed leading point, then the power of ten
+# each field's columns (0-based slices) and its shape, as NORAD's format fixes them; the checksum does not see a
+# letter (it counts digits), so '1X.0638310Q' for a mean motion passed it and failed later inside the propagator
+LINE1 = ((slice(2, 7), r"[0-9A-Z][0-9]{4}", "catalogue number"), (slice(18, 32), r"\d{5}\.\d{8}", "epoch"),
+         (slice(33, 43), r"[ +-]\.\d{8}", "mean motion's first derivative"), (slice(44, 52), _D, "its second derivative"),
+         (slice(53, 61), _D, "drag term (B*)"))
+LINE2 = ((slice(8, 16), r"[ \d]{3}\.\d{4}", "inclination"), (slice(17, 25), r"[ \d]{3}\.\d{4}", "right ascension"),
+         (slice(26, 33), r"\d{7}", "eccentricity"), (slice(34, 42), r"[ \d]{3}\.\d{4}", "argument of perigee"),
+         (slice(43, 51), r"[ \d]{3}\.\d{4}", "mean anomaly"), (slice(52, 63), r"[ \d]{2}\.\d{8}", "mean motion"))
+# ranges of line 2's angles (degrees) and mean motion (revolutions a day: a circular orbit at the Earth's surface
+# makes about 17)
+RANGES = {"inclination": (0.0, 180.0), "right ascension": (0.0, 360.0), "argument of perigee": (0.0, 360.0),
+          "mean anomaly": (0.0, 360.0), "mean motion": (1e-6, 20.0)}
 SHIPPED = ("starlink-plane-2025-07-19.tle",)
 
 
@@ -37,6 +54,17 @@ def _check_line(line: str, want: str, where: str) -> None:
         raise ValueError(f"{where}: a TLE line has 69 characters, this one {len(line)}")
     if not line[68].isdigit() or int(line[68]) != checksum(line):
         raise ValueError(f"{where}: checksum {line[68]!r} does not match the line's ({checksum(line)})")
+    for cols, shape, name in LINE1 if want == "1" else LINE2:
+        text = line[cols]
+        if not re.fullmatch(shape, text):
+            raise ValueError(f"{where}: columns {cols.start + 1}-{cols.stop}, the {name}, read {text!r}: not in "
+                             "the element-set format")
+        if name in RANGES:
+            lo, hi = RANGES[name]
+            if not lo <= float(text) <= hi:
+                raise ValueError(f"{where}: the {name} {text.strip()} is outside [{lo:g}, {hi:g}]")
+    if want == "1" and not 1 <= float(line[20:32]) < 367:
+        raise ValueError(f"{where}: the epoch's day of the year {line[20:32].strip()} is outside [1, 367)")
 
 
 def parse(text: str, source: str) -> list[ElementSet]:
@@ -80,7 +108,7 @@ def element_sets(tle_file: str, tle_lines: list[str]) -> list[ElementSet]:
     neither."""
     if tle_file:
         p = resolve(tle_file)
-        return parse(p.read_text(), str(p))
+        return parse(read_limited(p, MAX_BYTES, "an element-set file").decode(errors="replace"), str(p))
     if tle_lines:
         return parse("\n".join(tle_lines), "link.orbit.tle")
     return []

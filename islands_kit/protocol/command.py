@@ -12,15 +12,13 @@ import argparse
 import json
 import math
 import shlex
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from islands_kit.config import apply_overrides
-from islands_kit.io import dumps_strict, finite, replace_marked_block
+from islands_kit.config import ConfigError, apply_overrides
+from islands_kit.io import OutputError, atomic_write_bytes, dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.executor import Cluster, Settings, known_machine, make_executor, settings_from
-from islands_kit.protocol.ledger import ledger_path, restore, write_ledger
+from islands_kit.protocol.ledger import ledger_path, overlay, restore, write_ledger
 from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import arm_of, check_arms, execute, known_runs, run_study
@@ -29,7 +27,8 @@ from islands_kit.protocol.status import Jobs, show_status, show_submissions
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
 from islands_kit.protocol.tuning import MIN_KEEP, tune
-from islands_kit.train.estimate import estimate_run
+from islands_kit.train.estimate import estimate_within
+from islands_kit.train.preflight import preflight
 
 RESULTS = Path("benchmarks") / "RESULTS.md"
 
@@ -84,28 +83,34 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
             arms: list[str] | None = None, show: Callable[[list[Run]], Any] | None = None) -> dict[str, Any]:
     """What running ``study`` on this machine would cost (only ``arms``' runs when given, as ``run --arms`` makes).
     Nothing is written: the finished runs (the folders' and the ledger's) are gathered in a scratch copy, since a pick
-    another machine finished decides what is left here."""
+    another machine finished decides what is left here. Every distinct config left to run gets the checks ``run
+    --dry-run`` makes (config, device, the memory a step needs) before any is timed: StudyError naming the run."""
     machine = machine_folder(machine)
-    ledger = ledger_path(study)
-    with tempfile.TemporaryDirectory() as tmp:
-        scratch = Path(tmp)
-        for res in base.glob("*/*/*/seed*/result.json") if base.is_dir() else []:
-            dest = scratch / res.relative_to(base)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(res, dest)
-        if ledger is not None:
-            restore(study, scratch, ledger)
+    with overlay(study, base) as scratch:
         runs = [r for r in all_runs(study, scratch, machine) if arms is None or arm_of(study, r) in arms]
         done = [r for r in runs if r.result() is not None]
         left = [r for r in runs if r.result() is None]
         left = [Run(r.trial, r.seed, r.preset, base / machine, r.phase) for r in left]  # out of the scratch copy
+    checked: set[str] = set()
+    for r in left:  # what the run itself would refuse at its start, refused now
+        cfg = apply_overrides(study.base_config(r.trial.experiment), {**r.trial.overrides, "seed": str(r.seed)})
+        key = json.dumps([r.trial.experiment, r.trial.sets])  # the seed moves no check
+        if key not in checked:
+            checked.add(key)
+            try:
+                preflight(cfg, None)
+            except ConfigError as e:
+                raise StudyError(f"{r.trial.arm} ({r.trial.describe()}): {e}") from None
     seconds: dict[str, float] = {}
     total = 0.0
     for r in left:
         key = _cost_key(r.trial)
         if key not in seconds:
             cfg = apply_overrides(study.base_config(r.trial.experiment), r.trial.overrides)
-            seconds[key] = estimate_run(cfg).total_s
+            try:
+                seconds[key] = estimate_within(cfg).total_s
+            except RuntimeError as e:
+                raise StudyError(f"{r.trial.arm} ({r.trial.describe()}): {e}") from None
         total += seconds[key]
     only = f" of {', '.join(a for a in study.arms if a in arms)}" if arms is not None else ""
     eq = sum(r.phase == "equal_time" for r in runs)
@@ -121,11 +126,18 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
     return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600}
 
 
+def report_of(study: Study, root: Path, command: str) -> dict[str, Any]:
+    """The study's report from its runs under ``root`` and its ledger's (read in a scratch copy: nothing is written
+    into ``root``, so ``compare`` never meets a restored run there)."""
+    with overlay(study, root) as scratch:
+        return finite(make_report(study, scratch, command))
+
+
 def write_report(study: Study, root: Path, results: Path = RESULTS) -> dict[str, Any]:
     cmd = f"islands-kit study run {study.path} --jobs 2 && islands-kit study report {study.path} --write"
-    doc = finite(make_report(study, root, cmd))
+    doc = report_of(study, root, cmd)
     if study.report:
-        Path(study.report).write_text(dumps_strict(doc, indent=1) + "\n")
+        atomic_write_bytes(Path(study.report), (dumps_strict(doc, indent=1) + "\n").encode())
         ledger = ledger_path(study)
         assert ledger is not None
         write_ledger(study, root, ledger)
@@ -167,7 +179,11 @@ def points_command(args: argparse.Namespace, study: Study, root: Path, cluster: 
     if args.action == "run" and args.dry_run:
         show = None if cluster is None else (lambda left: show_submissions(left, cluster))
         machine = None if cluster is None else cluster.known_machine()
-        costs = [dry_run(sub, point_root(root, p), arms=arms, machine=machine, show=show) for p, sub in subs]
+        try:
+            costs = [dry_run(sub, point_root(root, p), arms=arms, machine=machine, show=show) for p, sub in subs]
+        except StudyError as e:
+            print(f"islands-kit study: {e}")
+            return 2
         print(f"study {study.name}: {len(subs)} points, {sum(c['runs'] for c in costs)} runs, "
               f"{sum(c['left'] for c in costs)} to run: about {sum(c['cpu_hours'] for c in costs):.1f} CPU-hours")
         return 0
@@ -183,10 +199,10 @@ def points_command(args: argparse.Namespace, study: Study, root: Path, cluster: 
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
     for p, sub in subs:
-        doc = finite(make_report(sub, point_root(root, p), f"islands-kit study run {study.path} --jobs 2"))
+        with overlay(sub, point_root(root, p)) as scratch:  # the ledger's runs read, none written into runs/
+            doc = finite(make_report(sub, scratch, f"islands-kit study run {study.path} --jobs 2"))
         if args.write and sub.report:
-            Path(sub.report).parent.mkdir(parents=True, exist_ok=True)
-            Path(sub.report).write_text(dumps_strict(doc, indent=1) + "\n")
+            atomic_write_bytes(Path(sub.report), (dumps_strict(doc, indent=1) + "\n").encode())
             ledger = ledger_path(sub)
             assert ledger is not None
             write_ledger(sub, point_root(root, p), ledger)
@@ -220,15 +236,20 @@ def study_command(args: argparse.Namespace) -> int:
     if arms == []:
         return 2
     if args.action == "run" and args.dry_run:
-        if cluster is None:
-            dry_run(study, root, arms=arms)
-        else:
-            dry_run(study, root, arms=arms, machine=cluster.known_machine(), show=lambda left: show_submissions(left, cluster))
+        try:
+            if cluster is None:
+                dry_run(study, root, arms=arms)
+            else:
+                dry_run(study, root, arms=arms, machine=cluster.known_machine(),
+                        show=lambda left: show_submissions(left, cluster))
+        except StudyError as e:
+            print(f"islands-kit study: {e}")
+            return 2
         return 0
-    ledger = ledger_path(study)  # a report, like a run, starts from every finished run the ledger holds
-    if ledger is not None and (n := restore(study, root, ledger)):
-        print(f"study {study.name}: {n} finished runs restored from {ledger}")
     if args.action == "run":
+        ledger = ledger_path(study)  # a run starts from every finished run the ledger holds
+        if ledger is not None and (n := restore(study, root, ledger)):
+            print(f"study {study.name}: {n} finished runs restored from {ledger}")
         try:
             machine = None if cluster is None else cluster.machine()
             made = run_study(study, root, jobs=args.jobs, arms=arms, machine=machine,
@@ -239,7 +260,11 @@ def study_command(args: argparse.Namespace) -> int:
         print(f"study {study.name}: {len(made)} runs made in this invocation on {machine or this_machine()}; report: "
               f"islands-kit study report {shlex.quote(args.study)} --write")
         return 0
-    doc = write_report(study, root) if args.write else finite(make_report(study, root, "islands-kit study report"))
+    try:
+        doc = write_report(study, root) if args.write else report_of(study, root, "islands-kit study report")
+    except (StudyError, OutputError) as e:
+        print(f"islands-kit study: {e}")
+        return 2
     print(render(doc))
     return 0
 

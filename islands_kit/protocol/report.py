@@ -76,9 +76,14 @@ def _pair(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], unpaired: 
     return seeds
 
 
+def restored(res: dict[str, Any]) -> bool:
+    """Whether a run's result was restored from a study's ledger (made elsewhere) rather than made on this checkout."""
+    return bool(res.get("restored_from"))
+
+
 def _ratio_fields(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
     if not seeds:
-        return {"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False,
+        return {"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False, "ratio_restored_n": 0,
                 "time_ratio_mean": None, "time_ratio_ci95": None, "time_ratio_n": 0}
     tok = paired_ratio([arm[s]["final_val_bpb"] for s in seeds], [ref[s]["final_val_bpb"] for s in seeds])
     # equal simulated wall-clock: both curves read when the first of the two finishes (the faster run's final bpb
@@ -91,6 +96,8 @@ def _ratio_fields(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]]
     tim: RatioStat | None = paired_ratio([a for a, _ in pairs_ok], [b for _, b in pairs_ok]) if pairs_ok else None
     return {"ratio_mean": tok.mean, "ratio_ci95": tok.interval(), "ratio_n": tok.n, "resolved": tok.resolved,
             "ratios": list(tok.ratios),
+            # seeds whose pair holds a run restored from a ledger: the rest were both made on this checkout
+            "ratio_restored_n": sum(1 for s in seeds if restored(arm[s]) or restored(ref[s])),
             "time_ratio_mean": None if tim is None else tim.mean, "time_ratio_ci95": None if tim is None else tim.interval(),
             "time_ratio_n": 0 if tim is None else tim.n}
 
@@ -142,7 +149,8 @@ def _grid(tuning: Tuning, n_declared: int, n_seeds: int, protocol: int) -> list[
         tune_mean = sum(tune_value(done[s]) for s in seeds) / len(seeds) if have else None
         val_mean = sum(float(done[s]["final_val_bpb"]) for s in seeds) / len(seeds) if have else None
         row = {"label": dict(trial.label), "overrides": trial.overrides, "runs": len(seeds),
-               "final_tune_bpb": tune_mean, "final_val_bpb": val_mean}
+               "restored": sum(1 for x in seeds if restored(done[x])), "final_tune_bpb": tune_mean,
+               "final_val_bpb": val_mean}
         if protocol >= 3:
             row.update({"tune_seeds_run": seeds, "extension": i >= n_declared})
         out.append(row)
@@ -178,6 +186,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
                              "grid": _grid(tuning, a.n_trials(), len(study.tune_seeds), study.protocol),
                              "fixed": dict(a.fixed),
                              "machine": root.name, "tuned_on": (tuned_on or root).name}
+    entry["tuning_restored"] = sum(g["restored"] for g in entry["grid"])
     if study.protocol >= 3:
         entry["tuning"] = _tuning_fields(study, arm, tuning)
     chosen = picks.get(arm)
@@ -194,6 +203,7 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
                   "pick_at_grid_edge": edges,
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
                   "tokens": [mine[s].get("tokens") for s in sorted(mine)],
+                  "restored_seeds": [s for s in sorted(mine) if restored(mine[s])],
                   **_where(mine),
                   "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,
                   "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",
@@ -240,7 +250,8 @@ def equal_time_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial]
     if seeds:
         r = paired_ratio([island[s]["final_val_bpb"] for s in seeds], [ref[s]["final_val_bpb"] for s in seeds])
         out.update({"ratio_mean": r.mean, "ratio_ci95": r.interval(), "ratio_n": r.n, "resolved": r.resolved,
-                    "ratios": list(r.ratios)})
+                    "ratios": list(r.ratios),
+                    "ratio_restored_n": sum(1 for x in seeds if restored(island[x]) or restored(ref[x]))})
     else:
         out.update({"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False})
     return out
@@ -256,6 +267,7 @@ def row_entry(study: Study, row_i: int, root: Path, picks: dict[str, Trial]) -> 
     mine = _scored(study, t, row.seeds, root)
     entry.update({"experiment": t.experiment, "overrides": t.overrides, "seeds": sorted(mine),
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
+                  "restored_seeds": [s for s in sorted(mine) if restored(mine[s])],
                   "tokens": [mine[s].get("tokens") for s in sorted(mine)], **_where(mine),
                   "status": "done" if len(mine) == len(row.seeds) else f"{len(mine)}/{len(row.seeds)} seeds"})
     # against the arm it changes one thing of (or its control), and against the study's reference arm

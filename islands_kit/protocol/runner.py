@@ -8,14 +8,22 @@ host), so a second invocation of the same study skips it instead of starting it 
 process is taken over. Scoring runs need their arm's pick, so the runner works in waves: every run whose config is
 known is started, and when an arm's tuning runs have all finished its pick's scoring runs (and its rows) join. An arm
 already tuned on another machine is not tuned again: its pick is scored here at every seed.
+
+Stopping the runner stops its runs: SIGTERM or SIGINT (``kill``, Ctrl-C, a CI timeout) ends every ``islands-kit run``
+it started before it exits with one line, so no run trains on as an orphan holding its folder (which would make the
+next invocation fail on that folder's lock); the next invocation starts those runs again.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
-from collections.abc import Callable
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +45,50 @@ def release_lock(d: Path) -> None:
     release(d / "run.lock")
 
 
+_CHILDREN: set[subprocess.Popen[str]] = set()  # the runs this process is making now
+_CHILDREN_GUARD = threading.Lock()
+STOP_GRACE_S = 10.0  # how long a stopped run gets to exit on SIGTERM before it is killed
+
+
+def stop_children() -> int:
+    """End every run this process started that is still going (SIGTERM, then SIGKILL after ``STOP_GRACE_S``); how
+    many there were."""
+    with _CHILDREN_GUARD:
+        children = list(_CHILDREN)
+    for c in children:
+        if c.poll() is None:
+            c.terminate()
+    for c in children:
+        try:
+            c.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            c.kill()
+            c.wait()
+    return len(children)
+
+
+@contextmanager
+def children_stop_with_us() -> Iterator[None]:
+    """While inside: SIGTERM and SIGINT end this process's runs first, then the process, with one line and exit
+    status 128 + the signal (only the main thread can install handlers; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        n = stop_children()
+        print(f"islands-kit study: stopped by {signal.Signals(signum).name}; {n} run(s) in progress ended (their "
+              "folders hold no result.json: the next invocation makes them again)", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
     """Make one run (in its own process, one thread) unless it is finished or another process holds it; its
     result.json, or None when someone else is making it. A failed run raises with its log's tail."""
@@ -53,12 +105,20 @@ def execute(run: Run, cwd: Path | None = None) -> dict[str, Any] | None:
             {"arm": run.trial.arm, "experiment": run.trial.experiment, "preset": run.preset, "seed": run.seed,
              "label": dict(run.trial.label), "overrides": dict(run.trial.sets), "phase": run.phase}, indent=1))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-        proc = subprocess.run(run.command(), cwd=cwd, env=env, capture_output=True, text=True)
-        (run.dir / "log.txt").write_text(proc.stdout + proc.stderr)
+        proc = subprocess.Popen(run.command(), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        with _CHILDREN_GUARD:
+            _CHILDREN.add(proc)
+        try:
+            out, err = proc.communicate()
+        finally:
+            with _CHILDREN_GUARD:
+                _CHILDREN.discard(proc)
+        (run.dir / "log.txt").write_text(out + err)
         res = run.result()
         if proc.returncode != 0 or res is None:
             raise RuntimeError(f"{run.trial.arm} seed {run.seed} ({run.trial.describe()}) failed, see "
-                               f"{run.dir / 'log.txt'}:\n{proc.stderr[-1500:]}")
+                               f"{run.dir / 'log.txt'}:\n{err[-1500:]}")
         return res
     finally:
         release_lock(run.dir)
@@ -141,7 +201,7 @@ def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable
     check_arms(arms, [a for study, _, _ in parts for a in study.arms])  # a point may run only some of the arms
     made: list[Run] = []
     started: set[Path] = set()
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with children_stop_with_us(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         running: dict[Future[dict[str, Any] | None], tuple[Run, str]] = {}
         while True:
             todo: list[tuple[Run, str]] = []

@@ -28,7 +28,6 @@ budgets). Errors name the file, the field and the rule, before any run starts.
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,21 @@ from typing import Any
 from islands_kit.config import ExperimentConfig, apply_overrides
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.presets import PRESETS, get_preset
+from islands_kit.io import read_limited
 from islands_kit.protocol.batch import BATCH_KEY
+from islands_kit.protocol.extent import extent, protocol3_rules, whole
+from islands_kit.protocol.fields import (
+    MAX_FILE,
+    MAX_LIST,
+    MAX_SEED,
+    SCALARS,
+    StudyError,
+    check_name,
+    check_path,
+    check_text,
+    count_trials,
+    table_list,
+)
 from islands_kit.protocol.knobs import KNOBS, resolve
 
 if sys.version_info >= (3, 11):
@@ -48,10 +61,6 @@ else:  # pragma: no cover - the 3.10 fallback
 # what every study run sets besides its own settings and its seed: one thread (bit-reproducible per seed on one
 # machine), the tuning split scored, no wandb, no progress lines in the logs
 RUN_SETS = {"threads": "1", "data.score_tune": "true", "wandb_mode": "disabled", "progress": "false"}
-
-
-class StudyError(ValueError):
-    """A study file broke a rule; the message names the file, the field and the rule."""
 
 
 @dataclass(frozen=True)
@@ -165,8 +174,7 @@ class Study:
                      arms, [], report, f"{self.description} (point {point.name})", self.path,
                      protocol=self.protocol, halving=self.halving, equal_time=self.equal_time)
 
-    def trials(self, arm: str) -> list[Trial]:
-        """The arm's grid as first declared (extensions past its edges: protocol/tuning.py)."""
+    def trials(self, arm: str) -> list[Trial]:  # the grid as declared (extensions past its edges: tuning.py)
         a = self.arms[arm]
         keys = sorted(a.grid)
         out = []
@@ -206,12 +214,17 @@ class Study:
 def _strings(d: Any, where: str) -> dict[str, str]:
     if not isinstance(d, dict):
         raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
+    bad = [k for k, v in d.items() if not isinstance(v, SCALARS)]
+    if bad:
+        raise StudyError(f"{where}.{bad[0]}: must be a string, number or true/false (got {type(d[bad[0]]).__name__})")
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in d.items()}
 
 
 def _seeds(v: Any, where: str) -> list[int]:
-    if not isinstance(v, list) or not v or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v):
-        raise StudyError(f"{where}: must be a non-empty list of seeds (whole numbers >= 0), got {v!r}")
+    if (not isinstance(v, list) or not v or len(v) > MAX_LIST
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in v)):
+        raise StudyError(f"{where}: must be a non-empty list of at most {MAX_LIST} seeds (whole numbers in [0, 2^32)), "
+                         f"got {str(v)[:80]}")
     if len(set(v)) != len(v):
         raise StudyError(f"{where}: a seed is listed twice ({v!r})")
     return list(v)
@@ -224,8 +237,8 @@ def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
 
 
 def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
-    if not isinstance(raw, list):
-        raise StudyError(f"{w}points: must be a list of tables ([[points]])")
+    if not isinstance(raw, list) or len(raw) > MAX_LIST:
+        raise StudyError(f"{w}points: must be a list of at most {MAX_LIST} tables ([[points]])")
     out = []
     for i, p in enumerate(raw):
         pw = f"{w}points[{i}]"
@@ -234,7 +247,7 @@ def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
         _allowed(p, {"name", "axis", "set", "arms"}, pw)
         if "name" not in p or p.get("axis") not in AXES:
             raise StudyError(f"{pw}: needs a name and an axis ({' | '.join(AXES)}), got {p.get('axis')!r}")
-        out.append(Point(str(p["name"]), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
+        out.append(Point(check_name(p["name"], f"{pw}.name"), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
                          _point_arms(p["arms"], f"{pw}.arms", arms) if "arms" in p else None))
     if len({p.name for p in out}) != len(out):
         raise StudyError(f"{w}points: two points share a name")
@@ -257,66 +270,8 @@ def _point_arms(v: Any, where: str, arms: dict[str, Arm]) -> tuple[str, ...]:
     return tuple(a for a in arms if a in v)
 
 
-def _whole(v: Any, where: str, lo: int, hi: int) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-        raise StudyError(f"{where}: must be a whole number from {lo} to {hi} (got {v!r})")
-    return v
-
-
-def _extent(a: dict[str, Any], grid: dict[str, list[str]], aw: str) -> tuple[dict[str, tuple[float, float]],
-                                                                             dict[str, list[str]]]:
-    """An arm's ``bounds`` (numeric axes: ``[low, high]``, the grid inside) and ``ladders`` (the values a laddered
-    axis steps along, the grid's among them), each for an axis of its grid."""
-    bounds: dict[str, tuple[float, float]] = {}
-    ladders: dict[str, list[str]] = {}
-    for field_name, raw in (("bounds", a.get("bounds", {})), ("ladders", a.get("ladders", {}))):
-        if not isinstance(raw, dict):
-            raise StudyError(f"{aw}.{field_name}: must be a table of axis = [values]")
-        for k, vs in raw.items():
-            kw = f"{aw}.{field_name}.{k}"
-            if k not in grid:
-                raise StudyError(f"{kw}: not an axis of the arm's grid ({', '.join(grid) or 'none'})")
-            try:
-                nums = [float(str(v)) for v in vs] if isinstance(vs, list) else []
-            except ValueError:
-                nums = []
-            if not nums or not all(math.isfinite(x) for x in nums) or len(nums) != len(vs):
-                raise StudyError(f"{kw}: must be a list of numbers (got {vs!r})")
-            if field_name == "bounds":
-                if len(nums) != 2 or not 0 < nums[0] <= nums[1]:
-                    raise StudyError(f"{kw}: must be [low, high] with 0 < low <= high (got {vs!r})")
-                outside = [v for v in grid[k] if not nums[0] * (1 - 1e-9) <= float(v) <= nums[1] * (1 + 1e-9)]
-                if outside:
-                    raise StudyError(f"{kw}: the grid's {', '.join(outside)} lies outside [{vs[0]}, {vs[1]}]")
-                bounds[k] = (nums[0], nums[1])
-            else:
-                if nums != sorted(nums) or len(set(nums)) != len(nums):
-                    raise StudyError(f"{kw}: a ladder lists distinct values in increasing order (got {vs!r})")
-                missing = [v for v in grid[k] if not any(math.isclose(float(v), x, rel_tol=1e-9) for x in nums)]
-                if missing:
-                    raise StudyError(f"{kw}: the grid's {', '.join(missing)} is not on the ladder")
-                ladders[k] = [str(v) for v in vs]
-    both = sorted(set(bounds) & set(ladders))
-    if both:
-        raise StudyError(f"{aw}: {', '.join(both)} has both bounds and a ladder (one says how far it may go)")
-    return bounds, ladders
-
-
-def _protocol3(seeds: list[int], tune_seeds: list[int], rows: list[Row], arms: dict[str, Arm], w: str) -> None:
-    """The third pass's rules: two or more tuning seeds, none of them a scoring seed, and every grid axis with a
-    bound or a ladder to be extended along."""
-    if len(tune_seeds) < 2:
-        raise StudyError(f"{w}tune_seeds: protocol 3 tunes on two or more seeds (got {tune_seeds!r})")
-    for where, ss in [("seeds", seeds)] + [(f"rows '{r.name}'.seeds", r.seeds) for r in rows]:
-        shared = sorted(set(ss) & set(tune_seeds))
-        if shared:
-            raise StudyError(f"{w}{where}: {', '.join(map(str, shared))} is also a tuning seed (protocol 3 scores on "
-                             "other seeds than it tunes on)")
-    for name, a in arms.items():
-        loose = [k for k in a.grid if k not in a.bounds and k not in a.ladders]
-        if loose:
-            raise StudyError(f"{w}arms.{name}: {', '.join(loose)} needs bounds = [low, high] or a ladder (protocol 3 "
-                             "extends an axis past a pick on its edge, up to the bound the study declares)")
+# what expanding a trial may raise on a bad value (a knob of ``inf`` overflows, a zero divides), each one line
+EXPANSION_ERRORS = (ValueError, OverflowError, ZeroDivisionError, TypeError)
 
 
 def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
@@ -331,43 +286,49 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     for req in ("name", "preset", "seeds", "arms"):
         if req not in doc:
             raise StudyError(f"{w}{req}: missing (a study names itself, its preset, its seeds and its arms)")
-    if doc["preset"] not in PRESETS:
+    check_name(doc["name"], f"{w}name")
+    if not isinstance(doc["preset"], str) or doc["preset"] not in PRESETS:
         raise StudyError(f"{w}preset: {doc['preset']!r} is not a preset (one of {', '.join(PRESETS)})")
     seeds = _seeds(doc["seeds"], f"{w}seeds")
     tune_seeds = _seeds(doc.get("tune_seeds", [seeds[0]]), f"{w}tune_seeds")
     arms: dict[str, Arm] = {}
     if not isinstance(doc["arms"], dict) or not doc["arms"]:
         raise StudyError(f"{w}arms: must hold at least one arm table ([arms.NAME])")
+    count_trials(doc["arms"], len(doc.get("points", [])) if isinstance(doc.get("points"), list) else 0, w)
     for name, a in doc["arms"].items():
         aw = f"{w}arms.{name}"
         if not isinstance(a, dict):
             raise StudyError(f"{aw}: must be a table")
         _allowed(a, {"experiment", "ref", "fixed", "grid", "bounds", "ladders"}, aw)
         exp = a.get("experiment")
-        if exp not in EXPERIMENT_TABLE:
+        if not isinstance(exp, str) or exp not in EXPERIMENT_TABLE:
             raise StudyError(f"{aw}.experiment: {exp!r} is not an experiment (one of {', '.join(EXPERIMENT_TABLE)})")
         grid_raw = a.get("grid", {})
         if not isinstance(grid_raw, dict):
             raise StudyError(f"{aw}.grid: must be a table of key = [values]")
         grid: dict[str, list[str]] = {}
         for k, vs in grid_raw.items():
-            if not isinstance(vs, list) or not vs or len(set(map(str, vs))) != len(vs):
-                raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {vs!r})")
+            if (not isinstance(vs, list) or not vs or not all(isinstance(v, SCALARS) for v in vs)
+                    or len(set(map(str, vs))) != len(vs)):
+                raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {str(vs)[:80]})")
             grid[str(k)] = [str(v) for v in vs]
-        bounds, ladders = _extent(a, grid, aw)
-        arms[name] = Arm(name, exp, str(a.get("ref", name)), _strings(a.get("fixed", {}), f"{aw}.fixed"), grid,
-                         bounds, ladders)
+        bounds, ladders = extent(a, grid, aw)
+        arms[name] = Arm(name, exp, check_text(a.get("ref", name), f"{aw}.ref"), _strings(a.get("fixed", {}), f"{aw}.fixed"),
+                         grid, bounds, ladders)
     for name, a in arms.items():
         if a.ref not in arms:
             raise StudyError(f"{w}arms.{name}.ref: {a.ref!r} is not an arm of this study ({', '.join(arms)})")
     rows = []
-    for i, r in enumerate(doc.get("rows", [])):
+    for i, r in enumerate(table_list(doc.get("rows", []), f"{w}rows")):
         rw = f"{w}rows[{i}]"
         if not isinstance(r, dict):
             raise StudyError(f"{rw}: must be a table")
         _allowed(r, {"name", "arm", "experiment", "set", "seeds", "control"}, rw)
         if "name" not in r or ("arm" in r) == ("experiment" in r):
             raise StudyError(f"{rw}: needs a name and exactly one of arm (on top of its pick) or experiment (standalone)")
+        for k in ("name", "arm", "experiment", "control"):
+            if k in r:
+                check_text(r[k], f"{rw}.{k}")
         if "arm" in r and r["arm"] not in arms:
             raise StudyError(f"{rw}.arm: {r['arm']!r} is not an arm of this study ({', '.join(arms)})")
         if "experiment" in r and r["experiment"] not in EXPERIMENT_TABLE:
@@ -380,17 +341,19 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             raise StudyError(f"{w}rows '{r.name}'.control: {r.control!r} is neither an arm nor a row of this study")
     if len(set(names)) != len(names):
         raise StudyError(f"{w}rows: two rows share a name")
-    protocol = _whole(doc.get("protocol", 2), f"{w}protocol", 2, 3)
-    halving = _whole(doc.get("halving", 2 if protocol >= 3 else 1), f"{w}halving", 1, 8)
+    protocol = whole(doc.get("protocol", 2), f"{w}protocol", 2, 3)
+    halving = whole(doc.get("halving", 2 if protocol >= 3 else 1), f"{w}halving", 1, 8)
     equal_time = doc.get("equal_time", protocol >= 3)
     if not isinstance(equal_time, bool):
         raise StudyError(f"{w}equal_time: must be true or false (got {equal_time!r})")
     if protocol >= 3:
-        _protocol3(seeds, tune_seeds, rows, arms, w)
+        protocol3_rules(seeds, tune_seeds, rows, arms, w)
     study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
-                  arms, rows, doc.get("report"), str(doc.get("description", "")), path,
-                  _points(doc.get("points", []), w, arms), doc.get("point_reports"), doc.get("trend"),
-                  protocol, halving, equal_time, dict(doc.get("executor", {})))
+                  arms, rows, check_path(doc.get("report"), f"{w}report", ".json"),
+                  check_text(doc.get("description", ""), f"{w}description"), path,
+                  _points(doc.get("points", []), w, arms), check_path(doc.get("point_reports"), f"{w}point_reports", None),
+                  check_path(doc.get("trend"), f"{w}trend", ".json"), protocol, halving, equal_time,
+                  dict(doc.get("executor", {})))
     study.check_budgets()
     if study.points:
         if rows or study.report:
@@ -401,7 +364,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             for name in sub.arms:
                 try:
                     sub.trials(name)
-                except ValueError as e:
+                except EXPANSION_ERRORS as e:
                     raise StudyError(f"{w}points '{pt.name}', arms.{name}: {e}") from None
         return study
     stand_in = {}
@@ -410,12 +373,12 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             stand_in[name] = study.trials(name)[0]
         except StudyError:
             raise
-        except ValueError as e:  # a config rule, named by the config's own message
+        except EXPANSION_ERRORS as e:  # a config rule, named by the config's own message
             raise StudyError(f"{w}arms.{name}: {e}") from None
     for row in rows:  # on its arm's first trial until the pick is known: a bad key fails now, not hours in
         try:
             study.row_trial(row, stand_in)
-        except ValueError as e:
+        except EXPANSION_ERRORS as e:
             raise StudyError(f"{w}rows '{row.name}': {e}") from None
     return study
 
@@ -425,7 +388,13 @@ def load_study(path: str | Path) -> Study:
     if not p.is_file():
         raise StudyError(f"{p}: no such study file")
     try:
-        doc = tomllib.loads(p.read_text())
+        doc = tomllib.loads(read_limited(p, MAX_FILE, "a study file").decode())
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{p}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise StudyError(f"{p}: not UTF-8 text ({e})") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise StudyError(f"{p}: nested too deeply to be a study file") from None
+    except ValueError as e:  # over MAX_FILE
+        raise StudyError(str(e)) from None
     return parse_study(doc, p)

@@ -7,14 +7,26 @@ from typing import Any
 from islands_kit.stats import verdict
 
 
-def _ratio(mean: float | None, ci: list[float] | None, n: int) -> str:
+def _ratio(mean: float | None, ci: list[float] | None, n: int, restored: int = 0) -> str:
     if mean is None or n == 0:
         return "-"
+    # how many of the n pairs hold a run restored from a ledger (made elsewhere): the rest were made here
+    src = f" ({restored} of {n} from the ledger)" if restored else ""
     if ci is None:
-        return f"{mean:.4f} (n = 1, no interval)" if n == 1 else f"{mean:.4f}"
+        return (f"{mean:.4f} (n = 1, no interval)" if n == 1 else f"{mean:.4f}") + src
     words = verdict(ci[0], ci[1])
     tail = "" if words in ("ahead", "behind") else f", {words}"
-    return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] n={n}{tail}"
+    return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] n={n}{tail}{src}"
+
+
+def _provenance(e: dict[str, Any]) -> str:
+    """The status's note on runs restored from a ledger rather than made on the machine that wrote the report."""
+    out = ""
+    if e.get("restored_seeds"):
+        out += f"; seeds {', '.join(map(str, e['restored_seeds']))} restored from the ledger"
+    if e.get("tuning_restored"):
+        out += f"; {e['tuning_restored']} tuning runs restored from the ledger"
+    return out
 
 
 def _label(d: dict[str, str] | None) -> str:
@@ -66,18 +78,17 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
         vals = " / ".join(f"{v:.4f}" for v in e.get("val_bpb", [])) or "-"
         if e["arm"] != e["ref"]:
             n_cmp += 2 if e.get("ratio_n") else 0
-            tok = _ratio(e.get("ratio_mean"), e.get("ratio_ci95"), e.get("ratio_n", 0))
+            tok = _ratio(e.get("ratio_mean"), e.get("ratio_ci95"), e.get("ratio_n", 0), e.get("ratio_restored_n", 0))
+            tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0),
+                         min(e.get("ratio_restored_n", 0), e.get("time_ratio_n", 0)))
             et = e.get("equal_time")
             if et is not None:  # trained to the time; the curve's interpolated reading is the labelled secondary
                 n_cmp += 1 if et.get("ratio_n") else 0
-                tim = (_ratio(et.get("ratio_mean"), et.get("ratio_ci95"), et.get("ratio_n", 0)) + " (trained); "
-                       + _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
-                       + " (interpolated)")
-            else:
-                tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
+                tim = (_ratio(et.get("ratio_mean"), et.get("ratio_ci95"), et.get("ratio_n", 0),
+                              et.get("ratio_restored_n", 0)) + " (trained); " + tim + " (interpolated)")
         else:
             tok = tim = "1 (reference)"
-        status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
+        status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", [])) + _provenance(e)
         if e.get("pick_at_grid_edge") and "tuning" in e:  # protocol 3: each axis through the pick that is not interior
             status += "; pick not interior: " + ", ".join(e["pick_at_grid_edge"])
         elif e.get("pick_at_grid_edge"):
@@ -126,10 +137,11 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
                               ("vs_ref", "time_")):
                 r = e.get(key)
                 n = 0 if r is None else r.get(f"{kind}ratio_n", 0)
-                cells.append("-" if r is None else _ratio(r.get(f"{kind}ratio_mean"), r.get(f"{kind}ratio_ci95"), n))
+                cells.append("-" if r is None else _ratio(r.get(f"{kind}ratio_mean"), r.get(f"{kind}ratio_ci95"), n,
+                                                          min(n, r.get("ratio_restored_n", 0))))
                 n_cmp += 1 if n else 0
             cells.append(_bytes(e))
-            status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", []))
+            status = e["status"] + "".join(f"; {u}" for u in e.get("unpaired", [])) + _provenance(e)
             toks = sorted({t for t in e.get("tokens", []) if t is not None})
             tok = "-" if not toks else f"{toks[0]:,}" if len(toks) == 1 else f"{toks[0]:,}-{toks[-1]:,}"
             out.append(f"| {e['row']} | {vals} | {tok} | {' | '.join(cells)} | {status} |")
@@ -139,8 +151,9 @@ def _render_machine(entries: list[dict[str, Any]], out: list[str]) -> int:
         out += ["", "Arm against arm, each at its pick (paired per seed on this machine; below 1: the first arm ends "
                 "lower):", "", "| arm | against | equal tokens | equal simulated time |", "|---|---|---|---|"]
         for e in pairs:
-            tok = _ratio(e["ratio_mean"], e["ratio_ci95"], e["ratio_n"])
-            tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0))
+            tok = _ratio(e["ratio_mean"], e["ratio_ci95"], e["ratio_n"], e.get("ratio_restored_n", 0))
+            tim = _ratio(e.get("time_ratio_mean"), e.get("time_ratio_ci95"), e.get("time_ratio_n", 0),
+                         min(e.get("ratio_restored_n", 0), e.get("time_ratio_n", 0)))
             n_cmp += 1 + (1 if e.get("time_ratio_n") else 0)
             out.append(f"| {e['arms'][0]} | {e['arms'][1]} | {tok} | {tim} |")
     return n_cmp

@@ -1,25 +1,32 @@
 """Locks on folders, so one process at a time makes a run: a run's writer holds its output folder
 (:func:`folder_lock`, ``.islands_kit.lock``), the study runner each run it starts (``run.lock``).
 
-A lock is a file created with O_EXCL holding JSON ``{"pid", "host", "started"}``: ``started`` is the process's
-start time (/proc), so a pid reused by a later process is not taken for the holder. A lock whose process is gone
-from this host, or whose pid now names a later process, is stale and taken over; one from another host cannot be
-judged and holds (the refusal names the file to remove).
+A lock is a file its holder keeps open under an exclusive ``flock`` for as long as it holds it, with JSON ``{"pid",
+"host", "started"}`` inside to name the holder. The kernel drops the flock when the holder's process ends, however it
+ends, so a lock left by a dead process is simply free: taking it over is taking the flock, with no check-then-delete
+window in which two takers could both judge it stale. A holder removes the file while it still holds the flock, and a
+taker keeps a flock only on the file that is at the path (not one removed meanwhile). A lock naming another host
+cannot be judged from here (flock does not reach across machines on every file system) and holds: the refusal names
+the file to remove.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Iterator
 
 from islands_kit.config import ConfigError
-from islands_kit.io import output_error, pid_alive
+from islands_kit.io import output_error
 
 LOCK_FILE = ".islands_kit.lock"  # a run's output folder
 _HOST = socket.gethostname()
+_HELD: dict[str, int] = {}  # lock path -> the descriptor holding its flock, in this process
+_GUARD = threading.Lock()
 
 
 def _start_time(pid: int) -> str:
@@ -30,53 +37,101 @@ def _start_time(pid: int) -> str:
         return ""
 
 
-def holder(lock: Path) -> str | None:
-    """Who holds the lock file ``lock`` — ``"process PID on HOST"`` — or None when it is free or stale."""
+def _describe(text: str, lock: Path) -> str:
+    """Who a lock file's text names."""
     try:
-        text = lock.read_text()
-    except (FileNotFoundError, NotADirectoryError):
+        d = json.loads(text) if text else None
+    except ValueError:
+        d = None
+    if isinstance(d, dict) and isinstance(d.get("pid"), int) and isinstance(d.get("host"), str):
+        return f"process {d['pid']} on {d['host']}"
+    return f"an unknown holder ({lock.name} holds {text[:40]!r})" if text else "a process taking it now"
+
+
+def _foreign(text: str, lock: Path) -> str | None:
+    """The holder a free lock's text still names: one on another host (which no flock here can judge) or one that is
+    not a kit lock at all; None when the text is the kit's own from this host, or empty (its taker died first)."""
+    if not text:
         return None
-    except OSError:
-        text = ""
     try:
-        d = json.loads(text) if text else {}
+        d = json.loads(text)
     except ValueError:
         d = None
     if not isinstance(d, dict) or not isinstance(d.get("pid"), int) or not isinstance(d.get("host"), str):
-        # half-written (its writer died while taking it) or not ours
-        return None if text == "" else f"an unknown holder ({lock.name} holds {text[:40]!r})"
-    pid, started = d["pid"], str(d.get("started", ""))
-    if d["host"] == _HOST and (not pid_alive(pid) or (started and _start_time(pid) not in ("", started))):
+        return _describe(text, lock)
+    return None if d["host"] == _HOST else _describe(text, lock)
+
+
+def _read(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, 4096).decode(errors="replace")
+
+
+def holder(lock: Path) -> str | None:
+    """Who holds the lock file ``lock`` — ``"process PID on HOST"`` — or None when it is free."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return f"process {pid} on {d['host']}"
+    except OSError:
+        return f"an unknown holder ({lock.name} cannot be opened)"
+    try:
+        text = _read(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _describe(text, lock)
+        return _foreign(text, lock)
+    finally:
+        os.close(fd)  # drops the shared flock, if taken
 
 
 def acquire(lock: Path) -> str | None:
-    """Take ``lock`` for this process (a stale one is taken over): None once taken, else who holds it."""
-    me = json.dumps({"pid": os.getpid(), "host": _HOST, "started": _start_time(os.getpid())})
-    for _ in range(3):
+    """Take ``lock`` for this process (a lock whose holder is gone is free): None once taken, else who holds it."""
+    me = json.dumps({"pid": os.getpid(), "host": _HOST, "started": _start_time(os.getpid())}).encode()
+    key = str(lock)
+    for _ in range(100):
         try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            owner = holder(lock)
-            if owner is not None:
-                return owner
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock)  # stale: its process is gone
-            continue
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
             raise output_error(lock, len(me), e) from None
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = _read(fd)
+            os.close(fd)
+            return _describe(text, lock)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # its holder removed it between our open and our flock: take the file at the path instead
+            os.close(fd)
+            continue
+        with _GUARD:
+            mine = key in _HELD
+        foreign = None if mine else _foreign(_read(fd), lock)
+        if mine or foreign is not None:
+            os.close(fd)
+            return foreign or _describe(me.decode(), lock)
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, me)
+        with _GUARD:
+            _HELD[key] = fd
         return None
     return "another process that keeps taking it"
 
 
 def release(lock: Path) -> None:
-    """Remove ``lock`` if this process holds it."""
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(lock.read_text()).get("pid") == os.getpid():
-            os.unlink(lock)
+    """Remove ``lock`` if this process holds it (the file goes first, then the flock)."""
+    with _GUARD:
+        fd = _HELD.pop(str(lock), None)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(lock)
+    os.close(fd)
 
 
 def lock_owner(folder: str | Path) -> str | None:

@@ -23,7 +23,7 @@ from typing import Any
 from islands_kit.config import apply_overrides
 from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.command import default_root
-from islands_kit.protocol.ledger import ledger_path, restore
+from islands_kit.protocol.ledger import overlay
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runs import Run, machines
@@ -38,44 +38,41 @@ X_OF_AXIS = {"size": "params_active", "length": "tokens"}
 
 
 def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
-    """Every finished point of ``study`` (restored from its ledgers where the run folders are missing): per arm, one
+    """Every finished point of ``study`` (with its ledgers' runs, read in a scratch copy): per arm, one
     entry, read from the machine whose runs pair the most seeds with its reference (the report's order breaks ties:
     the most complete machine first). Runs of different machines are never paired; what the point cost counts every
     machine's runs."""
     out = []
     for p, sub in point_studies(study):
-        proot = point_root(root, p)
-        ledger = ledger_path(sub)
-        if ledger is not None:
-            restore(sub, proot, ledger)
-        doc = make_report(sub, proot, "trend")
-        arms = {(e["machine"], e["arm"]): e for e in doc["entries"] if e["kind"] == "arm"}
-        best: dict[str, dict[str, Any]] = {}
-        for e in doc["entries"]:
-            if e["kind"] != "arm" or e["arm"] == e["ref"] or not e.get("ratio_n"):
-                continue
-            if e["arm"] not in best or e["ratio_n"] > best[e["arm"]]["ratio_n"]:
-                best[e["arm"]] = e
-        costs = [point_cost(proot / m) for m in machines(proot)]
-        runs = sum(n for n, _ in costs)
-        cpu_h = None if any(c is None for _, c in costs) else round(sum(c for _, c in costs if c is not None), 3)
-        for arm, e in best.items():
-            m = e["machine"]
-            found = tuned_pick(sub, arm, proot, m)
-            res = None if found is None else Run(found[0], e["seeds"][0], sub.preset, proot / m, "score").result()
-            if found is None or res is None:
-                continue
-            chosen = found[0]
-            ref = arms[(m, e["ref"])]
-            out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": arm,
-                        "width": apply_overrides(sub.base_config(chosen.experiment), chosen.overrides).model.d_model,
-                        "params_active": res.get("params_active"), "steps": res.get("steps"),
-                        "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
-                        "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"],
-                        "ref": e["ref"], "ref_label": ref.get("label"),
-                        "grid_edge": {a: arms[(m, a)].get("pick_at_grid_edge") or [] for a in (arm, e["ref"])},
-                        "machine": m, "tuned_on": {a: arms[(m, a)].get("tuned_on") for a in (arm, e["ref"])},
-                        "runs": runs, "cpu_hours": cpu_h})
+        with overlay(sub, point_root(root, p)) as proot:  # the ledger's runs read, none written into runs/
+            doc = make_report(sub, proot, "trend")
+            arms = {(e["machine"], e["arm"]): e for e in doc["entries"] if e["kind"] == "arm"}
+            best: dict[str, dict[str, Any]] = {}
+            for e in doc["entries"]:
+                if e["kind"] != "arm" or e["arm"] == e["ref"] or not e.get("ratio_n"):
+                    continue
+                if e["arm"] not in best or e["ratio_n"] > best[e["arm"]]["ratio_n"]:
+                    best[e["arm"]] = e
+            costs = [point_cost(proot / m) for m in machines(proot)]
+            runs = sum(n for n, _ in costs)
+            cpu_h = None if any(c is None for _, c in costs) else round(sum(c for _, c in costs if c is not None), 3)
+            for arm, e in best.items():
+                m = e["machine"]
+                found = tuned_pick(sub, arm, proot, m)
+                res = None if found is None else Run(found[0], e["seeds"][0], sub.preset, proot / m, "score").result()
+                if found is None or res is None:
+                    continue
+                chosen = found[0]
+                ref = arms[(m, e["ref"])]
+                out.append({"kind": "point", "point": p.name, "axis": p.axis, "study": study.name, "arm": arm,
+                            "width": apply_overrides(sub.base_config(chosen.experiment), chosen.overrides).model.d_model,
+                            "params_active": res.get("params_active"), "steps": res.get("steps"),
+                            "tokens": res.get("tokens"), "seeds": e["seeds"][: e["ratio_n"]],
+                            "ratio_mean": e["ratio_mean"], "ratio_ci95": e["ratio_ci95"], "label": e["label"],
+                            "ref": e["ref"], "ref_label": ref.get("label"),
+                            "grid_edge": {a: arms[(m, a)].get("pick_at_grid_edge") or [] for a in (arm, e["ref"])},
+                            "machine": m, "tuned_on": {a: arms[(m, a)].get("tuned_on") for a in (arm, e["ref"])},
+                            "runs": runs, "cpu_hours": cpu_h})
     return out
 
 

@@ -31,6 +31,7 @@ import io
 import math
 import pickle  # only for its exception type: nothing here unpickles
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -171,11 +172,47 @@ def _load_shard(folder: Path, tr: Transport) -> dict[str, Any]:
     return state
 
 
+MAX_DEPTH = 32  # nesting of a checkpoint's plain data (the kit's own: under 10 levels)
+
+
+def check_records(p: Path, where: str) -> None:
+    """Every record of the torch file ``p`` is stored uncompressed (as ``torch.save`` writes them), so mapping the
+    file maps the tensors' bytes as they are: a DEFLATE-compressed record would be inflated, to any size its
+    header claims, before a single check ran (ConfigError naming the record). A file that is not a zip archive is
+    left to ``torch.load`` to refuse."""
+    try:
+        with zipfile.ZipFile(p) as z:
+            for info in z.infolist():
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+                    raise ConfigError(f"{where}: record {info.filename[:80]!r} is compressed ({info.compress_size:,} "
+                                      f"bytes claiming {info.file_size:,}); the kit writes none, refused unread")
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        return
+
+
+def check_depth(obj: Any, where: str, limit: int = MAX_DEPTH) -> None:
+    """ConfigError when ``obj``'s dicts, lists and tuples nest deeper than ``limit`` (walked without recursion: the
+    content hash and the checks after it recurse once per level)."""
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise ConfigError(f"{where}: nested deeper than {limit} levels; the kit writes none, refused")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, depth + 1) for v in node)
+
+
 def _read(p: Path) -> dict[str, Any]:
     if not p.exists():
         raise ConfigError(f"--resume: no checkpoint at {p}")
+    check_records(p, f"--resume: {p}")
     try:
-        state = torch.load(p, map_location="cpu", weights_only=True)  # tensors and plain data only: never runs code
+        # tensors and plain data only: never runs code; mapped, so no tensor is read before the checks below
+        state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as e:  # weights_only refused a global: a pickled object, maybe one that runs code
         last = str(e).strip().splitlines()[-1][:300] if str(e).strip() else ""
         raise ConfigError(f"--resume: {p} holds objects other than tensors and plain data (loading it could run "
@@ -185,6 +222,7 @@ def _read(p: Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: {p} is truncated or not a checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ConfigError(f"--resume: {p} is not an {FORMAT} checkpoint (format={state.get('format') if isinstance(state, dict) else None!r})")
+    check_depth(state, f"--resume: {p}")
     check_seal(state, f"--resume: {p}")
     return state
 

@@ -25,6 +25,7 @@ import torch
 from islands_kit.config import ConfigError, ExperimentConfig, ModelConfig, _check, from_dict
 from islands_kit.io import RESULT_FILE, atomic_write_bytes
 from islands_kit.model import ByteTransformer
+from islands_kit.train.checkpoint import check_depth, check_records
 from islands_kit.train.preflight import check_memory, check_tensors
 from islands_kit.train.seal import check_seal, seal
 
@@ -82,12 +83,14 @@ def load_model(run_dir: str | Path, island: int | None = None) -> tuple[ByteTran
                           f"found: {', '.join(have) or 'none'})")
     if not (d / RESULT_FILE).is_file():
         raise ConfigError(f"sample: {d} is not a finished run (no {RESULT_FILE}: the run stopped before its end)")
+    check_records(p, f"sample: {p}")
     try:  # mmap: the tensors stay on disk until the checks below have passed
         payload = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # noqa: BLE001 - truncated file, not a torch file, an object weights_only refuses
         raise ConfigError(f"sample: {p} is not a model file ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"sample: {p} is not an {FORMAT} file")
+    check_depth(payload, f"sample: {p}")
     check_seal(payload, f"sample: {p}")
     model_cfg = _model_config(payload.get("model_config"), p)
     check_memory(model_cfg, 0, torch.device("cpu"), where=f"sample: {p}: ")
