@@ -81,7 +81,7 @@ def test_slurm_without_the_cluster_extra_is_one_line_naming_it(tmp_path, monkeyp
 
 
 def test_the_slurm_dry_run_prints_each_submission_and_its_sbatch_parameters(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("islands_kit.protocol.command.estimate_run", lambda cfg: SimpleNamespace(total_s=60.0))
+    monkeypatch.setattr("islands_kit.protocol.command.estimate_within", lambda cfg: SimpleNamespace(total_s=60.0, cut_s=None))
     study = two_arm_study(tmp_path, '[executor]\nkind = "slurm"\npartition = "cpu"\naccount = "lab"\ntime_min = 90\n'
                                     'constraint = "avx512"\nsetup = ["module load python/3.11"]\n')
     out_dir = tmp_path / "runs"
@@ -101,7 +101,7 @@ def test_the_slurm_dry_run_prints_each_submission_and_its_sbatch_parameters(tmp_
 
 def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
     from islands_kit.protocol.status import Jobs, show_status
-    from islands_kit.records.locks import _start_time
+    from islands_kit.records.locks import _start_time, acquire, release
 
     study = load_study(two_arm_study(tmp_path))
     root = tmp_path / "runs" / BOX
@@ -113,7 +113,7 @@ def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
     runs[0].dir.joinpath("result.json").write_text("{}")
     runs[1].dir.joinpath("log.txt").write_text("step 3\nValueError: the config broke a rule\n")  # a local run that failed
     me = {"pid": os.getpid(), "host": os.uname().nodename, "started": _start_time(os.getpid())}
-    runs[2].dir.joinpath("run.lock").write_text(json.dumps(me))  # a local runner making it
+    assert acquire(runs[2].dir / "run.lock") is None  # a local runner making it (this process holds the lock)
     err = tmp_path / "job.err"
     err.write_text("srun: error: node7: task 0: Killed\n")
     dead = {"executor": "submitit-local", "job_id": str(2 ** 22 + 4321), "host": os.uname().nodename, "started": "1",
@@ -126,6 +126,7 @@ def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
     assert counts == {"finished": 1, "failed": 2, "running": 2}
     text = "\n".join(lines)
     assert "the config broke a rule" in text and "task 0: Killed" in text and f"job {os.getpid()} (submitit-local)" in text
+    release(runs[2].dir / "run.lock")
     runs[4].dir.joinpath("run.lock").unlink(missing_ok=True)
     runs[4].dir.joinpath(JOB).unlink()
     assert show_status([("h", runs[4:])], Jobs(tmp_path / ".cluster"), say=lambda s: None) == {"not started": 1}
