@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize
@@ -99,7 +99,6 @@ class Fit:
     aic: float
     cov: np.ndarray | None
     weighted: bool
-    _cache: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     @property
     def scale(self) -> float:
@@ -124,8 +123,8 @@ class Fit:
         return self.model.predict(self.theta, k, self.x(size))
 
     def params(self) -> dict[str, list[float | None]]:
-        """Each parameter [value, lo, hi] (95% t or normal Wald interval; None where it is not estimable). ``lnA``
-        parameters are returned as ``A`` at N = 1 (A0 x n0^alpha of the same arm)."""
+        """Each parameter [value, lo, hi] (95% t or normal Wald interval; None where it is not estimable); an ``lnA``
+        is the amplitude's log at N = n0 (``amplitudes`` gives A at N = 1)."""
         q = _stats.t.ppf(0.975, self.df) if (not self.weighted and self.df > 0) else Z95
         out: dict[str, list[float | None]] = {}
         for i, name in enumerate(self.model.names):
