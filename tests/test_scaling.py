@@ -19,7 +19,7 @@ from islands_kit.protocol.knobs import KnobError, active_params, outer_steps, re
 from islands_kit.protocol.points import point_root, run_points
 from islands_kit.protocol.runs import Run
 from islands_kit.protocol.study import StudyError, load_study, parse_study
-from islands_kit.scaling import fit, laws, references, trend
+from islands_kit.scaling import fit, laws, models, references, trend
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = ROOT / "benchmarks" / "studies" / "scaling-size.toml"
@@ -320,7 +320,7 @@ def two_arms(seed: int, noise: float = 0.002):
 
 def test_a_known_law_is_recovered_within_its_interval():
     base, arm = two_arms(0)
-    f = fit.fit(fit.loss_model("power+E shared", ["baseline", "two_site"], 0.5), [base, arm])
+    f = fit.fit(models.loss_model("power+E shared", ["baseline", "two_site"], 0.5), [base, arm])
     p = f.params()
     for name, truth in (("E", 1.0), ("alpha[baseline]", 0.3), ("alpha[two_site]", 0.32)):
         assert p[name][1] < truth < p[name][2], (name, p[name])
@@ -336,7 +336,7 @@ def test_a_known_law_is_recovered_within_its_interval():
     true_gap = (1 + 36 * 7.3e5 ** -0.32) / (1 + 30 * 7.3e5 ** -0.3) - 1
     assert pred.lo < true_gap < pred.hi and pred.lo < pred.gap < pred.hi
     # the pure power law cannot bend to the offset: the data reject it by chi^2 and AIC
-    pure = fit.fit(fit.loss_model("power", ["baseline", "two_site"]), [base, arm])
+    pure = fit.fit(models.loss_model("power", ["baseline", "two_site"]), [base, arm])
     assert pure.chi2 > 10 * f.chi2 and pure.aic > f.aic + 10
 
 
@@ -359,7 +359,7 @@ def test_an_offset_the_data_cannot_pin_returns_not_identifiable():
     assert any("never crosses" in r or "unbounded" in r for r in v["reasons"])
     # a crossing well inside the measured range, tight errors: identified by the offset law
     g2 = -0.01 + 0.5 * SIZES ** -0.3 + rng.normal(0, 0.0005, SIZES.size)
-    f2 = fit.fit(fit.gap_model("gap power+offset", ["two_site"]), [fit.Series("two_site", tuple(SIZES), tuple(g2),
+    f2 = fit.fit(models.gap_model("gap power+offset", ["two_site"]), [fit.Series("two_site", tuple(SIZES), tuple(g2),
                                                                               (0.0005,) * SIZES.size)])
     c2 = fit.crossing(f2, 0, points=21)
     assert c2.identifiable and c2.lo < (50.0) ** (1 / 0.3) < c2.hi
@@ -387,7 +387,7 @@ def test_the_published_grid_against_its_authors_fits_and_rounded_percentages():
     percentages within one last digit."""
     n = references.SIZES
     for col, (a, alpha) in references.THEIR_FITS.items():
-        f = fit.fit(fit.loss_model("power", [col]), [fit.Series(col, tuple(n), references.LOSSES[col])])
+        f = fit.fit(models.loss_model("power", [col]), [fit.Series(col, tuple(n), references.LOSSES[col])])
         assert f.amplitudes()[col] == pytest.approx(a, rel=0.025) and -f.theta[1] == pytest.approx(alpha, abs=0.0015)
     printed = {"M=2": (0.007, 0.005, 0.003, 0.001, 0.002, 0.002, -0.001), "M=8": (0.039, None, None, None, None, None,
                                                                               0.011)}

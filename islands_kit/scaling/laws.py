@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats as _stats
 
 from islands_kit.scaling import fit as F
+from islands_kit.scaling import models as M
 from islands_kit.scaling import references
 
 REF = "baseline"
@@ -93,7 +94,7 @@ def _stats_of(f: F.Fit) -> dict[str, Any]:
             "p_value": _p_value(f), "n0": f.n0, "theta": f.theta.tolist(), "weighted": f.weighted}
 
 
-def _try(model: F.Model, series: Sequence[F.Series]) -> tuple[F.Fit | None, str]:
+def _try(model: M.Model, series: Sequence[F.Series]) -> tuple[F.Fit | None, str]:
     try:
         return F.fit(model, series), ""
     except ValueError as e:
@@ -120,9 +121,9 @@ def fit_axis(axis: str, points: Sequence[dict[str, Any]], x_key: str, kind: str 
                 e = {"kind": f"{kind}law", **head, "arm": arm, "model": name, "n_points": len(s.size)}
                 out.append({**e, **(_stats_of(f) if f else {"note": why})})
         arms = [a for a in sorted(losses) if len(losses[a].size) >= 2]
-        for name in F.LOSS_MODELS:
+        for name in M.LOSS_MODELS:
             if name == "power+E shared":
-                f, why = _try(F.loss_model(name, [REF, *arms], _e0([base, *[losses[a] for a in arms]])),
+                f, why = _try(M.loss_model(name, [REF, *arms], _e0([base, *[losses[a] for a in arms]])),
                               [base, *[losses[a] for a in arms]]) if arms else (None, "no island arm")
                 out.append({"kind": f"{kind}law", **head, "arm": "all", "arms": [REF, *arms], "model": name,
                             "n_points": len(base.size) + sum(len(losses[a].size) for a in arms),
@@ -132,12 +133,12 @@ def fit_axis(axis: str, points: Sequence[dict[str, Any]], x_key: str, kind: str 
                         loss_fits[(a, name)] = f
                 continue
             for a in arms:
-                f, _ = _try(F.loss_model(name, [REF, a], _e0([base, losses[a]])), [base, losses[a]])
+                f, _ = _try(M.loss_model(name, [REF, a], _e0([base, losses[a]])), [base, losses[a]])
                 if f:
                     loss_fits[(a, name)] = f
     for arm in sorted(set(gaps) | set(losses)):
         word = _word(arm)
-        for name in F.LOSS_MODELS:
+        for name in M.LOSS_MODELS:
             f = loss_fits.get((arm, name))
             e = {"kind": f"{kind}gap_fit", **head, "arm": arm, "model": name, "source": "loss laws",
                  "arms": [s.arm for s in f.series] if f else None, "crossing_word": word}
@@ -147,9 +148,9 @@ def fit_axis(axis: str, points: Sequence[dict[str, Any]], x_key: str, kind: str 
             k = [s.arm for s in f.series].index(arm)
             out.append({**e, "k": k, **_stats_of(f), "crossing": F.crossing(f, k, points=grid).as_dict()})
         g = gaps.get(arm)
-        for name in F.GAP_MODELS:
+        for name in M.GAP_MODELS:
             e = {"kind": f"{kind}gap_fit", **head, "arm": arm, "model": name, "source": "gap", "crossing_word": word}
-            f, why = _try(F.gap_model(name, [arm], _g0(g)), [g]) if g else (None, "no gap measured")
+            f, why = _try(M.gap_model(name, [arm], _g0(g)), [g]) if g else (None, "no gap measured")
             if f is None:
                 out.append({**e, "note": why})
                 continue
@@ -167,7 +168,7 @@ def fit_axis(axis: str, points: Sequence[dict[str, Any]], x_key: str, kind: str 
 
 def _single(name: str, s: F.Series) -> tuple[F.Fit | None, str]:
     """One arm's own loss law."""
-    return _try(F.loss_model(name, [s.arm], _e0([s])), [s])
+    return _try(M.loss_model(name, [s.arm], _e0([s])), [s])
 
 
 def _g0(g: F.Series | None) -> float:
@@ -240,17 +241,17 @@ def published_entries(grid: int = 41) -> list[dict[str, Any]]:
             if name == "power":
                 e["their_fit"] = {"A": references.THEIR_FITS[c][0], "alpha": references.THEIR_FITS[c][1]}
             out.append({**e, **(_stats_of(f) if f else {"note": why})})
-    shared, why = _try(F.loss_model("power+E shared", ["DP", *cols], 1.0), [series[c] for c in references.COLUMNS])
+    shared, why = _try(M.loss_model("power+E shared", ["DP", *cols], 1.0), [series[c] for c in references.COLUMNS])
     out.append({"kind": "published_law", **head, "arm": "all", "arms": list(references.COLUMNS),
                 "model": "power+E shared", "n_points": len(n) * len(references.COLUMNS),
                 **(_stats_of(shared) if shared else {"note": why})})
     for c in cols:
         word = "parity" if c == "M=8" else "crossing"
-        for name in F.LOSS_MODELS:
+        for name in M.LOSS_MODELS:
             if name == "power+E shared":
                 f, k = shared, 1 + cols.index(c)
             else:
-                f, k = F.fit(F.loss_model(name, ["DP", c], 1.0), [series["DP"], series[c]]), 1
+                f, k = F.fit(M.loss_model(name, ["DP", c], 1.0), [series["DP"], series[c]]), 1
             e = {"kind": "published_gap_fit", **head, "arm": c, "model": name, "source": "loss laws",
                  "crossing_word": word}
             if f is None:
@@ -259,8 +260,8 @@ def published_entries(grid: int = 41) -> list[dict[str, Any]]:
             out.append({**e, "arms": [s.arm for s in f.series], "k": k, **_stats_of(f),
                         "crossing": F.crossing(f, k, points=grid).as_dict()})
         g = F.Series(c, tuple(n), tuple(v for _, v in references.gaps(c)))
-        for name in F.GAP_MODELS:
-            f = F.fit(F.gap_model(name, [c], _g0(g)), [g])
+        for name in M.GAP_MODELS:
+            f = F.fit(M.gap_model(name, [c], _g0(g)), [g])
             out.append({"kind": "published_gap_fit", **head, "arm": c, "model": name, "source": "gap",
                         "crossing_word": word, "arms": [c], "k": 0, **_stats_of(f),
                         "crossing": F.crossing(f, 0, points=grid).as_dict()})
@@ -280,14 +281,14 @@ def joint_entries(points: Sequence[dict[str, Any]], x_key: str = "params_active"
         if ours is None or len(ours.size) < 2:
             continue
         pub = references.gaps(col)
-        for name in F.GAP_MODELS:
-            alone = F.fit(F.gap_model(name, [col]), [F.Series(col, tuple(p for p, _ in pub), tuple(g for _, g in pub))])
+        for name in M.GAP_MODELS:
+            alone = F.fit(M.gap_model(name, [col]), [F.Series(col, tuple(p for p, _ in pub), tuple(g for _, g in pub))])
             rms = math.sqrt(alone.chi2 / max(alone.df, 1)) or references.ROUNDING_SD
             theirs = F.Series(col, tuple(p for p, _ in pub), tuple(g for _, g in pub), (rms,) * len(pub))
             e = {"kind": "joint_fit", "axis": "size", "x": x_key, "arm": arm, "published": col, "model": f"joint {name}",
                  "label": f"{LABEL_PUBLISHED}, jointly with ours (a shared exponent{' and offset' if 'offset' in name else ''}, "
                           "an amplitude per setting)", "published_se": rms}
-            f, why = _try(F.joint_gap_model(name, [arm, col], _g0(ours)), [ours, theirs])
+            f, why = _try(M.joint_gap_model(name, [arm, col], _g0(ours)), [ours, theirs])
             if f is None:
                 out.append({**e, "note": why})
                 continue
@@ -299,12 +300,12 @@ def joint_entries(points: Sequence[dict[str, Any]], x_key: str = "params_active"
 def fit_of_entry(e: dict[str, Any]) -> F.Fit:
     """The fit an entry records, rebuilt from its model, arms, n0 and parameters (for drawing and predicting)."""
     name = e["model"]
-    if name in F.LOSS_MODELS:
-        model = F.loss_model(name, e["arms"])
+    if name in M.LOSS_MODELS:
+        model = M.loss_model(name, e["arms"])
     elif name.startswith("joint "):
-        model = F.joint_gap_model(name[len("joint "):], e["arms"])
+        model = M.joint_gap_model(name[len("joint "):], e["arms"])
     else:
-        model = F.gap_model(name, e["arms"])
+        model = M.gap_model(name, e["arms"])
     theta = np.asarray(e["theta"], dtype=float)
     return F.Fit(model, (), float(e["n0"]), theta, float(e["chi2"]), int(e["df"]), float(e["aic"]), None,
                  bool(e["weighted"]))
@@ -322,11 +323,11 @@ def prediction_entries(entries: Sequence[dict[str, Any]], points: Sequence[dict[
         arm = e["arm"]
         if e["source"] == "gap":
             series: list[F.Series] = [gaps[arm]]
-            model = F.gap_model(e["model"], [arm])
+            model = M.gap_model(e["model"], [arm])
         elif base is not None:
             names = e["arms"]
             series = [base] + [losses[a] for a in names[1:]]
-            model = F.loss_model(e["model"], names, _e0(series))
+            model = M.loss_model(e["model"], names, _e0(series))
         else:
             continue
         f = F.fit(model, series)
