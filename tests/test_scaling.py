@@ -215,14 +215,15 @@ def test_dry_run_says_each_points_cost(tmp_path, monkeypatch, capsys):
                               points=None)
     assert command.points_command(args, study, tmp_path) == 0
     out = capsys.readouterr().out
-    assert out.count("51 runs (36 tuning, 15 scoring, 0 rows)") == 9
-    assert "study scaling-size-3arm: 9 points, 459 runs, 459 to run: about 45.9 CPU-hours" in out
+    # protocol 3, halving 2: per arm its 6 trials at tuning seed 5, the best 3 at seed 6, then 5 scoring seeds
+    assert out.count("42 runs (27 tuning, 15 scoring, 0 rows)") == 9
+    assert "study scaling-size-3arm: 9 points, 378 runs, 378 to run: about 37.8 CPU-hours" in out
     # --arms: the dry run counts only what `study run --arms` would make, and a name the study lacks is refused
     args.arms, args.points = "baseline", "w32,w48"
     assert command.points_command(args, study, tmp_path) == 0
     out = capsys.readouterr().out
-    assert out.count("17 runs of baseline (12 tuning, 5 scoring, 0 rows)") == 2
-    assert "study scaling-size-3arm: 2 points, 34 runs, 34 to run: about 3.4 CPU-hours" in out
+    assert out.count("14 runs of baseline (9 tuning, 5 scoring, 0 rows)") == 2
+    assert "study scaling-size-3arm: 2 points, 28 runs, 28 to run: about 2.8 CPU-hours" in out
     args.arms = "baseline,eight_cel"
     assert command.points_command(args, study, tmp_path) == 2
     assert "--arms: eight_cel not an arm of" in capsys.readouterr().out

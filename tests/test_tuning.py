@@ -177,3 +177,16 @@ def test_equal_time_is_a_reference_trained_to_the_island_arms_finishing_time(tmp
 def test_number_text_spells_values_as_the_study_files_do():
     assert [number_text(v) for v in (0.006, 0.0084853, 3e-3 * math.sqrt(2), 0.5, 1.41, 40)] == \
         ["6e-3", "8.49e-3", "4.24e-3", "0.5", "1.41", "40"]
+
+
+def test_an_extension_the_config_cannot_make_stops_at_the_configs_limit(tmp_path):
+    d = doc()
+    # batch_scale 0.55 of the smoke's 40 sequences is 22: 13.2 + 8.8 per island, not whole
+    d["arms"] = {"baseline": {"experiment": "baseline", "grid": {"batch_scale": ["1", "2"]},
+                              "ladders": {"batch_scale": ["0.55", "1", "2"]}}}
+    study = parse_study(d)
+    smaller = lambda arm, label, seed: 2.0 + float(label["batch_scale"]) / 10  # noqa: E731
+    run_study(study, tmp_path, jobs=1, say=lambda s: None, machine=BOX, execute_run=fake(smaller))
+    t = tune(study, "baseline", tmp_path / BOX)
+    assert [dict(x.label)["batch_scale"] for x in t.trials] == ["1", "2"]
+    assert t.axes["batch_scale"].startswith("at the config's limit (smallest valid value; batch_scale=0.55: ")

@@ -61,6 +61,14 @@ def active_params(cfg: ExperimentConfig) -> int:
     return model_active_params(cfg.model)
 
 
+def total_params(cfg: ExperimentConfig) -> int:
+    """Every parameter of the model (from the config alone): the active count with every expert in place of the
+    routed top-k (the router and shared experts are counted once either way)."""
+    m = cfg.model
+    experts = (m.n_experts - m.top_k) * 3 * m.d_model * m.d_expert if m.n_experts > 1 else 0
+    return active_params(cfg) + m.n_layers * experts
+
+
 def tokens_of(cfg: ExperimentConfig) -> int:
     return cfg.steps * global_batch(cfg) * cfg.model.seq_len
 

@@ -138,7 +138,7 @@ def _next_value(study: Study, arm: str, pick: Trial, key: str, up: bool) -> tupl
         i = int(_axis_value(study, arm, key, v)) + (1 if up else -1)
         if not 0 <= i < len(ladder):
             return None, f"at the study's bound ({side} of its ladder, {v})"
-        return ladder[i], ""
+        return _valid(study, arm, pick, key, ladder[i], side)
     lo, hi = a.bounds[key]
     x = float(v)
     if key == BATCH_KEY:
@@ -156,7 +156,16 @@ def _next_value(study: Study, arm: str, pick: Trial, key: str, up: bool) -> tupl
     nxt = x * SQRT2 if up else x / SQRT2
     if (up and nxt > hi * (1 + 1e-2)) or (not up and nxt < lo * (1 - 1e-2)):  # 3-digit values round by < 1%
         return None, f"at the study's bound ({key} {number_text(hi if up else lo)})"
-    return number_text(nxt), ""
+    return _valid(study, arm, pick, key, number_text(nxt), side)
+
+
+def _valid(study: Study, arm: str, pick: Trial, key: str, value: str, side: str) -> tuple[str | None, str]:
+    """``value`` if ``pick`` moved to it on ``key`` makes a valid config, else None and the config's rule."""
+    try:
+        make_trial(study, arm, {**dict(pick.label), key: value})
+    except ValueError as e:
+        return None, f"at the config's limit ({side} valid value; {key}={value}: {str(e)[:120]})"
+    return value, ""
 
 
 def _extensions(study: Study, tuning: Tuning, pick: Trial) -> list[dict[str, str]]:

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from islands_kit.config import ExperimentConfig, apply_overrides
+from islands_kit.config import apply_overrides
 from islands_kit.config.presets import get_preset
 from islands_kit.io import dumps_strict, finite, replace_marked_block
 from islands_kit.protocol.batch import global_batch
 from islands_kit.protocol.command import default_root
-from islands_kit.protocol.knobs import KnobError, active_params, outer_steps, width_sets
+from islands_kit.protocol.knobs import KnobError, active_params, outer_steps, total_params, width_sets
 from islands_kit.protocol.ledger import overlay
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
@@ -41,14 +41,6 @@ SCHEMA = 2
 TREND_BLOCK = "trend:scaling"  # its block's markers in benchmarks/RESULTS.md
 X_OF_AXIS = {"size": "params_active", "length": "tokens"}
 X_KEYS = {"size": ("params_active", "params_total"), "length": ("tokens",)}
-
-
-def total_params(cfg: ExperimentConfig) -> int:
-    """Every parameter of the model (from the config alone): the active count with every expert in place of the
-    routed top-k (the router and shared experts are counted once either way)."""
-    m = cfg.model
-    experts = (m.n_experts - m.top_k) * 3 * m.d_model * m.d_expert if m.n_experts > 1 else 0
-    return active_params(cfg) + m.n_layers * experts
 
 
 def next_width(width: int, preset: str = "demo") -> tuple[int, int, int]:
