@@ -139,7 +139,7 @@ else:
 import json
 from pathlib import Path
 
-from islands_kit.notebooks.resources import resource_dir
+from islands_kit.resources import resource_dir
 from islands_kit.orbital.report import effect_lines, effects
 
 report_path = study_file or (str(resource_dir("benchmarks") / "orbital-demo.json") if preset == "demo" else "")

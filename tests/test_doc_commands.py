@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from islands_kit import cli
+from islands_kit.commands.run_config import resolve_config
 from islands_kit.config.experiment_table import EXPERIMENT_TABLE
 from islands_kit.config.presets import GPU_PRESETS, PRESETS
 from islands_kit.notebooks import check_parameters, parse_cli_parameters
@@ -169,7 +170,7 @@ def _validate(argv: list[str]) -> None:
             assert e.code == 0, argv
             return
     if args.cmd in ("run", "config") and not (args.config and not Path(args.config).exists()) and not args.resume:
-        cli.resolve_config(args)
+        resolve_config(args)
     if args.cmd == "notebook":
         check_parameters(args.name, parse_cli_parameters(args.name, args.param or []))
     if args.cmd == "study":  # a study file named from the checkout: it loads and validates

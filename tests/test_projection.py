@@ -251,6 +251,8 @@ def test_the_projection_holds_no_copy_of_the_drivers_schedule() -> None:
 
     hooks = (".compute(", ".wait(", ".land(", ".island_step_done(", ".after_tick(", ".after_inner_step(",
              ".reduce_gradients(", "price_all_reduce(")
-    for f in sorted(Path(projection.__file__).parent.glob("*.py")):
+    # published.py prices the papers' own schedule (reductions overlapped with the backward pass, which no driver of
+    # the kit runs) on the kit's wire; with overlap off it equals the lock-step replay (tests/test_published.py)
+    for f in sorted(p for p in Path(projection.__file__).parent.glob("*.py") if p.name != "published.py"):
         found = [h for h in hooks if h in f.read_text()]
         assert not found, f"{f.name} steps the schedule itself: {found}"

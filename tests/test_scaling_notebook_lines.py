@@ -15,7 +15,7 @@ def test_the_smoke_trend_says_each_line_its_runs_print_once(monkeypatch, tmp_pat
         return [object()] * 12
 
     monkeypatch.setattr(trend, "run_points", fake_run_points)
-    monkeypatch.setattr(trend, "build_trend", lambda studies, roots: {"studies": [s.name for s in studies]})
+    monkeypatch.setattr(trend, "build_trend", lambda studies, roots, **kw: {"studies": [s.name for s in studies]})
     said: list[str] = []
     doc = trend.notebook_trend("smoke", tmp_path, say=said.append)
     assert len(doc["studies"]) == 2

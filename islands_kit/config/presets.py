@@ -155,8 +155,8 @@ def preset_dict(experiment: str, preset: str = "smoke") -> dict[str, Any]:
     _merge(d, copy.deepcopy(row.settings))
     if preset == "smoke":
         d["sync"]["H"] = min(d["sync"].get("H", 50), 8)
-        if "hierarchical" in d["sync"]:  # the sites sync (H1) more often than the WAN (H2), as at every other size
-            hier = d["sync"]["hierarchical"]
+        hier = d["sync"].get("hierarchical")
+        if hier is not None:  # the sites sync (H1) more often than the WAN (H2), as at every other size
             hier["site_every"] = min(hier.get("site_every", 10), d["sync"]["H"] // 2)
         bf = d["sync"].setdefault("butterfly", {})
         bf["exchanges_per_window"] = min(bf.get("exchanges_per_window", 6), 3)

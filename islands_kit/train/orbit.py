@@ -42,7 +42,9 @@ from islands_kit.config.presets import get_preset
 from islands_kit.model.transformer import active_params
 from islands_kit.orbital import windows
 from islands_kit.sync.hooks import Hooks
+from islands_kit.train.drivers import LockstepDriver
 from islands_kit.train.islands import step_seconds
+from islands_kit.train.strategies import DRIVERS
 
 Transfer = Sequence[Any]  # a ledger timeline row: (start_s, end_s, bytes, src, dst, channel)
 
@@ -87,7 +89,7 @@ def inner_steps(cfg: ExperimentConfig, ticks: int | None = None) -> dict[int, in
     driver's loop (``DecoupledDriver.step``) on each island's clock, a step throttled in eclipse as ``attach`` makes
     it. A lock-step run computes ``ticks`` on every island."""
     ticks = cfg.steps if ticks is None else ticks
-    if cfg.sync.mode != "decoupled":
+    if DRIVERS[cfg.sync.mode] is LockstepDriver:
         return {j: ticks for j in range(len(cfg.islands))}
     hooks = Hooks()
     attach(hooks, cfg)
