@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from islands_kit.config import ConfigError, apply_overrides
 from islands_kit.io import OutputError, atomic_write_bytes, dumps_strict, finite, replace_marked_block
+from islands_kit.protocol.equal_time import time_name
 from islands_kit.protocol.executor import Cluster, Settings, known_machine, make_executor, settings_from
 from islands_kit.protocol.ledger import ledger_path, overlay, restore, write_ledger
 from islands_kit.protocol.points import point_root, point_studies, run_points
@@ -59,7 +60,7 @@ def all_runs(study: Study, base: Path, machine: str) -> list[Run]:
         if study.equal_time and a.ref != arm:
             t = stand_in[a.ref]
             for s in study.seeds:
-                r = Run(Trial(f"{a.ref}@time-of-{arm}", t.experiment, t.label, t.sets), s, study.preset, root,
+                r = Run(Trial(time_name(a.ref, arm), t.experiment, t.label, t.sets), s, study.preset, root,
                         "equal_time")
                 planned.setdefault(r.dir, r)
     for arm in study.arms:

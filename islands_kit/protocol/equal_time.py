@@ -37,6 +37,17 @@ class EqualTime:
     per_step_s: float
 
 
+def time_name(slower: str, faster: str) -> str:
+    """The retrained run's arm name: ``<slower>@time-of-<faster>``."""
+    return f"{slower}@time-of-{faster}"
+
+
+def island_arm(study: Study, name: str) -> str:
+    """The island arm a retrained run (``time_name``) belongs to: of its two arms, the one that is not a reference."""
+    slower, faster = name.split("@time-of-")
+    return faster if study.arms[slower].ref == slower else slower
+
+
 def _sim_times(tuned: dict[int, dict[str, Any]]) -> list[float]:
     return [float(r["sim_wall_clock_s"]) for r in tuned.values()
             if isinstance(r.get("sim_wall_clock_s"), (int, float)) and math.isfinite(r["sim_wall_clock_s"])]
@@ -68,7 +79,6 @@ def equal_time_trial(study: Study, arm: str, picks: dict[str, Trial], tuned_on: 
     k = max(1, round(target / per_step / f.denominator))
     length = f.numerator * k
     trial = make_trial(study, slower, {**label, LENGTH: str(length)})
-    name = f"{slower}@time-of-{faster}" if slower == a.ref else f"{slower}@time-of-{a.ref}"
-    trial = Trial(name, trial.experiment, trial.label, trial.sets)
+    trial = Trial(time_name(slower, faster), trial.experiment, trial.label, trial.sets)
     steps = apply_overrides(base, trial.overrides).steps
     return EqualTime(arm, slower, faster, trial, steps, target, per_step)

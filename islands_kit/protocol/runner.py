@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.equal_time import equal_time_trial
+from islands_kit.protocol.equal_time import equal_time_trial, island_arm
 from islands_kit.protocol.runs import Run, machine_folder
 from islands_kit.protocol.study import Study, StudyError, Trial
 from islands_kit.protocol.tuning import tune, tuned_pick
@@ -167,9 +167,8 @@ def arm_of(study: Study, run: Run) -> str:
     """The arm a run belongs to (a row's: the arm it changes, or the study's first arm for a standalone row)."""
     if run.trial.arm in study.arms:
         return run.trial.arm
-    if run.phase == "equal_time":  # ``<slower>@time-of-<faster>``: it belongs to the island arm of the two
-        slower, faster = run.trial.arm.split("@time-of-")
-        return faster if study.arms[slower].ref == slower else slower
+    if run.phase == "equal_time":
+        return island_arm(study, run.trial.arm)
     row = next(r for r in study.rows if r.name == run.trial.arm)
     return row.arm if row.arm is not None else next(iter(study.arms))
 

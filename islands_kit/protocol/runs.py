@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import sys
 from dataclasses import dataclass
@@ -91,10 +90,3 @@ class Run:
             cmd += ["--set", f"{k}={v}"]
         return cmd
 
-
-def tune_score(res: dict[str, Any] | None) -> float | None:
-    """A finished run's tuning-split bpb; None if unfinished, inf if it diverged or was not scored on the split."""
-    if res is None:
-        return None
-    v = res.get("final_tune_bpb")
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
