@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from dataclasses import fields
@@ -54,8 +55,14 @@ def from_dict(cls: type, d: dict[str, Any], prefix: str = "") -> Any:
     return build(cls, d, prefix)
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """``cls``'s field types, resolved once per class (resolving the string annotations is most of a config's build)."""
+    return typing.get_type_hints(cls)
+
+
 def build(cls: type, d: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     names = {f.name for f in fields(cls) if f.init}
     unknown = sorted(set(d) - names)
     if unknown:

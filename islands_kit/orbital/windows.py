@@ -198,8 +198,17 @@ def eclipse_windows(cfg: OrbitConfig, k: int) -> list[Window]:
 def compute_factor(cfg: OrbitConfig, k: int, t_sim: float) -> float:
     """Compute speed of satellite ``k`` at simulated time ``t_sim``: ``eclipse_throttle`` in shadow, else 1 (the
     shadow of ``eclipse_windows``, repeating every ``horizon_s`` like the contact windows)."""
-    t = (t_sim * cfg.time_compression) % cfg.horizon_s  # orbital time within the repeating horizon
-    return cfg.eclipse_throttle if _inside(eclipse_windows(cfg, k), t) else 1.0
+    return compute_factors(cfg, k)(t_sim)
+
+
+def compute_factors(cfg: OrbitConfig, k: int) -> Callable[[float], float]:
+    """``compute_factor`` for satellite ``k`` with its eclipses looked up once: a run asks for every inner step's
+    factor (``train/orbit.py``), and naming the config for the cache on each of them cost more than the steps."""
+    ws, compression, horizon, throttle = eclipse_windows(cfg, k), cfg.time_compression, cfg.horizon_s, cfg.eclipse_throttle
+
+    def factor(t_sim: float) -> float:
+        return throttle if _inside(ws, (t_sim * compression) % horizon) else 1.0  # orbital time within the horizon
+    return factor
 
 
 def relay_hops(cfg: OrbitConfig, g: int, k: int, t_sim: float) -> int | None:

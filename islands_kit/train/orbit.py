@@ -33,7 +33,7 @@ decoupled mode: the island goes on training, and the wait shows as staleness (la
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from islands_kit.comm.link.contact import ContactPlan, contact_plan, down_time_s, up_windows
 from islands_kit.config import ExperimentConfig
@@ -66,8 +66,14 @@ def attach(hooks: Hooks, cfg: ExperimentConfig, local_islands: Sequence[int] = (
     o = cfg.link.orbit
     G = len(o.stations)
 
+    factors: dict[int, Callable[[float], float]] = {}  # per satellite, its eclipses looked up once (the config is fixed)
+
     def eclipse(island: int, start_s: float, seconds: float) -> float:
-        return seconds / windows.compute_factor(o, island - G, start_s) if G <= island < G + o.n_satellites else seconds
+        if not G <= island < G + o.n_satellites:
+            return seconds
+        if island not in factors:
+            factors[island] = windows.compute_factors(o, island - G)
+        return seconds / factors[island](start_s)
 
     if eclipses(cfg):
         hooks.on("step_seconds", eclipse)
