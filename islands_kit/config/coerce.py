@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import typing
 from dataclasses import fields
@@ -55,10 +54,17 @@ def from_dict(cls: type, d: dict[str, Any], prefix: str = "") -> Any:
     return build(cls, d, prefix)
 
 
-@functools.cache
+_HINTS: dict[type, tuple[Any, dict[str, Any]]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    """``cls``'s field types, resolved once per class (resolving the string annotations is most of a config's build)."""
-    return typing.get_type_hints(cls)
+    """``cls``'s field types, resolved once per class (resolving the string annotations is most of a config's build),
+    and again when its annotations are replaced (a registered sync section re-makes SyncConfig's, config/sync.py)."""
+    annotations = cls.__dict__.get("__annotations__")
+    kept = _HINTS.get(cls)
+    if kept is None or kept[0] is not annotations:  # the kept dict stays referenced, so identity cannot be reused
+        kept = _HINTS[cls] = (annotations, typing.get_type_hints(cls))
+    return kept[1]
 
 
 def build(cls: type, d: dict[str, Any], prefix: str) -> Any:
