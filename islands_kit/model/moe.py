@@ -169,13 +169,21 @@ def _padded_bmm(x_MD: Tensor, w_EDF: Tensor, group_sizes_E: Tensor, offs_E: Tens
     return y_ECF.reshape(n_groups * C, -1).index_select(0, slot_M)
 
 
-@torch.compiler.disable  # model.compile: run eagerly (the native op's fake-tensor rule takes bf16 only; shapes vary)
 def grouped_matmul(x_MD: Tensor, w_EDF: Tensor, group_sizes_E: Tensor) -> Tensor:
     """Rows of ``x_MD`` sorted by group (``group_sizes_E[e]`` consecutive rows each) times ``w_EDF[e]``."""
     offs_E = torch.cumsum(group_sizes_E, 0).to(torch.int32)
     if _native_grouped_mm_ok(x_MD, w_EDF):
         return _GroupedMatmul.apply(x_MD.contiguous(), w_EDF, offs_E)
     return _padded_bmm(x_MD, w_EDF, group_sizes_E, offs_E)
+
+
+def run_eagerly_under_compile() -> None:
+    """``grouped_matmul`` left out of ``torch.compile``'s graphs (its native op's fake-tensor rule takes bf16 only, and
+    its shapes vary with the routing): called before a model compiles (``model.compile``). Marking it needs
+    torch._dynamo, about a second to import, which a run that never compiles should not pay at start-up."""
+    global grouped_matmul
+    if not getattr(grouped_matmul, "_torchdynamo_disable", False):
+        grouped_matmul = torch.compiler.disable(grouped_matmul)
 
 
 def expert_ffn(x_sorted: Tensor, w1: Tensor, w2: Tensor, w3: Tensor, group_sizes: Tensor, *, mxfp8: bool = False) -> Tensor:
@@ -326,6 +334,6 @@ def moe_active_params(cfg: ModelConfig) -> int:
 
 
 __all__ = [
-    "RoutingStats", "route", "top_k_indices", "switch_balance_loss", "router_z_loss", "expert_ffn", "grouped_matmul",
+    "RoutingStats", "route", "top_k_indices", "switch_balance_loss", "router_z_loss", "expert_ffn", "grouped_matmul", "run_eagerly_under_compile",
     "SwiGLU", "MoE", "init_moe_", "moe_active_params",
 ]

@@ -17,7 +17,6 @@ from typing import Any, Sequence
 
 from islands_kit.config.strategies import modes_of
 from islands_kit.io import RESULT_KEYS, dumps_strict, finite, load_result, write_json_atomic
-from islands_kit.plots.figures import save_standard_figures
 from islands_kit.records.wandb_files import offline_run_records, wait_for_offline_run
 
 __all__ = ["RESULT_KEYS", "Tracker", "dumps_strict", "load_result", "offline_run_records", "wait_for_offline_run",
@@ -321,6 +320,8 @@ class Tracker:
         is the last one written) and :meth:`finish` logs them."""
         if self.run is None:
             return []
+        from islands_kit.plots.figures import save_standard_figures  # matplotlib: only a run that draws pays its import
+
         self.figures = save_standard_figures(res, history, timeline, self.out_dir)
         return self.figures
 

@@ -25,6 +25,7 @@ from islands_kit.data import BatchStream, eval_windows, load_data_corpus, split_
 from islands_kit.device import check_precision, resolve_device
 from islands_kit.device import describe as describe_device
 from islands_kit.model import ByteTransformer as MoETransformer
+from islands_kit.model import moe
 from islands_kit.optim.build import optimizer_groups
 from islands_kit.records.tracking import Tracker
 from islands_kit.sync.ddp import ddp_equivalent_bytes
@@ -102,6 +103,7 @@ class Experiment:
                                      process_group=self.transport.island_group, precision=cfg.precision,
                                      lr_position=drive.lr_position(self.transport.clock, self.tick_s, i))
             if cfg.model.compile:
+                moe.run_eagerly_under_compile()
                 self.islands[i].model.compile()  # in place: parameter names (fragments, checkpoints) unchanged
         self.evaluator = Evaluator(base, cfg.precision, (ex, ey), (final_x.to(self.device), final_y.to(self.device)),
                                    tune_windows)
