@@ -22,28 +22,13 @@ import statistics
 import time
 
 import torch
+from step_timing import window  # benchmarks/step_timing.py, beside this script
 from torch import nn
 
 from islands_kit.config import apply_overrides
 from islands_kit.config.presets import get_preset
 from islands_kit.model import ByteTransformer
 from islands_kit.optim.build import build_optimizer
-
-
-def window(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, float]:
-    """CPU seconds per step over ``steps`` steps: (step only, forward + backward + step)."""
-    t_step = t_full = 0.0
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        t0 = time.process_time()
-        out = model(x, y)
-        (out.loss + out.aux_loss).backward()
-        t1 = time.process_time()
-        opt.step()
-        t2 = time.process_time()
-        t_step += t2 - t1
-        t_full += t2 - t0
-    return t_step / steps, t_full / steps
 
 
 def main() -> None:
@@ -64,15 +49,22 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     seq = torch.randint(0, 256, (args.batch, base.model.seq_len + 1), generator=g)
     x, y = seq[:, :-1], seq[:, 1:]
+
+    def loss_fn(m: nn.Module) -> torch.Tensor:
+        out = m(x, y)
+        return out.loss + out.aux_loss
+
+    def timed(k: str, steps: int) -> tuple[float, float]:
+        return window(models[k], opts[k], loss_fn, steps, clock=time.process_time)
     if args.only:
-        window(models[args.only], opts[args.only], x, y, args.repeats * args.window)
+        timed(args.only, args.repeats * args.window)
         return
     for k in opts:  # warm-up: allocator, lazy state, first kernels
-        window(models[k], opts[k], x, y, 2)
+        timed(k, 2)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in opts}
     for r in range(args.repeats):
         for k in (("adamw", "muon") if r % 2 == 0 else ("muon", "adamw")):
-            samples[k].append(window(models[k], opts[k], x, y, args.window))
+            samples[k].append(timed(k, args.window))
     med = {k: (statistics.median(s[0] for s in v), statistics.median(s[1] for s in v)) for k, v in samples.items()}
     ratios = [[m[i] / a[i] for a, m in zip(samples["adamw"], samples["muon"])] for i in (0, 1)]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 from typing import Callable
 
 import torch
+from step_timing import window  # benchmarks/step_timing.py, beside this script
 from torch import Tensor, nn
 
 from islands_kit.optim import Shampoo
@@ -87,21 +87,6 @@ def build(batch: int, standin: bool) -> tuple[nn.Module, Callable[[nn.Module], T
 def _loss(out: object) -> Tensor:
     aux = getattr(out, "aux_loss", None)
     return out.loss + aux if aux is not None else out.loss  # type: ignore[attr-defined]
-
-
-def window(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[nn.Module], Tensor], steps: int) -> tuple[float, float]:
-    """Seconds per step over ``steps`` steps: (step only, forward + backward + step)."""
-    t_step = t_full = 0.0
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        loss_fn(model).backward()
-        t1 = time.perf_counter()
-        opt.step()
-        t2 = time.perf_counter()
-        t_step += t2 - t1
-        t_full += t2 - t0
-    return t_step / steps, t_full / steps
 
 
 def main() -> None:
