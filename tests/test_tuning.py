@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -190,3 +191,19 @@ def test_an_extension_the_config_cannot_make_stops_at_the_configs_limit(tmp_path
     t = tune(study, "baseline", tmp_path / BOX)
     assert [dict(x.label)["batch_scale"] for x in t.trials] == ["1", "2"]
     assert t.axes["batch_scale"].startswith("at the config's limit (smallest valid value; batch_scale=0.55: ")
+
+
+def test_the_readme_headline_table_reads_a_protocol_3_report(tmp_path):
+    """The README's headline block (protocol/readme.py) from a protocol-3 report: the trained equal-time ratio with
+    its interval, the tuning seeds and the halving named, and a pick held at a declared bound said as such."""
+    from islands_kit.protocol.readme import headline_table
+
+    study = parse_study(doc())  # the baseline's optimum (8e-3) lies past its lr bound (4e-3): the pick stops there
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX,
+              execute_run=fake(lambda arm, label, seed: bowl(8e-3 if arm == "baseline" else 1.6e-3)(arm, label, seed)))
+    table = headline_table(make_report(study, tmp_path, "cmd"))
+    assert "tuned on the tuning split at seeds 5, 6 by successive halving" in table
+    assert "the baseline trained with its whole schedule fitted into the arm's finishing time" in table
+    rows = {r.split(" | ")[0][2:]: r for r in table.splitlines() if r.startswith("| ") and not r.startswith("| arm")}
+    assert "lr at the study's bound" in rows["baseline"] and "bound" not in rows["two_site"]
+    assert len(re.findall(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", rows["two_site"])) == 2  # equal tokens and equal time

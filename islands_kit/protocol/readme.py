@@ -63,7 +63,11 @@ def headline_table(doc: dict[str, Any]) -> str:
     if not arms:
         raise ValueError(f"{doc.get('study', 'the study')}: no arm has finished its seeds on any machine (nothing to quote)")
     n = min(len(e["seeds"]) for e in arms)
-    out = [f"On one machine ({fp}); every arm tuned on the tuning split, then scored at seeds "
+    tuned = arms[0].get("tuning")
+    how = ("every arm tuned on the tuning split" if tuned is None else
+           f"every arm tuned on the tuning split at seeds {', '.join(map(str, arms[0].get('tune_seeds', [])))} by successive "
+           "halving, each grid extended past an edge until its pick is interior or at a bound the study declares")
+    out = [f"On one machine ({fp}); {how}, then scored at seeds "
            f"{', '.join(map(str, arms[0]['seeds']))}; ratios are geometric means of the per-seed ratios with a 95% "
            f"paired t interval (n = {n}) and the words the interval supports (lower bpb is better: \"behind\" means "
            "more bits per byte than the baseline). Equal simulated time: "
@@ -76,7 +80,10 @@ def headline_table(doc: dict[str, Any]) -> str:
            "|---|---|---|---|---|---|---|"]
     for e in arms:
         pick = ", ".join(f"{_WORDS.get(k, k)} {v}" for k, v in e["label"].items())
-        if e.get("pick_at_grid_edge"):
+        if "tuning" in e:  # protocol 3: the grid was extended past every edge; what is left is a declared bound
+            held = [f"{_WORDS.get(k, k)} {v.split(' (')[0]}" for k, v in e["tuning"].get("axes", {}).items() if v != "interior"]
+            pick += f" ({'; '.join(held)})" if held else ""
+        elif e.get("pick_at_grid_edge"):
             pick += " (on its grid's edge)"
         bpb = sum(e["val_bpb"]) / len(e["val_bpb"])
         ref = e["arm"] == e["ref"]
