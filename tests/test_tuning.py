@@ -207,3 +207,26 @@ def test_the_readme_headline_table_reads_a_protocol_3_report(tmp_path):
     rows = {r.split(" | ")[0][2:]: r for r in table.splitlines() if r.startswith("| ") and not r.startswith("| arm")}
     assert "lr at the study's bound" in rows["baseline"] and "bound" not in rows["two_site"]
     assert len(re.findall(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", rows["two_site"])) == 2  # equal tokens and equal time
+
+
+def test_the_regret_push_says_which_way_the_picks_regrets_move_each_ratio(tmp_path):
+    """(1 + the arm's validation regret) / (1 + its reference's) - 1: + when selection noise fell on the arm (its ratio
+    reads worse than at both arms' validation-best finalists), - when it fell on the reference."""
+    from islands_kit.protocol.report import regret_push
+
+    def arm(name, ref, regret):
+        return {"arm": name, "ref": ref, "tuning": {"transfer": {"regret": regret}}}
+
+    arms = [arm("baseline", "baseline", 0.0131), arm("two_site", "baseline", 0.0007), arm("eight_cell", "baseline", 0.0131)]
+    regret_push(arms)
+    assert "regret_push" not in arms[0]["tuning"]
+    assert arms[1]["tuning"]["regret_push"] == pytest.approx(1.0007 / 1.0131 - 1)  # about -1.2%: toward two_site
+    assert arms[2]["tuning"]["regret_push"] == 0.0
+    # in a report: validation bpb = tuning-split bpb + 0.1 for every trial, so no pick has regret and nothing is pushed
+    study = parse_study(doc())
+    run_study(study, tmp_path, jobs=2, say=lambda s: None, machine=BOX, execute_run=fake(bowl(1.6e-3)))
+    rep = make_report(study, tmp_path, "cmd")
+    ts = next(e for e in rep["entries"] if e.get("arm") == "two_site" and e["kind"] == "arm")
+    assert ts["tuning"]["regret_push"] == 0.0
+    row = next(r for r in render(rep).splitlines() if r.startswith("| two_site | ") and "+0.00%" in r)
+    assert row.split(" | ")[7] == "+0.00%"  # the push column, after the regret

@@ -299,8 +299,24 @@ def _machine_entries(study: Study, base: Path, machine: str) -> list[dict[str, A
     root = base / machine
     arms = [arm_entry(study, arm, root, picks, tuned_on.get(arm), equal_time_entry(study, arm, root, picks, tuned_on))
             for arm in study.arms]
+    regret_push(arms)
     rows = [{**row_entry(study, i, root, picks), "machine": machine} for i in range(len(study.rows))]
     return arms + rows + pair_entries(study, root, picks)
+
+
+def regret_push(arms: list[dict[str, Any]]) -> None:
+    """Each arm's ``tuning.regret_push``: about how far the two picks' validation regrets move its ratio to its
+    reference, (1 + its regret) / (1 + the reference's) - 1. Positive: selection noise makes the arm read worse than
+    at both arms' validation-best finalists; negative: better. The regrets are measured at the tuning seeds, so this
+    is the direction and rough size of the bias, not a correction to apply to the scored ratio."""
+    by = {e["arm"]: e for e in arms}
+    for e in arms:
+        ref = by.get(e["ref"])
+        if e["arm"] == e["ref"] or ref is None or "tuning" not in e:
+            continue
+        mine, theirs = (((x.get("tuning") or {}).get("transfer") or {}).get("regret") for x in (e, ref))
+        if mine is not None and theirs is not None:
+            e["tuning"]["regret_push"] = (1.0 + mine) / (1.0 + theirs) - 1.0
 
 
 def pair_entries(study: Study, root: Path, picks: dict[str, Trial]) -> list[dict[str, Any]]:

@@ -185,6 +185,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def _signed_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.2f}%"
+
+
 def _render_tuning(entries: list[dict[str, Any]], out: list[str]) -> None:
     """Per arm what its tuning spent and how sure its pick is (protocol 3): trials (declared + extensions), runs,
     rungs, the pick's margin over the runner-up against the tuning seeds' spread, its validation regret, each axis."""
@@ -192,9 +196,11 @@ def _render_tuning(entries: list[dict[str, Any]], out: list[str]) -> None:
         return
     out += ["", "Tuning per arm (successive halving over the tuning seeds; margin: the runner-up's mean tuning-split "
             "bpb over the pick's, minus 1; spread: the median standard error of a finalist's mean, relative; regret: the "
-            "pick's validation bpb over the best finalist's, minus 1):", "",
-            "| arm | trials (declared + extended) | tuning runs | per rung | margin | spread | regret | axes through the "
-            "pick |", "|---|---|---|---|---|---|---|---|"]
+            "pick's validation bpb over the best finalist's, minus 1, at the tuning seeds; push: about how far the two "
+            "picks' regrets move the ratio to the reference, (1 + regret) / (1 + the reference's regret) - 1, "
+            "+ against the arm):", "",
+            "| arm | trials (declared + extended) | tuning runs | per rung | margin | spread | regret | push on / ref "
+            "| axes through the pick |", "|---|---|---|---|---|---|---|---|---|"]
     budgets = {e["arm"]: e["tuning"]["tuning_runs"] for e in entries}
     for e in entries:
         t = e["tuning"]
@@ -207,7 +213,8 @@ def _render_tuning(entries: list[dict[str, Any]], out: list[str]) -> None:
             f" ({t['tuning_runs'] - ref_runs:+d} vs {e['ref']})"
         out.append(f"| {e['arm']} | {t['trials']} ({t['grid_trials']} + {t['trials'] - t['grid_trials']}) | "
                    f"{t['tuning_runs']}{diff} | {' / '.join(map(str, t.get('rungs', [])))} | {_pct(t.get('margin'))}"
-                   f"{inside} | {_pct(t.get('seed_spread'))} | {_pct(tr.get('regret'))} | {axes} |")
+                   f"{inside} | {_pct(t.get('seed_spread'))} | {_pct(tr.get('regret'))} | {_signed_pct(t.get('regret_push'))} "
+                   f"| {axes} |")
 
 
 def _render_equal_time(entries: list[dict[str, Any]], out: list[str]) -> None:
