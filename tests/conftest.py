@@ -22,3 +22,16 @@ torch.set_num_threads(1)
 if not torch.cuda.is_available() and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("ISLANDS_KIT_KERNELS", "torch")
+
+
+# The files that take longest (measured with --durations; each runs whole in one xdist process, `--dist loadfile`)
+# go first: xdist hands files out in collection order, and a long file collected last (test_torch_dist sorts late)
+# ran alone on one core for minutes while the other core had finished.
+LONG_FIRST = ("test_torch_dist.py", "test_notebooks.py", "test_executor.py", "test_doc_commands.py", "test_scaling.py",
+              "test_study.py", "test_run.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(LONG_FIRST)), order[id(item)]))
