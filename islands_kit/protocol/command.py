@@ -23,7 +23,8 @@ from islands_kit.protocol.ledger import ledger_path, overlay, restore, write_led
 from islands_kit.protocol.points import point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import arm_of, check_arms, execute, known_runs, run_study
-from islands_kit.protocol.runs import Run, machine_folder, machines, this_machine
+from islands_kit.protocol.runs import Run, default_root, machine_folder, machines, this_machine
+from islands_kit.protocol.share import share
 from islands_kit.protocol.status import Jobs, show_status, show_submissions
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
@@ -32,10 +33,6 @@ from islands_kit.train.estimate import estimate_within
 from islands_kit.train.preflight import preflight
 
 RESULTS = Path("benchmarks") / "RESULTS.md"
-
-
-def default_root(study: Study) -> Path:
-    return Path("runs") / "studies" / study.name
 
 
 def all_runs(study: Study, base: Path, machine: str) -> list[Run]:
@@ -88,6 +85,7 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
     --dry-run`` makes (config, device, the memory a step needs) before any is timed: StudyError naming the run."""
     machine = machine_folder(machine)
     with overlay(study, base) as scratch:
+        shared = share(study, scratch, say=lambda _: None)  # what another study made already is not left to run
         runs = [r for r in all_runs(study, scratch, machine) if arms is None or arm_of(study, r) in arms]
         done = [r for r in runs if r.result() is not None]
         left = [r for r in runs if r.result() is None]
@@ -118,13 +116,15 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
     say(f"study {study.name}: {len(runs)} runs{only} ({sum(r.phase == 'tune' for r in runs)} tuning, "
         f"{sum(r.phase == 'score' for r in runs)} scoring, {sum(r.phase == 'row' for r in runs)} rows"
         + (f", {eq} equal-time" if eq else "") + f"), "
-        f"{len(done)} finished, {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine ({machine}) "
+        f"{len(done)} finished"
+        + "".join(f" ({n} shared from study {name})" for name, n in shared.items() if n)
+        + f", {len(left)} to run: about {total / 3600:.1f} CPU-hours on this machine ({machine}) "
         f"(one thread each; measured from {len(seconds)} configs' first steps, rough"
         + ("; equal-time runs counted at full length, an upper bound; a grid extended past an edge adds one run per "
            "tuning seed it reaches, not counted" if study.protocol >= 3 else "") + ")")
     if show is not None:
         show(left)
-    return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600}
+    return {"runs": len(runs), "finished": len(done), "left": len(left), "cpu_hours": total / 3600, "shared": shared}
 
 
 def report_of(study: Study, root: Path, command: str) -> dict[str, Any]:
@@ -252,6 +252,7 @@ def study_command(args: argparse.Namespace) -> int:
         if ledger is not None and (n := restore(study, root, ledger)):
             print(f"study {study.name}: {n} finished runs restored from {ledger}")
         try:
+            share(study, root, say=lambda msg: print(f"study {study.name}: {msg}"))
             machine = None if cluster is None else cluster.machine()
             made = run_study(study, root, jobs=args.jobs, arms=arms, machine=machine,
                              execute_run=execute if cluster is None else cluster.execute)

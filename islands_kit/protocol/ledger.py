@@ -29,17 +29,20 @@ from typing import Any
 
 from islands_kit.comm.control import nesting_depth
 from islands_kit.io import atomic_write_bytes, confined, dumps_strict, finite
-from islands_kit.protocol.fields import MAX_SEED
+from islands_kit.protocol.fields import MAX_SEED, NAME
 from islands_kit.protocol.runner import known_runs
 from islands_kit.protocol.runs import SLUG, Run, machines
 from islands_kit.protocol.study import Study, StudyError
 
 KEYS = ("experiment", "preset", "seed", "final_val_bpb", "final_tune_bpb", "sim_wall_clock_s", "cross_site_bytes",
         "ddp_equivalent_bytes", "tokens", "steps", "params_active", "wall_time_s", "cpu_time_s", "versions",
-        "compute_utilization", "ledger")  # ledger: the byte ledger's channels and directed links (a few dozen numbers)
+        "compute_utilization", "ledger", "shared_from")
+# ledger: the byte ledger's channels and directed links (a few dozen numbers); shared_from: the study and key a run was
+# made under when another study shares it (protocol/share.py)
 HISTORY_KEYS = ("step", "tokens", "sim_time_s", "val_bpb", "final", "val_bpb_subset")
 # the runner's own folder shape (runs.Run.key under a machine_slug folder): nothing else is a ledger key
 KEY = re.compile(rf"(?P<machine>{SLUG.pattern})/[A-Za-z0-9_-]{{1,60}}/[0-9a-f]{{12}}/seed(?P<seed>0|[1-9][0-9]{{0,9}})")
+SHARED = re.compile(rf"{NAME.pattern}:{KEY.pattern}")  # a shared run's origin: study:key
 MAX_LINE = 1 << 20  # bytes per line; a committed line holds a few KB (a run's figures and its evaluation curve)
 MAX_FILE = 256 << 20  # bytes per ledger
 MAX_DEPTH = 8  # a line nests 4 levels (record, result, ledger, channel)
@@ -122,6 +125,9 @@ def check_record(rec: Any) -> str | None:
               _time(res.get("wall_time_s"), "result.wall_time_s"), _time(res.get("cpu_time_s"), "result.cpu_time_s"),
               *(_count(res.get(k, "missing"), f"result.{k}") for k in ("cross_site_bytes", "ddp_equivalent_bytes")),
               *(_count(res[k], f"result.{k}") for k in ("tokens", "steps", "params_active") if k in res)]
+    shared = res.get("shared_from")
+    if shared is not None and not (isinstance(shared, str) and SHARED.fullmatch(shared)):
+        checks.append(f"result.shared_from: {str(shared)[:80]!r} is not <study name>:<ledger key>")
     u = res.get("compute_utilization")
     if u is not None and not (_num(u) and 0.0 <= u <= 1.0):
         checks.append(f"result.compute_utilization: {str(u)[:40]} is not in [0, 1]")

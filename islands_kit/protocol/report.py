@@ -81,6 +81,12 @@ def restored(res: dict[str, Any]) -> bool:
     return bool(res.get("restored_from"))
 
 
+def shared_from(res: dict[str, Any]) -> str | None:
+    """The study a shared run was made under (protocol/share.py), or None for a run of this study's own."""
+    v = res.get("shared_from")
+    return v.split(":", 1)[0] if isinstance(v, str) and ":" in v else None
+
+
 def _ratio_fields(arm: dict[int, dict[str, Any]], ref: dict[int, dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
     if not seeds:
         return {"ratio_mean": None, "ratio_ci95": None, "ratio_n": 0, "resolved": False, "ratio_restored_n": 0,
@@ -149,7 +155,9 @@ def _grid(tuning: Tuning, n_declared: int, n_seeds: int, protocol: int) -> list[
         tune_mean = sum(tune_value(done[s]) for s in seeds) / len(seeds) if have else None
         val_mean = sum(float(done[s]["final_val_bpb"]) for s in seeds) / len(seeds) if have else None
         row = {"label": dict(trial.label), "overrides": trial.overrides, "runs": len(seeds),
-               "restored": sum(1 for x in seeds if restored(done[x])), "final_tune_bpb": tune_mean,
+               "restored": sum(1 for x in seeds if restored(done[x])),
+               "shared": sum(1 for x in seeds if shared_from(done[x])),
+               "shared_with": sorted({f for x in seeds if (f := shared_from(done[x]))}), "final_tune_bpb": tune_mean,
                "final_val_bpb": val_mean}
         if protocol >= 3:
             row.update({"tune_seeds_run": seeds, "extension": i >= n_declared})
@@ -187,6 +195,8 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
                              "fixed": dict(a.fixed),
                              "machine": root.name, "tuned_on": (tuned_on or root).name}
     entry["tuning_restored"] = sum(g["restored"] for g in entry["grid"])
+    entry["tuning_shared"] = sum(g["shared"] for g in entry["grid"])  # of the restored: made by another study
+    entry["shared_with"] = sorted({f for g in entry["grid"] for f in g["shared_with"]})
     if study.protocol >= 3:
         entry["tuning"] = _tuning_fields(study, arm, tuning)
     chosen = picks.get(arm)
@@ -199,11 +209,13 @@ def arm_entry(study: Study, arm: str, root: Path, picks: dict[str, Trial], tuned
     seeds = _pair(mine, ref, unpaired)
     edges = (grid_edges(a.grid, dict(chosen.label)) if study.protocol < 3 else
              [f"{k}={dict(chosen.label)[k]}: {v}" for k, v in tuning.axes.items() if v != "interior"])
+    entry["shared_with"] = sorted({*entry["shared_with"], *(f for s in mine.values() if (f := shared_from(s)))})
     entry.update({"overrides": chosen.overrides, "label": dict(chosen.label), "seeds": sorted(mine),
                   "pick_at_grid_edge": edges,
                   "val_bpb": [mine[s]["final_val_bpb"] for s in sorted(mine)],
                   "tokens": [mine[s].get("tokens") for s in sorted(mine)],
                   "restored_seeds": [s for s in sorted(mine) if restored(mine[s])],
+                  "shared_seeds": [s for s in sorted(mine) if shared_from(mine[s])],
                   **_where(mine),
                   "machine_fingerprint": machine_of(mine[min(mine)]) if mine else None,
                   "status": "done" if len(mine) == len(study.seeds) else f"{len(mine)}/{len(study.seeds)} seeds",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from islands_kit.protocol.study import StudyError, Trial
+from islands_kit.protocol.study import Study, StudyError, Trial
 
 
 def machine_slug(fingerprint: str) -> str:
@@ -38,6 +38,11 @@ def this_machine() -> str:
 
 
 SLUG = re.compile(r"[a-z0-9-]*-[0-9a-f]{8}")  # machine_slug's shape: readable words, then 8 hex digits
+
+
+def default_root(study: Study) -> Path:
+    """Where a study's runs go unless ``--out`` says otherwise: ``runs/studies/<name>``."""
+    return Path("runs") / "studies" / study.name
 
 
 def machine_folder(machine: str | None) -> str:

@@ -144,6 +144,7 @@ class Study:
     halving: int = 1  # successive halving's factor over the tuning seeds (protocol/tuning.py); 1: every trial at each
     equal_time: bool = False  # train each island arm's reference to the island arm's finishing simulated time
     executor: dict[str, Any] = field(default_factory=dict)  # where the runs are made (protocol/executor.py checks it)
+    share: list[str] = field(default_factory=list)  # study files whose identical runs this one takes (protocol/share.py)
 
     @property
     def extends(self) -> bool:
@@ -279,7 +280,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     fails here, naming it, before any run)."""
     w = f"{path}: " if path else ""
     _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
-                   "point_reports", "trend", "protocol", "halving", "equal_time", "executor"},
+                   "point_reports", "trend", "protocol", "halving", "equal_time", "executor", "share"},
              w.rstrip(": ") or "study")
     if not isinstance(doc.get("executor", {}), dict):
         raise StudyError(f"{w}executor: must be a table ([executor]: kind, partition, account, time_min, ...)")
@@ -353,12 +354,15 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
                   check_text(doc.get("description", ""), f"{w}description"), path,
                   _points(doc.get("points", []), w, arms), check_path(doc.get("point_reports"), f"{w}point_reports", None),
                   check_path(doc.get("trend"), f"{w}trend", ".json"), protocol, halving, equal_time,
-                  dict(doc.get("executor", {})))
+                  dict(doc.get("executor", {})), _share(doc.get("share", []), f"{w}share"))
     study.check_budgets()
     if study.points:
         if rows or study.report:
             raise StudyError(f"{w}points: a study with points has no rows and no report of its own (each point's "
                              "report goes to point_reports)")
+        if study.share:
+            raise StudyError(f"{w}share: a study with points takes no runs from others (its points are studies of "
+                             "their own)")
         for pt in study.points:  # every trial at every point: a knob that cannot be made (or leaves the regime) fails now
             sub = study.at_point(pt)
             for name in sub.arms:
@@ -381,6 +385,20 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         except EXPANSION_ERRORS as e:
             raise StudyError(f"{w}rows '{row.name}': {e}") from None
     return study
+
+
+MAX_SHARE = 8  # studies one study may take runs from
+
+
+def _share(v: Any, where: str) -> list[str]:
+    """``share``: at most ``MAX_SHARE`` distinct study files (relative paths under the folder the kit runs in, each
+    ending in .toml); what they hold is checked when runs are shared (protocol/share.py), before any run starts."""
+    if not isinstance(v, list) or len(v) > MAX_SHARE:
+        raise StudyError(f"{where}: must be a list of at most {MAX_SHARE} study files (got {str(v)[:80]})")
+    paths = [check_path(p, f"{where}[{i}]", ".toml") for i, p in enumerate(v)]
+    if len(set(paths)) != len(paths):
+        raise StudyError(f"{where}: names a study file twice")
+    return [p for p in paths if p is not None]
 
 
 def load_study(path: str | Path) -> Study:

@@ -26,6 +26,9 @@ def _provenance(e: dict[str, Any]) -> str:
         out += f"; seeds {', '.join(map(str, e['restored_seeds']))} restored from the ledger"
     if e.get("tuning_restored"):
         out += f"; {e['tuning_restored']} tuning runs restored from the ledger"
+    if e.get("shared_with"):
+        n = e.get("tuning_shared", 0) + len(e.get("shared_seeds", []))
+        out += f"; {n} of them shared with study {', '.join(e['shared_with'])} (the same config, seed and machine)"
     return out
 
 
