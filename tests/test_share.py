@@ -97,8 +97,6 @@ def test_a_study_takes_the_runs_it_shares_and_trains_only_the_rest(source):
                 "baseline_shampoo": arm("baseline", "baseline_shampoo", fixed={"optim.name": "shampoo"}),
                 "two_site_adamw": arm("two_site", "baseline_adamw", fixed={"optim.name": "adamw"})},
         seeds=[0, 1, 3], share=["src.toml"]))
-    plan = dry_run(dst, default_root(dst), say=lambda s: None, machine=BOX)
-    assert plan["shared"] == {"src": 2 * 8} and not default_root(dst).exists()  # the dry run wrote nothing
     assert share(dst, default_root(dst), say=lambda s: None) == {"src": 16}
     calls: list = []
     run_study(dst, default_root(dst), say=lambda s: None, machine=BOX, execute_run=fake(calls))
@@ -124,6 +122,10 @@ def test_a_study_takes_the_runs_it_shares_and_trains_only_the_rest(source):
 
 def test_shared_runs_enter_the_studys_own_ledger_and_come_back_from_it(source):
     dst = load_study(study_file("dst", {"baseline": arm("baseline", "baseline")}, share=["src.toml"]))
+    said: list[str] = []
+    plan = dry_run(dst, default_root(dst), say=said.append, machine=BOX)
+    assert plan["shared"] == {"src": 9} and plan["left"] == 0 and "9 finished (9 shared from study src)" in said[0]
+    assert not default_root(dst).exists()  # the dry run wrote nothing
     assert share(dst, default_root(dst), say=lambda s: None) == {"src": 6 + 3}  # its whole baseline: tuning and scores
     assert write_ledger(dst, default_root(dst), Path("dst.runs.jsonl")) == 9
     kept = read_ledger(Path("dst.runs.jsonl"))

@@ -74,3 +74,42 @@ def count_trials(arms: dict[str, Any], points: int, w: str) -> None:
             raise StudyError(f"{w}arms.{name}.grid: the grids make at least {total:,} trials (grid values multiplied, "
                              f"summed over arms, times points), over the limit of {MAX_TRIALS}; refused before "
                              "expanding any")
+
+
+MAX_SHARE = 8  # studies one study may take runs from
+
+
+def share_paths(v: Any, where: str) -> list[str]:
+    """``share``: at most ``MAX_SHARE`` distinct study files (relative paths under the folder the kit runs in, each
+    ending in .toml); what they hold is checked when runs are shared (protocol/share.py), before any run starts."""
+    if not isinstance(v, list) or len(v) > MAX_SHARE:
+        raise StudyError(f"{where}: must be a list of at most {MAX_SHARE} study files (got {str(v)[:80]})")
+    paths = [check_path(p, f"{where}[{i}]", ".toml") for i, p in enumerate(v)]
+    if len(set(paths)) != len(paths):
+        raise StudyError(f"{where}: names a study file twice")
+    return [p for p in paths if p is not None]
+
+
+def strings(d: Any, where: str) -> dict[str, str]:
+    if not isinstance(d, dict):
+        raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
+    bad = [k for k, v in d.items() if not isinstance(v, SCALARS)]
+    if bad:
+        raise StudyError(f"{where}.{bad[0]}: must be a string, number or true/false (got {type(d[bad[0]]).__name__})")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in d.items()}
+
+
+def seed_list(v: Any, where: str) -> list[int]:
+    if (not isinstance(v, list) or not v or len(v) > MAX_LIST
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in v)):
+        raise StudyError(f"{where}: must be a non-empty list of at most {MAX_LIST} seeds (whole numbers in [0, 2^32)), "
+                         f"got {str(v)[:80]}")
+    if len(set(v)) != len(v):
+        raise StudyError(f"{where}: a seed is listed twice ({v!r})")
+    return list(v)
+
+
+def allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
+    extra = sorted(set(d) - keys)
+    if extra:
+        raise StudyError(f"{where}: unknown field(s) {', '.join(extra)} (allowed: {', '.join(sorted(keys))})")

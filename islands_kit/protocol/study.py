@@ -42,13 +42,16 @@ from islands_kit.protocol.extent import extent, protocol3_rules, whole
 from islands_kit.protocol.fields import (
     MAX_FILE,
     MAX_LIST,
-    MAX_SEED,
     SCALARS,
     StudyError,
+    allowed,
     check_name,
     check_path,
     check_text,
     count_trials,
+    seed_list,
+    share_paths,
+    strings,
     table_list,
 )
 from islands_kit.protocol.knobs import KNOBS, resolve
@@ -212,31 +215,6 @@ class Study:
 
 
 # -- loading ---------------------------------------------------------------------------------------------------------
-def _strings(d: Any, where: str) -> dict[str, str]:
-    if not isinstance(d, dict):
-        raise StudyError(f"{where}: must be a table of key = value (got {type(d).__name__})")
-    bad = [k for k, v in d.items() if not isinstance(v, SCALARS)]
-    if bad:
-        raise StudyError(f"{where}.{bad[0]}: must be a string, number or true/false (got {type(d[bad[0]]).__name__})")
-    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in d.items()}
-
-
-def _seeds(v: Any, where: str) -> list[int]:
-    if (not isinstance(v, list) or not v or len(v) > MAX_LIST
-            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in v)):
-        raise StudyError(f"{where}: must be a non-empty list of at most {MAX_LIST} seeds (whole numbers in [0, 2^32)), "
-                         f"got {str(v)[:80]}")
-    if len(set(v)) != len(v):
-        raise StudyError(f"{where}: a seed is listed twice ({v!r})")
-    return list(v)
-
-
-def _allowed(d: dict[str, Any], keys: set[str], where: str) -> None:
-    extra = sorted(set(d) - keys)
-    if extra:
-        raise StudyError(f"{where}: unknown field(s) {', '.join(extra)} (allowed: {', '.join(sorted(keys))})")
-
-
 def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
     if not isinstance(raw, list) or len(raw) > MAX_LIST:
         raise StudyError(f"{w}points: must be a list of at most {MAX_LIST} tables ([[points]])")
@@ -245,10 +223,10 @@ def _points(raw: Any, w: str, arms: dict[str, Arm]) -> list[Point]:
         pw = f"{w}points[{i}]"
         if not isinstance(p, dict):
             raise StudyError(f"{pw}: must be a table")
-        _allowed(p, {"name", "axis", "set", "arms"}, pw)
+        allowed(p, {"name", "axis", "set", "arms"}, pw)
         if "name" not in p or p.get("axis") not in AXES:
             raise StudyError(f"{pw}: needs a name and an axis ({' | '.join(AXES)}), got {p.get('axis')!r}")
-        out.append(Point(check_name(p["name"], f"{pw}.name"), str(p["axis"]), _strings(p.get("set", {}), f"{pw}.set"),
+        out.append(Point(check_name(p["name"], f"{pw}.name"), str(p["axis"]), strings(p.get("set", {}), f"{pw}.set"),
                          _point_arms(p["arms"], f"{pw}.arms", arms) if "arms" in p else None))
     if len({p.name for p in out}) != len(out):
         raise StudyError(f"{w}points: two points share a name")
@@ -279,7 +257,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     """A study from a parsed TOML document; every field checked, every trial expanded once (so a bad key or value
     fails here, naming it, before any run)."""
     w = f"{path}: " if path else ""
-    _allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
+    allowed(doc, {"name", "description", "preset", "seeds", "tune_seeds", "set", "arms", "rows", "report", "points",
                    "point_reports", "trend", "protocol", "halving", "equal_time", "executor", "share"},
              w.rstrip(": ") or "study")
     if not isinstance(doc.get("executor", {}), dict):
@@ -290,8 +268,8 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
     check_name(doc["name"], f"{w}name")
     if not isinstance(doc["preset"], str) or doc["preset"] not in PRESETS:
         raise StudyError(f"{w}preset: {doc['preset']!r} is not a preset (one of {', '.join(PRESETS)})")
-    seeds = _seeds(doc["seeds"], f"{w}seeds")
-    tune_seeds = _seeds(doc.get("tune_seeds", [seeds[0]]), f"{w}tune_seeds")
+    seeds = seed_list(doc["seeds"], f"{w}seeds")
+    tune_seeds = seed_list(doc.get("tune_seeds", [seeds[0]]), f"{w}tune_seeds")
     arms: dict[str, Arm] = {}
     if not isinstance(doc["arms"], dict) or not doc["arms"]:
         raise StudyError(f"{w}arms: must hold at least one arm table ([arms.NAME])")
@@ -300,7 +278,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         aw = f"{w}arms.{name}"
         if not isinstance(a, dict):
             raise StudyError(f"{aw}: must be a table")
-        _allowed(a, {"experiment", "ref", "fixed", "grid", "bounds", "ladders"}, aw)
+        allowed(a, {"experiment", "ref", "fixed", "grid", "bounds", "ladders"}, aw)
         exp = a.get("experiment")
         if not isinstance(exp, str) or exp not in EXPERIMENT_TABLE:
             raise StudyError(f"{aw}.experiment: {exp!r} is not an experiment (one of {', '.join(EXPERIMENT_TABLE)})")
@@ -314,7 +292,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
                 raise StudyError(f"{aw}.grid.{k}: must be a non-empty list of distinct values (got {str(vs)[:80]})")
             grid[str(k)] = [str(v) for v in vs]
         bounds, ladders = extent(a, grid, aw)
-        arms[name] = Arm(name, exp, check_text(a.get("ref", name), f"{aw}.ref"), _strings(a.get("fixed", {}), f"{aw}.fixed"),
+        arms[name] = Arm(name, exp, check_text(a.get("ref", name), f"{aw}.ref"), strings(a.get("fixed", {}), f"{aw}.fixed"),
                          grid, bounds, ladders)
     for name, a in arms.items():
         if a.ref not in arms:
@@ -324,7 +302,7 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         rw = f"{w}rows[{i}]"
         if not isinstance(r, dict):
             raise StudyError(f"{rw}: must be a table")
-        _allowed(r, {"name", "arm", "experiment", "set", "seeds", "control"}, rw)
+        allowed(r, {"name", "arm", "experiment", "set", "seeds", "control"}, rw)
         if "name" not in r or ("arm" in r) == ("experiment" in r):
             raise StudyError(f"{rw}: needs a name and exactly one of arm (on top of its pick) or experiment (standalone)")
         for k in ("name", "arm", "experiment", "control"):
@@ -334,8 +312,8 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
             raise StudyError(f"{rw}.arm: {r['arm']!r} is not an arm of this study ({', '.join(arms)})")
         if "experiment" in r and r["experiment"] not in EXPERIMENT_TABLE:
             raise StudyError(f"{rw}.experiment: {r['experiment']!r} is not an experiment")
-        rows.append(Row(str(r["name"]), r.get("arm"), r.get("experiment"), _strings(r.get("set", {}), f"{rw}.set"),
-                        _seeds(r.get("seeds", [seeds[0]]), f"{rw}.seeds"), r.get("control")))
+        rows.append(Row(str(r["name"]), r.get("arm"), r.get("experiment"), strings(r.get("set", {}), f"{rw}.set"),
+                        seed_list(r.get("seeds", [seeds[0]]), f"{rw}.seeds"), r.get("control")))
     names = [r.name for r in rows]
     for r in rows:
         if r.control is not None and r.control not in arms and r.control not in names:
@@ -349,12 +327,12 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         raise StudyError(f"{w}equal_time: must be true or false (got {equal_time!r})")
     if protocol >= 3:
         protocol3_rules(seeds, tune_seeds, rows, arms, w)
-    study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, _strings(doc.get("set", {}), f"{w}set"),
+    study = Study(str(doc["name"]), str(doc["preset"]), seeds, tune_seeds, strings(doc.get("set", {}), f"{w}set"),
                   arms, rows, check_path(doc.get("report"), f"{w}report", ".json"),
                   check_text(doc.get("description", ""), f"{w}description"), path,
                   _points(doc.get("points", []), w, arms), check_path(doc.get("point_reports"), f"{w}point_reports", None),
                   check_path(doc.get("trend"), f"{w}trend", ".json"), protocol, halving, equal_time,
-                  dict(doc.get("executor", {})), _share(doc.get("share", []), f"{w}share"))
+                  dict(doc.get("executor", {})), share_paths(doc.get("share", []), f"{w}share"))
     study.check_budgets()
     if study.points:
         if rows or study.report:
@@ -385,20 +363,6 @@ def parse_study(doc: dict[str, Any], path: Path | None = None) -> Study:
         except EXPANSION_ERRORS as e:
             raise StudyError(f"{w}rows '{row.name}': {e}") from None
     return study
-
-
-MAX_SHARE = 8  # studies one study may take runs from
-
-
-def _share(v: Any, where: str) -> list[str]:
-    """``share``: at most ``MAX_SHARE`` distinct study files (relative paths under the folder the kit runs in, each
-    ending in .toml); what they hold is checked when runs are shared (protocol/share.py), before any run starts."""
-    if not isinstance(v, list) or len(v) > MAX_SHARE:
-        raise StudyError(f"{where}: must be a list of at most {MAX_SHARE} study files (got {str(v)[:80]})")
-    paths = [check_path(p, f"{where}[{i}]", ".toml") for i, p in enumerate(v)]
-    if len(set(paths)) != len(paths):
-        raise StudyError(f"{where}: names a study file twice")
-    return [p for p in paths if p is not None]
 
 
 def load_study(path: str | Path) -> Study:
