@@ -182,3 +182,14 @@ def test_a_forged_shared_from_in_a_ledger_line_is_named_and_the_line_skipped(sou
     kept = read_ledger(Path("forged.runs.jsonl"))
     assert len(kept) == len(lines) - 1 and rec["key"] not in kept
     assert "forged.runs.jsonl:1: skipped (result.shared_from: '../../etc/passwd' is not <study name>:<ledger key>)" in capsys.readouterr().err
+
+
+def test_a_shared_run_is_never_written_through_a_symbolic_link(source, capsys):
+    dst = load_study(study_file("dst", {"baseline": arm("baseline", "baseline")}, share=["src.toml"]))
+    elsewhere = Path("elsewhere")
+    elsewhere.mkdir()
+    default_root(dst).mkdir(parents=True)
+    (default_root(dst) / BOX).symlink_to(elsewhere.resolve(), target_is_directory=True)
+    assert share(dst, default_root(dst)) == {"src": 0}
+    assert list(elsewhere.iterdir()) == []
+    assert "is a symbolic link (the kit never reads or writes through one); skipped" in capsys.readouterr().err

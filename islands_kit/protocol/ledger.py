@@ -210,18 +210,27 @@ def restore(study: Study, base: Path, path: Path, say: Callable[[str], None] = _
     one is named and skipped."""
     n = 0
     for key, rec in read_ledger(path, say).items():
-        try:
-            d = confined(base, key, f"{path}: key")
-        except ValueError as e:
-            say(f"{e}; skipped")
-            continue
-        if (d / "result.json").is_file():
-            continue
-        atomic_write_bytes(d / "history.jsonl", "".join(dumps_strict(h) + "\n" for h in rec["history"]).encode())
-        # result.json last and whole: a runner reading this folder meanwhile sees an unfinished run, never half a file
-        atomic_write_bytes(d / "result.json", dumps_strict({**rec["result"], "restored_from": str(path)}).encode())
-        n += 1
+        history = "".join(dumps_strict(h) + "\n" for h in rec["history"]).encode()
+        n += write_finished(base, key, {**rec["result"], "restored_from": str(path)}, history, f"{path}: key", say)
     return n
+
+
+def write_finished(base: Path, key: str, result: dict[str, Any], history: bytes, what: str,
+                   say: Callable[[str], None] = _warn) -> int:
+    """Write a finished run made elsewhere into its folder ``base / key`` unless that folder already holds a
+    result.json: 1 when written, 0 otherwise. Each file is written whole, never through a symbolic link (a key whose
+    folder would pass through one is named as ``what`` and skipped)."""
+    try:
+        d = confined(base, key, what)
+    except ValueError as e:
+        say(f"{e}; skipped")
+        return 0
+    if (d / "result.json").is_file():
+        return 0
+    atomic_write_bytes(d / "history.jsonl", history)
+    # result.json last and whole: a runner reading this folder meanwhile sees an unfinished run, never half a file
+    atomic_write_bytes(d / "result.json", dumps_strict(result).encode())
+    return 1
 
 
 RUN_FILES = ("result.json", "history.jsonl")

@@ -22,11 +22,9 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from islands_kit.config import apply_overrides
-from islands_kit.io import atomic_write_bytes, dumps_strict
-from islands_kit.protocol.ledger import ledger_key, ledger_path, overlay
+from islands_kit.protocol.ledger import ledger_key, ledger_path, overlay, write_finished
 from islands_kit.protocol.runner import known_runs
 from islands_kit.protocol.runs import Run, default_root, machines
 from islands_kit.protocol.study import EXPANSION_ERRORS, Study, StudyError, load_study
@@ -75,19 +73,26 @@ def share(study: Study, base: Path, say: Callable[[str], None] = _warn,
                 runs, _ = known_runs(src, scratch, machine)
                 for r in runs:
                     res = r.result()
-                    if res is None:
+                    target = None if res is None else _target(study, base / machine, src, r)
+                    if res is None or target is None:
                         continue
-                    n += _take(study, base / machine, src, r, res)
+                    history = (r.dir / "history.jsonl").read_bytes() if (r.dir / "history.jsonl").is_file() else b""
+                    # a run the source itself shared keeps the study and key it was first made under
+                    origin = res.get("shared_from") or f"{src.name}:{ledger_key(r)}"
+                    n += write_finished(base, f"{machine}/{target.key}", {
+                        **res, "restored_from": str(ledger_path(src)), "shared_from": origin}, history,
+                        f"{study.path}: share: {src.name}", say)
         counts[src.name] = n
         if n:
             say(f"{n} finished runs shared from study {src.name} (the same experiment, config, seed and machine)")
     return counts
 
 
-def _take(study: Study, root: Path, src: Study, r: Run, res: dict[str, Any]) -> int:
-    """Lay source run ``r`` on each arm of ``study`` with its experiment; 1 when it was written into one of them."""
+def _target(study: Study, root: Path, src: Study, r: Run) -> Run | None:
+    """The run of one of ``study``'s arms (under ``root``, this machine's folder) that source run ``r`` is, when it is
+    one and is not finished there yet."""
     if r.seed not in (*study.tune_seeds, *study.seeds):  # a seed this study never runs is none of its runs
-        return 0
+        return None
     mine = None
     for arm, a in study.arms.items():
         if a.experiment != r.trial.experiment or {k for k, _ in r.trial.label} != set(a.grid):
@@ -100,15 +105,6 @@ def _take(study: Study, root: Path, src: Study, r: Run, res: dict[str, Any]) -> 
         if target.result() is not None:
             continue
         mine = mine if mine is not None else fingerprint(src, r)
-        if fingerprint(study, target) != mine:
-            continue
-        key = ledger_key(r)
-        history = (r.dir / "history.jsonl").read_text() if (r.dir / "history.jsonl").is_file() else ""
-        target.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target.dir / "history.jsonl", history.encode())
-        # result.json last and whole, as a ledger restore writes it: a runner looking meanwhile sees an unfinished run;
-        # a run the source itself shared keeps the study and key it was first made under
-        atomic_write_bytes(target.dir / "result.json", dumps_strict(
-            {**res, "restored_from": str(ledger_path(src)), "shared_from": res.get("shared_from") or f"{src.name}:{key}"}).encode())
-        return 1
-    return 0
+        if fingerprint(study, target) == mine:
+            return target
+    return None
