@@ -19,8 +19,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as _stats
-
 CONFIDENCE = 0.95
 VERDICTS = ("ahead", "behind", "within", "met", "not met", "not resolved")  # "within" is written "within X%"
 
@@ -54,7 +52,9 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     """The two-sided Student-t quantile t_{(1+confidence)/2, df} (4.303 at df 2 for 95%)."""
     if df < 1:
         raise ValueError(f"df: a t quantile needs at least 1 degree of freedom (got {df})")
-    return float(_stats.t.ppf(0.5 + confidence / 2, df))
+    from scipy import stats  # here, not at import: scipy.stats costs ~0.7 s, and every run process imports this module
+
+    return float(stats.t.ppf(0.5 + confidence / 2, df))
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,9 @@ def rank_correlation(tune: Sequence[float], val: Sequence[float]) -> float | Non
         raise ValueError(f"rank_correlation: {len(tune)} tuning against {len(val)} validation values")
     if len(tune) < 3 or len(set(tune)) == 1 or len(set(val)) == 1:
         return None
-    return float(_stats.spearmanr(tune, val).statistic)
+    from scipy import stats
+
+    return float(stats.spearmanr(tune, val).statistic)
 
 
 def pick_regret(tune: Sequence[float], val: Sequence[float]) -> float:

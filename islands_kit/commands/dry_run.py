@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 from islands_kit.config import ConfigError, ExperimentConfig
-from islands_kit.notebooks import config_summary
 from islands_kit.records.locks import lock_owner
 from islands_kit.train.checkpoint import check_resume, read_config
 from islands_kit.train.estimate import estimate_within
@@ -27,6 +26,8 @@ def dry_run(cfgs: list[ExperimentConfig], outs: list[Path], resume: str | None) 
                               "--out")
         if resume:
             check_resume(cfg, resume)
+    from islands_kit.notebooks import config_summary  # here: the notebooks' package draws with matplotlib, which a run never needs
+
     print(config_summary(cfgs[0]) + (f"\nseeds {' '.join(str(c.seed) for c in cfgs)}: one run each" if len(cfgs) > 1 else ""))
     for cfg, out in zip(cfgs, outs):
         where = f"resume {resume} and write {out}" if resume else f"write {out}"
