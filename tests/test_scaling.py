@@ -416,9 +416,10 @@ def test_total_params_counts_every_expert_and_the_next_width_is_the_knobs():
 def test_the_prediction_is_recorded_with_its_commit_and_kept_until_the_points_change():
     pts = [{"kind": "point", "axis": "size", "arm": "two_site", "ref": "baseline", "point": f"w{w}", "width": w,
             "params_active": n, "params_total": 4 * n, "ratio_mean": r, "ratio_ci95": [r - 0.012, r + 0.012],
-            "val_bpb": {"baseline": [2.2 + 0.01 * s for s in range(3)],
-                        "two_site": [r * (2.2 + 0.01 * s) for s in range(3)]}}
-           for w, n, r in ((32, 59_680, 1.033), (48, 120_240, 1.028), (64, 201_280, 1.022), (96, 424_800, 1.012))]
+            "val_bpb": {"baseline": [L + 0.01 * s for s in range(3)],
+                        "two_site": [r * (L + 0.01 * s) for s in range(3)]}}
+           for w, n, r in ((32, 59_680, 1.033), (48, 120_240, 1.028), (64, 201_280, 1.022), (96, 424_800, 1.012))
+           for L in [1.0 + 8.0 * n ** -0.2]]  # a loss that falls with size (a flat one sends the fits to their bounds)
     fits = laws.fit_axis("size", pts, "params_active", grid=9)
     made = trend.predictions(pts, fits, "abc123")
     assert {e["model"] for e in made} == {"power", "power+E", "power+E shared", "gap power", "gap power+offset"}
