@@ -94,8 +94,11 @@ def test_the_slurm_dry_run_prints_each_submission_and_its_sbatch_parameters(tmp_
                  "srun --unbuffered"]:
         assert line in out, line
     submits = [ln for ln in out.splitlines() if "would submit" in ln]
-    assert len(submits) == 4 and all("islands_kit run" in ln and "--set seed=" in ln for ln in submits)
-    assert "4 jobs to submit (slurm)" in out and "not probed yet" in out
+    assert len(submits) == 2 and all("islands_kit run" in ln and "--set seed=0" in ln for ln in submits)
+    # the seed-1 scores wait for the picks the tuning runs make: listed, not submitted (their cost is counted)
+    waiting = [ln for ln in out.splitlines() if ln.startswith("  waiting     score")]
+    assert len(waiting) == 2 and all("seed 1: the pick it needs is not known yet" in ln for ln in waiting)
+    assert "2 jobs to submit (slurm)" in out and "not probed yet" in out and "4 runs" in out
     assert not out_dir.exists()  # a dry run writes nothing and submits nothing
 
 
@@ -130,6 +133,31 @@ def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
     runs[4].dir.joinpath("run.lock").unlink(missing_ok=True)
     runs[4].dir.joinpath(JOB).unlink()
     assert show_status([("h", runs[4:])], Jobs(tmp_path / ".cluster"), say=lambda s: None) == {"not started": 1}
+
+
+def test_a_run_waiting_for_a_pick_is_waiting_even_where_its_stand_in_has_a_result(tmp_path, monkeypatch):
+    """Before an arm's pick is made its scoring runs are planned with its first trial standing in (for the count and
+    the cost). A result.json in that trial's folder (an older protocol's run, another study's) is not the score: the
+    status said "finished" for it, and the dry run counted it done."""
+    from islands_kit.protocol.command import all_runs, dry_run
+    from islands_kit.protocol.status import Jobs, show_status
+
+    monkeypatch.setattr("islands_kit.protocol.command.estimate_within", lambda cfg: SimpleNamespace(total_s=60.0, cut_s=None))
+    study = load_study(two_arm_study(tmp_path))
+    base = tmp_path / "runs"
+    runs = all_runs(study, base, BOX)
+    waits = [r for r in runs if r.stand_in]
+    assert sorted((r.phase, r.trial.arm, r.seed) for r in waits) == [("score", "baseline", 1), ("score", "two_site", 1)]
+    stale = next(r for r in waits if r.trial.arm == "baseline")
+    stale.dir.mkdir(parents=True)
+    stale.dir.joinpath("result.json").write_text(json.dumps({"final_val_bpb": 2.0}))
+    lines: list[str] = []
+    counts = show_status([("two", all_runs(study, base, BOX))], Jobs(tmp_path / ".cluster"), say=lines.append)
+    assert counts == {"not started": 2, "waiting": 2}
+    assert "  waiting     score baseline seed 1 (batch=20): the pick it needs is not known yet" in "\n".join(lines)
+    said: list[str] = []
+    got = dry_run(study, base, say=said.append, machine=BOX)
+    assert (got["finished"], got["left"]) == (0, 4)
 
 
 def test_a_job_on_another_machine_kind_files_its_run_under_that_machine(tmp_path, monkeypatch):

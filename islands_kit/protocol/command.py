@@ -37,7 +37,8 @@ RESULTS = Path("benchmarks") / "RESULTS.md"
 
 def all_runs(study: Study, base: Path, machine: str) -> list[Run]:
     """Every run the study will make on ``machine``: the tuning runs, each arm's scoring runs and every row's (for an
-    arm whose pick is not known yet, its first trial stands in: the same experiment and the same count)."""
+    arm whose pick is not known yet, its first trial stands in: the same experiment and the same count; such a run is
+    marked ``stand_in``, whatever its folder holds)."""
     runs, picks = known_runs(study, base, machine)
     root = base / machine
     stand_in = {arm: picks.get(arm, study.trials(arm)[0]) for arm in study.arms}
@@ -51,23 +52,24 @@ def all_runs(study: Study, base: Path, machine: str) -> list[Run]:
             n = n if i == 0 or study.halving <= 1 else max(MIN_KEEP, math.ceil(n / study.halving))
             if i >= len(rungs):
                 for t in study.trials(arm)[:n]:
-                    r = Run(t, seed, study.preset, root, "tune")
+                    r = Run(t, seed, study.preset, root, "tune", stand_in=True)
                     planned.setdefault(r.dir, r)
+    known_time = {r.trial.arm for r in runs if r.phase == "equal_time"}
     for arm, a in study.arms.items():  # equal time: at most the slower arm's whole run again, at every scoring seed
-        if study.equal_time and a.ref != arm:
+        if study.equal_time and a.ref != arm and not {time_name(a.ref, arm), time_name(arm, a.ref)} & known_time:
             t = stand_in[a.ref]
             for s in study.seeds:
                 r = Run(Trial(time_name(a.ref, arm), t.experiment, t.label, t.sets), s, study.preset, root,
-                        "equal_time")
+                        "equal_time", stand_in=True)
                 planned.setdefault(r.dir, r)
     for arm in study.arms:
         for s in study.seeds:
-            r = Run(stand_in[arm], s, study.preset, root, "score")
+            r = Run(stand_in[arm], s, study.preset, root, "score", stand_in=arm not in picks)
             planned.setdefault(r.dir, r)
     for row in study.rows:
         t = study.row_trial(row, stand_in)
         for s in row.seeds:
-            r = Run(t, s, study.preset, root, "row")
+            r = Run(t, s, study.preset, root, "row", stand_in=row.arm is not None and row.arm not in picks)
             planned.setdefault(r.dir, r)
     return list(planned.values())
 
@@ -87,9 +89,9 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
     with overlay(study, base) as scratch:
         shared = share(study, scratch, say=lambda _: None)  # what another study made already is not left to run
         runs = [r for r in all_runs(study, scratch, machine) if arms is None or arm_of(study, r) in arms]
-        done = [r for r in runs if r.result() is not None]
-        left = [r for r in runs if r.result() is None]
-        left = [Run(r.trial, r.seed, r.preset, base / machine, r.phase) for r in left]  # out of the scratch copy
+        done = [r for r in runs if not r.stand_in and r.result() is not None]
+        left = [r for r in runs if r.stand_in or r.result() is None]
+        left = [Run(r.trial, r.seed, r.preset, base / machine, r.phase, r.stand_in) for r in left]  # out of the scratch copy
     checked: set[str] = set()
     for r in left:  # what the run itself would refuse at its start, refused now
         cfg = apply_overrides(study.base_config(r.trial.experiment), {**r.trial.overrides, "seed": str(r.seed)})

@@ -69,7 +69,10 @@ class Run:
     seed: int
     preset: str
     root: Path
-    phase: str  # tune | score | row
+    phase: str  # tune | score | row | equal_time
+    # a planned run whose config is not known yet (an arm's pick, or the survivors of a tuning rung): its first trial
+    # stands in, for the count and the cost; ``study status`` says it waits, and it is never counted as finished
+    stand_in: bool = False
 
     @property
     def key(self) -> str:

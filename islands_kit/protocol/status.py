@@ -2,7 +2,9 @@
 
 A run is finished (its result.json), queued or running (its job record's scheduler state, or a live ``run.lock`` of a
 local runner), failed (a job that ended without a result.json, or a log.txt without one: the log's tail is shown), or
-not started. A run that a job made in another machine's folder says where (``landed.json``).
+not started. A run that a job made in another machine's folder says where (``landed.json``). A run whose config waits
+on a pick not made yet (an arm's scoring, equal-time and row runs, a later tuning rung's survivors) is waiting: its
+arm's first trial stands in for it, and a folder that trial has from an earlier run does not make it finished.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from islands_kit.protocol.executor import JOB, LANDED, Cluster, Settings, landed
 from islands_kit.protocol.runs import Run
 from islands_kit.records.locks import holder
 
-STATES = ("finished", "queued", "running", "failed", "not started")
+STATES = ("finished", "queued", "running", "failed", "not started", "waiting")
 
 
 class Jobs:
@@ -34,6 +36,9 @@ class Jobs:
 
 def run_state(run: Run, jobs: Jobs) -> tuple[str, str]:
     """``(state, detail)`` of one run: the state one of ``STATES``, the detail its job, holder or log tail."""
+    if run.stand_in:
+        what = "the rung's survivors are" if run.phase == "tune" else "the pick it needs is"
+        return "waiting", f"{what} not known yet (the arm's first trials stand in, for the count)"
     if run.result() is not None:
         return "finished", ""
     rec = read_json(run.dir / JOB)
@@ -82,6 +87,9 @@ def show_submissions(runs: list[Run], cluster: Cluster, say: Callable[[str], Non
     n = 0
     for r in runs:
         st, detail = run_state(r, jobs)
+        if st == "waiting":
+            say(f"  waiting     {r.phase:<5} {r.trial.arm} seed {r.seed}: {detail}; submitted once it is known")
+            continue
         if st in ("queued", "running", "finished"):
             say(f"  in flight   {r.phase:<5} {r.trial.arm} seed {r.seed}: {detail or st} (not submitted again)")
             continue
