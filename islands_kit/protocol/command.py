@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import shlex
@@ -89,9 +90,9 @@ def dry_run(study: Study, base: Path, say: Any = print, machine: str | None = No
     with overlay(study, base) as scratch:
         shared = share(study, scratch, say=lambda _: None)  # what another study made already is not left to run
         runs = [r for r in all_runs(study, scratch, machine) if arms is None or arm_of(study, r) in arms]
-        done = [r for r in runs if not r.stand_in and r.result() is not None]
-        left = [r for r in runs if r.stand_in or r.result() is None]
-        left = [Run(r.trial, r.seed, r.preset, base / machine, r.phase, r.stand_in) for r in left]  # out of the scratch copy
+        finished = [not r.stand_in and (r.dir / "result.json").is_file() for r in runs]
+        done = [r for r, f in zip(runs, finished) if f]
+        left = [dataclasses.replace(r, root=base / machine) for r, f in zip(runs, finished) if not f]  # out of the scratch copy
     checked: set[str] = set()
     for r in left:  # what the run itself would refuse at its start, refused now
         cfg = apply_overrides(study.base_config(r.trial.experiment), {**r.trial.overrides, "seed": str(r.seed)})
