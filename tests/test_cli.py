@@ -85,7 +85,8 @@ def test_help_and_version_load_no_heavy_library(argv):
 
 def test_a_run_loads_no_plotting_or_statistics_library(tmp_path):
     """A run process (one per island under torchrun, one per trial in a study) imported matplotlib and scipy.stats
-    through the dry-run module and the interval code, about 1.1 s of its 6 s at smoke; it trains without them."""
+    through the dry-run module and the interval code, about 1.5 s of a 2-step smoke run's 5.2 s (benchmarks/
+    RESULTS.md, "Run start-up"); it trains without them."""
     import subprocess
     import sys
 
