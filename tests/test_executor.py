@@ -135,6 +135,26 @@ def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
     assert show_status([("h", runs[4:])], Jobs(tmp_path / ".cluster"), say=lambda s: None) == {"not started": 1}
 
 
+def test_the_status_total_is_the_planned_machines_and_another_folder_only_adds_its_finished_count(tmp_path, monkeypatch, capsys):
+    """Every machine's folder plans the whole study. The total once summed them: the headline's status said "52 not
+    started" where 21 were left on its machine, the rest planned in an older box's folder that will run nothing."""
+    from islands_kit.protocol.command import all_runs, status_command
+
+    study = load_study(two_arm_study(tmp_path))
+    base = tmp_path / "runs"
+    other = machine_slug("torch x | AVX2 | an older box")
+    for machine, n in ((BOX, 1), (other, 2)):
+        for r in [r for r in all_runs(study, base, machine) if not r.stand_in][:n]:
+            r.dir.mkdir(parents=True)
+            r.dir.joinpath("result.json").write_text("{}")
+    monkeypatch.setattr("islands_kit.protocol.command.this_machine", lambda: BOX)
+    assert status_command(study, base, Settings()) == 0
+    out = capsys.readouterr().out
+    assert f"two on {BOX}: 1 finished, 1 not started, 2 waiting" in out
+    assert f"two on {other}: 2 finished, 2 waiting" in out
+    assert out.rstrip().splitlines()[-1] == f"study two on {BOX}: 1 finished, 1 not started, 2 waiting; {other}'s folder: 2 finished"
+
+
 def test_a_run_waiting_for_a_pick_is_waiting_even_where_its_stand_in_has_a_result(tmp_path, monkeypatch):
     """Before an arm's pick is made its scoring runs are planned with its first trial standing in (for the count and
     the cost). A result.json in that trial's folder (an older protocol's run, another study's) is not the score: the
@@ -370,7 +390,7 @@ def test_submitit_local_a_killed_job_and_a_killed_submitter_resume_without_submi
     assert len(list(out.glob("*/*/*/seed*/result.json"))) == 4
     status = subprocess.run([sys.executable, "-m", "islands_kit", "study", "status", str(study), "--out", str(out)],
                             cwd=ROOT, env=ENV, capture_output=True, text=True)
-    assert "study two: 4 finished" in status.stdout
+    assert re.search(r"study two on \S+: 4 finished$", status.stdout, re.M), status.stdout
     # a third invocation finds everything finished and submits nothing
     third = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert "0 runs made" in third.stdout and _records(out) == records

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import shlex
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,7 +27,7 @@ from islands_kit.protocol.report import make_report
 from islands_kit.protocol.runner import arm_of, check_arms, execute, known_runs, run_study
 from islands_kit.protocol.runs import Run, default_root, machine_folder, machines, this_machine
 from islands_kit.protocol.share import share
-from islands_kit.protocol.status import Jobs, show_status, show_submissions
+from islands_kit.protocol.status import STATES, Jobs, show_status, show_submissions
 from islands_kit.protocol.study import Study, StudyError, Trial, load_study
 from islands_kit.protocol.tables import render
 from islands_kit.protocol.tuning import MIN_KEEP, tune
@@ -286,8 +287,18 @@ def status_command(study: Study, root: Path, settings: Settings) -> int:
     folder = root / ".cluster"
     planned = (known_machine(settings, folder) if settings.kind != "local" else None) or this_machine()
     parts = [(sub, point_root(root, p), f"[{p.name}] ") for p, sub in point_studies(study)] if study.points else [(study, root, "")]
-    groups = [(f"{prefix}{sub.name} on {m}", all_runs(sub, base, m))
-              for sub, base, prefix in parts for m in dict.fromkeys([planned, *machines(base)])]
-    counts = show_status(groups, Jobs(folder, settings if settings.kind != "local" else None))
-    print(f"study {study.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    jobs = Jobs(folder, settings if settings.kind != "local" else None)
+    counts: Counter[str] = Counter()
+    elsewhere: Counter[str] = Counter()
+    for sub, base, prefix in parts:
+        for m in dict.fromkeys([planned, *machines(base)]):
+            here = show_status([(f"{prefix}{sub.name} on {m}", all_runs(sub, base, m))], jobs)
+            # every machine's folder plans the whole study: the total is the planned machine's (a run made elsewhere
+            # and landed there counts as finished); another machine's folder only says how many it finished
+            if m == planned:
+                counts += here
+            else:
+                elsewhere[m] += here["finished"]
+    print(f"study {study.name} on {planned}: " + ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s])
+          + "".join(f"; {m}'s folder: {n} finished" for m, n in elsewhere.items()))
     return 0
