@@ -27,6 +27,7 @@ from typing import Any
 from islands_kit.config import apply_overrides
 from islands_kit.config.presets import get_preset
 from islands_kit.io import replace_marked_block
+from islands_kit.stats import paired_ratio
 
 
 def arms(preset: str, factor: float) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -92,7 +93,8 @@ def report(out: Path, preset: str, seeds: list[int], factor: float, chaos_seeds:
              f"Site B a {factor:g}x straggler. Lock-step: {get_preset('two_site', preset).steps} inner steps, each "
              "waiting for B. Decoupled: every island steps on its own clock; merges from quorum 1 + grace "
              f"{get_preset('two_site', preset).sync.grace_s:g} s (the defaults). Ratios paired per seed "
-             f"(seeds {seeds}), mean (min..max).", "",
+             f"(seeds {seeds}): geometric mean [95% paired t interval] n, then the seeds' range (min..max); \"not "
+             "resolved\" when the interval holds 1 (`islands_kit.stats`).", "",
              "| arm | schedule steps | inner steps A / B | tokens | simulated s | goodput | val bpb | / lock-step |",
              "|---|---|---|---|---|---|---|---|"]
     for name in ("lockstep", "decoupled_equal_time", "decoupled_equal_tokens"):
@@ -101,13 +103,14 @@ def report(out: Path, preset: str, seeds: list[int], factor: float, chaos_seeds:
         if not all(rs):
             lines.append(f"| {name} | not run yet |  |  |  |  |  |  |")
             continue
-        ratios = [r["final_val_bpb"] / b["final_val_bpb"] for r, b in zip(rs, base) if b]
+        pairs = [(r["final_val_bpb"], b["final_val_bpb"]) for r, b in zip(rs, base) if b]
+        stat = paired_ratio([a for a, _ in pairs], [b for _, b in pairs]) if pairs else None
         r0 = rs[0]
         lines.append(
             f"| {name} | {r0['steps']} | {r0['inner_steps']['0']} / {r0['inner_steps']['1']} | {r0['tokens']:,} | "
             f"{statistics.mean(r['sim_wall_clock_s'] for r in rs):.1f} | {statistics.mean(r['goodput'] for r in rs):.3f} | "
             f"{statistics.mean(r['final_val_bpb'] for r in rs):.4f} | "
-            + (f"{statistics.mean(ratios):.4f} ({min(ratios):.4f}..{max(ratios):.4f}) |" if ratios else "— |"))
+            + (f"{stat.text()} ({min(stat.ratios):.4f}..{max(stat.ratios):.4f}) |" if stat else "— |"))
     lines += ["", "Chaos (site A a 1.5x straggler, site B preempted for a fifth of the run from a third in, 5% chunk "
               f"loss; seeds {chaos_seeds}):", "",
               "| arm | inner steps A / B | tokens | simulated s | goodput | val bpb | late / dropped merges |",

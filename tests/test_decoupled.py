@@ -185,3 +185,34 @@ def test_benchmark_arms_equal_time_and_equal_tokens_by_hand():
     assert arms["chaos_data_parallel"][0] == "baseline" and arms["chaos_decoupled"][1]["sync.mode"] == "decoupled"
     for _, sets in arms.values():  # every arm is a valid configuration
         apply_overrides(get_preset("two_site", "demo"), {k: v for k, v in sets.items()})
+
+
+def test_benchmark_report_gives_each_ratio_its_paired_interval(tmp_path):
+    """The table paired each decoupled arm with lock-step per seed but printed the mean and the seeds' range, and
+    RESULTS read "within 1%" into 0.974 (0.958..1.003). It now prints the kit's paired ratio (geometric mean, 95% t
+    interval on the log-ratios, n) beside the range; an interval holding 1 says "not resolved"."""
+    import json
+
+    from islands_kit.stats import paired_ratio
+
+    bench = _bench()
+    lock = {0: 2.70, 1: 2.69, 2: 2.71}
+    tokens = {0: 2.590, 1: 2.596, 2: 2.718}  # per-seed ratios 0.9593, 0.9651, 1.0030
+    timed = {0: 2.40, 1: 2.41, 2: 2.44}
+    for name, bpb in (("lockstep", lock), ("decoupled_equal_tokens", tokens), ("decoupled_equal_time", timed)):
+        for seed, v in bpb.items():
+            d = tmp_path / name / f"seed{seed}"
+            d.mkdir(parents=True)
+            d.joinpath("result.json").write_text(json.dumps({
+                "final_val_bpb": v, "steps": 10, "inner_steps": {"0": 10, "1": 5}, "tokens": 1000,
+                "sim_wall_clock_s": 5.0, "goodput": 0.8}))
+    text = bench.report(tmp_path, "smoke", [0, 1, 2], 2.0, [0])
+    row = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| decoupled")}
+    want = paired_ratio([tokens[s] for s in range(3)], [lock[s] for s in range(3)])
+    assert want.lo < 1 < want.hi
+    assert f"| {want.text()} ({min(want.ratios):.4f}..{max(want.ratios):.4f}) |" in row["decoupled_equal_tokens"]
+    assert "not resolved" in row["decoupled_equal_tokens"]
+    timed_stat = paired_ratio([timed[s] for s in range(3)], [lock[s] for s in range(3)])
+    assert timed_stat.hi < 1 and f"| {timed_stat.text()} (" in row["decoupled_equal_time"]
+    assert "not resolved" not in row["decoupled_equal_time"]
+    assert "geometric mean [95% paired t interval] n" in text
