@@ -3,7 +3,8 @@ RESULTS, docs/ and the notebooks are scanned for every ``mean [lo, hi]`` and the
 before it back to the previous clause's end, and after it up to the next bracket or the end of its parenthesis.
 "a tie" and "level" are never a verdict (an interval holding 1 is "not resolved"); "ahead"/"behind"/"resolved" need
 an interval on one side of 1, "not resolved" one that holds 1 (or straddles a stated bar ``<= X``), "met"/"not met"
-a stated bar the interval clears or misses, "within X%" an interval inside 1 ± X."""
+a stated bar the interval clears or misses, "within X%" an interval inside 1 ± X; "beats"/"outperforms" say
+"ahead" and "loses to"/"trails" say "behind" in other words."""
 from __future__ import annotations
 
 import re
@@ -59,6 +60,12 @@ def problems(text: str) -> list[str]:
             bad.append("ahead")
         if re.search(r"\bbehind\b", rest) and plain != "behind":
             bad.append("behind")
+        for w in re.findall(r"\b(?:beats?|beating|outperforms?)\b", rest):
+            if plain != "ahead":  # the same verdict as "ahead" in other words
+                bad.append(w)
+        for w in re.findall(r"\b(?:loses to|trails)\b", rest):
+            if plain != "behind":
+                bad.append(w)
         if bar and re.search(r"\bmet\b", rest) and said != "met":
             bad.append("met")
         if bar and "not met" in words and said != "not met":
@@ -90,6 +97,8 @@ def test_the_scan_reads_the_documents():
     ("eight_cell <= 1.04: met, 1.0394 [1.0184, 1.0607] over 3 seeds.", "met"),
     ("two_site comes within 2% (1.0149 [1.0007, 1.0292]).", "within 2%"),
     ("the gap is 1.0305 [1.0163, 1.0449], not resolved.", "not resolved"),
+    ("decoupled beats lock-step (0.9743 [0.9150, 1.0370]).", "beats"),
+    ("hierarchical loses to eight_cell (0.9993 [0.9883, 1.0105]).", "loses to"),
 ])
 def test_a_planted_verdict_the_interval_does_not_support_fails(text, word):
     found = problems(text)
@@ -103,6 +112,7 @@ def test_a_planted_verdict_the_interval_does_not_support_fails(text, word):
     "demo-long: 1.0149 [1.0007, 1.0292], not resolved against the bar <= 1.02.",
     "| two_site | 1.0272 [1.0211, 1.0334], behind | 353x fewer |",
     "H1 = 1 against H1 = 10 is 0.9740 [0.9653, 0.9827]; within 5% of two_site 1.0052 [0.9965, 1.0139].",
+    "at equal simulated time it beats both: 0.9125 [0.9004, 0.9247] against two_site",
 ])
 def test_a_verdict_the_interval_supports_passes(text):
     assert problems(text) == []
