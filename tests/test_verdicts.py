@@ -20,6 +20,8 @@ SOURCES = [ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md", *sorted((ROOT
 INTERVAL = re.compile(r"(\d+\.\d+)\**\s+\[(\d+\.\d+),\s+(\d+\.\d+)\]")
 NEVER = re.compile(r"\b(?:ties?|tied|level)\b", re.I)
 BAR = re.compile(r"(?:<=|≤)\s*(\d+\.\d+)")
+# the words that say an interval lies on one side of 1, each with the verdict it needs
+SIDES = (("ahead", r"\b(?:ahead|beats?|beating|outperforms?)\b"), ("behind", r"\b(?:behind|loses to|trails)\b"))
 
 
 def _clause(text: str, m: re.Match[str]) -> tuple[str, str]:
@@ -56,16 +58,9 @@ def problems(text: str) -> list[str]:
         rest = words.replace("not resolved", "").replace("not met", "")
         if re.search(r"\bresolved\b", rest) and plain == "not resolved":
             bad.append("resolved")
-        if re.search(r"\bahead\b", rest) and plain != "ahead":
-            bad.append("ahead")
-        if re.search(r"\bbehind\b", rest) and plain != "behind":
-            bad.append("behind")
-        for w in re.findall(r"\b(?:beats?|beating|outperforms?)\b", rest):
-            if plain != "ahead":  # the same verdict as "ahead" in other words
-                bad.append(w)
-        for w in re.findall(r"\b(?:loses to|trails)\b", rest):
-            if plain != "behind":
-                bad.append(w)
+        for side, pattern in SIDES:
+            if plain != side:
+                bad += dict.fromkeys(re.findall(pattern, rest))
         if bar and re.search(r"\bmet\b", rest) and said != "met":
             bad.append("met")
         if bar and "not met" in words and said != "not met":
