@@ -305,3 +305,30 @@ def test_a_dry_run_of_a_200000_byte_context_answers_within_a_minute(tmp_path, mo
         return
     assert code == 0 and spent < 60, (code, spent)
     assert "timing stopped after 15 s" in out and "a lower bound" in out, out
+
+
+@pytest.mark.parametrize("content, rule", [
+    (None, "over the limit of 67,108,864"),  # a sparse file past MAX_RESULT_BYTES: refused from its size, unread
+    (b'{"final_val_bpb": 2.5', "Expecting"),  # torn
+    (b"\xff\xfe{}", "utf-8"),
+    (b"[1, 2]", "a JSON list, not an object"),
+])
+def test_a_run_result_that_is_too_big_torn_or_not_an_object_is_named_with_what_to_do(here, capsys, content, rule):
+    """A run's result.json was read whole and unchecked (``json.loads(p.read_text())``): a 2 GB file was read into
+    memory, a torn one raised a bare JSONDecodeError without its path. It is read within MAX_RESULT_BYTES and refused
+    as a StudyError naming the file, the rule and the remedy; ``study status`` only asks whether it exists."""
+    study = load_study("t.toml")
+    run = Run(study.trials("baseline")[0], 0, study.preset, here / "runs" / "t" / BOX, "score")
+    run.dir.mkdir(parents=True)
+    p = run.dir / "result.json"
+    if content is None:
+        with open(p, "wb") as f:
+            f.truncate((64 << 20) + 1)
+    else:
+        p.write_bytes(content)
+    assert run.finished
+    with pytest.raises(StudyError) as e:
+        run.result()
+    msg = str(e.value)
+    assert str(p) in msg and rule in msg and f"remove {run.dir} to run it again" in msg
+    assert msg.count(str(p)) == 1  # named once as the subject, not repeated by the rule

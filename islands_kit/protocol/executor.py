@@ -253,8 +253,8 @@ class Cluster:
             if rec is not None and st in ("queued", "running"):
                 self.say(f"attach {run.trial.arm} seed {run.seed}: job {rec['job_id']} {st} ({self.settings.kind})")
             else:
-                if run.result() is not None:
-                    return run.result()
+                if (done := run.result()) is not None:
+                    return done
                 if holder(d / "run.lock") is not None and (rec is None or _lock_host(d / "run.lock") == _HOST):
                     return None  # a live process here (a local runner) is making it
                 if rec is not None:  # ended without a result: keep its record, clear what its process left

@@ -206,7 +206,7 @@ def run_parts(parts: list[tuple[Study, Path, str]], jobs: int = 2, say: Callable
             todo: list[tuple[Run, str]] = []
             for study, base, prefix in parts:
                 runs, _ = known_runs(study, base, machine)
-                todo += [(r, prefix) for r in runs if r.dir not in started and r.result() is None
+                todo += [(r, prefix) for r in runs if r.dir not in started and not r.finished
                          and (arms is None or arm_of(study, r) in arms)]
             while todo and len(running) < max(1, jobs):
                 r, prefix = todo.pop(0)

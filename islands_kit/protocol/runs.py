@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from islands_kit.io import MAX_RESULT_BYTES, read_limited
 from islands_kit.protocol.study import Study, StudyError, Trial
 
 
@@ -86,9 +87,27 @@ class Run:
     def dir(self) -> Path:
         return self.root / self.key
 
+    @property
+    def finished(self) -> bool:
+        """Whether the run's result.json exists (written whole by the run, or by a ledger's restore), without reading
+        it: what ``study status`` and the runner's queue ask of every planned run."""
+        return (self.dir / "result.json").is_file()
+
     def result(self) -> dict[str, Any] | None:
+        """The run's result.json, None before it exists. A file over ``MAX_RESULT_BYTES``, not UTF-8 JSON, or not
+        an object is refused (StudyError naming the file and what to do) rather than read whole or half-used."""
         p = self.dir / "result.json"
-        return json.loads(p.read_text()) if p.is_file() else None
+        if not p.is_file():
+            return None
+        again = f"remove {self.dir} to run it again"
+        try:
+            res = json.loads(read_limited(p, MAX_RESULT_BYTES, "a result.json").decode("utf-8"))  # never UTF-16
+        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e).removeprefix(f"{p}: ")
+            raise StudyError(f"{p}: not a run's result ({why}); {again}") from None
+        if not isinstance(res, dict):
+            raise StudyError(f"{p}: not a run's result (a JSON {type(res).__name__}, not an object); {again}")
+        return res
 
     def command(self) -> list[str]:
         """The ``islands-kit run`` command line of this run (what a reader re-runs: ``--set`` keys and the seed)."""

@@ -102,7 +102,7 @@ def _target(study: Study, root: Path, src: Study, r: Run) -> Run | None:
         except (StudyError, *EXPANSION_ERRORS):  # a label this arm cannot make is not one of its runs
             continue
         target = Run(trial, r.seed, study.preset, root, r.phase)
-        if target.result() is not None:
+        if target.finished:
             continue
         mine = mine if mine is not None else fingerprint(src, r)
         if fingerprint(study, target) == mine:

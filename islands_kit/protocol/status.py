@@ -39,7 +39,7 @@ def run_state(run: Run, jobs: Jobs) -> tuple[str, str]:
     if run.stand_in:
         what = "the rung's survivors are" if run.phase == "tune" else "the pick it needs is"
         return "waiting", f"{what} not known yet (the arm's first trials stand in, for the count)"
-    if run.result() is not None:
+    if run.finished:
         return "finished", ""
     rec = read_json(run.dir / JOB)
     if rec is not None:
