@@ -332,3 +332,20 @@ def test_a_run_result_that_is_too_big_torn_or_not_an_object_is_named_with_what_t
     msg = str(e.value)
     assert str(p) in msg and rule in msg and f"remove {run.dir} to run it again" in msg
     assert msg.count(str(p)) == 1  # named once as the subject, not repeated by the rule
+
+
+def test_a_torn_history_row_is_named_by_file_and_line_and_a_whole_one_read(here):
+    """history.jsonl was parsed unchecked in two places (the report and the ledger); one bounded reader now."""
+    study = load_study("t.toml")
+    run = Run(study.trials("baseline")[0], 0, study.preset, here / "runs" / "t" / BOX, "score")
+    assert run.history() == []
+    run.dir.mkdir(parents=True)
+    p = run.dir / "history.jsonl"
+    p.write_text('{"step": 5, "val_bpb": 3.0}\n\n{"step": 10, "val_bpb": 2.9}\n')
+    assert [r["step"] for r in run.history()] == [5, 10]
+    p.write_text('{"step": 5, "val_bpb": 3.0}\n{"step": 10, "val_\n')
+    with pytest.raises(StudyError, match=r"history\.jsonl: line 2: not a run's history\.jsonl \(Unterminated"):
+        run.history()
+    p.write_text('{"step": 5}\n7\n')
+    with pytest.raises(StudyError, match=r"line 2: not a run's history\.jsonl \(a JSON int, not an object\); remove"):
+        run.history()

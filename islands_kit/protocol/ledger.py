@@ -63,15 +63,11 @@ def ledger_key(run: Run) -> str:
     return f"{run.root.name}/{run.key}"
 
 
-def _history_rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
 def record_of(run: Run) -> dict[str, Any] | None:
     res = run.result()
     if res is None:
         return None
-    rows = _history_rows(run.dir / "history.jsonl")
+    rows = run.history()
     return finite({"key": ledger_key(run), "arm": run.trial.arm, "overrides": run.trial.overrides,
                    "result": {k: res[k] for k in KEYS if k in res},
                    "history": [{k: h[k] for k in HISTORY_KEYS if k in h} for h in rows if "val_bpb" in h]})

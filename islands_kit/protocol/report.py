@@ -11,7 +11,6 @@ says how far the same pick's same seed moved from one machine to another.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -47,11 +46,6 @@ def bpb_at_time(res: dict[str, Any], t: float) -> float | None:
     return None
 
 
-def _history(run: Run) -> list[dict[str, Any]]:
-    p = run.dir / "history.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.is_file() else []
-
-
 def _scored(study: Study, trial: Trial, seeds: list[int], root: Path) -> dict[int, dict[str, Any]]:
     """Finished runs of ``trial`` by seed (with their evaluation history attached)."""
     out = {}
@@ -59,7 +53,7 @@ def _scored(study: Study, trial: Trial, seeds: list[int], root: Path) -> dict[in
         run = Run(trial, s, study.preset, root, "score")
         res = run.result()
         if res is not None:
-            out[s] = {**res, "history": _history(run)}
+            out[s] = {**res, "history": run.history()}
     return out
 
 

@@ -94,20 +94,21 @@ class Run:
         return (self.dir / "result.json").is_file()
 
     def result(self) -> dict[str, Any] | None:
-        """The run's result.json, None before it exists. A file over ``MAX_RESULT_BYTES``, not UTF-8 JSON, or not
-        an object is refused (StudyError naming the file and what to do) rather than read whole or half-used."""
+        """The run's result.json, None before it exists (``read_result`` says what is refused)."""
         p = self.dir / "result.json"
+        return read_result(p) if p.is_file() else None
+
+    def history(self) -> list[dict[str, Any]]:
+        """The rows of the run's history.jsonl ([] where it has none), read like its result.json: within
+        ``MAX_RESULT_BYTES``, UTF-8, every row an object; StudyError naming the file, the line and the remedy."""
+        p = self.dir / "history.jsonl"
         if not p.is_file():
-            return None
-        again = f"remove {self.dir} to run it again"
-        try:
-            res = json.loads(read_limited(p, MAX_RESULT_BYTES, "a result.json").decode("utf-8"))  # never UTF-16
-        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            why = "nested too deeply" if isinstance(e, RecursionError) else str(e).removeprefix(f"{p}: ")
-            raise StudyError(f"{p}: not a run's result ({why}); {again}") from None
-        if not isinstance(res, dict):
-            raise StudyError(f"{p}: not a run's result (a JSON {type(res).__name__}, not an object); {again}")
-        return res
+            return []
+        rows = []
+        for n, line in enumerate(_read_text(p).splitlines(), 1):
+            if line.strip():
+                rows.append(_object(p, line, f"line {n}: "))
+        return rows
 
     def command(self) -> list[str]:
         """The ``islands-kit run`` command line of this run (what a reader re-runs: ``--set`` keys and the seed)."""
@@ -117,3 +118,33 @@ class Run:
             cmd += ["--set", f"{k}={v}"]
         return cmd
 
+
+def read_result(p: Path) -> dict[str, Any]:
+    """A run's result.json at ``p``, read within ``MAX_RESULT_BYTES`` as UTF-8 JSON (never UTF-16); a file too big,
+    torn or not an object is refused (StudyError naming the file, the rule and the remedy) rather than read whole or
+    half-used."""
+    return _object(p, _read_text(p), "")
+
+
+def _remedy(p: Path) -> str:
+    return f"remove {p.parent} to run it again"
+
+
+def _read_text(p: Path) -> str:
+    try:
+        return read_limited(p, MAX_RESULT_BYTES, f"a run's {p.name}").decode("utf-8")
+    except ValueError as e:  # over the limit, or UnicodeDecodeError
+        raise StudyError(f"{p}: not a run's {p.name} ({str(e).removeprefix(f'{p}: ')}); {_remedy(p)}") from None
+
+
+def _object(p: Path, text: str, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise StudyError(f"{p}: {where}not a run's {p.name} ({e}); {_remedy(p)}") from None
+    except RecursionError:
+        raise StudyError(f"{p}: {where}not a run's {p.name} (nested too deeply); {_remedy(p)}") from None
+    if not isinstance(doc, dict):
+        raise StudyError(f"{p}: {where}not a run's {p.name} (a JSON {type(doc).__name__}, not an object); "
+                         f"{_remedy(p)}")
+    return doc

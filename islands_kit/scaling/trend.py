@@ -30,7 +30,7 @@ from islands_kit.protocol.knobs import KnobError, active_params, outer_steps, to
 from islands_kit.protocol.ledger import overlay
 from islands_kit.protocol.points import execute_in_process, point_root, point_studies, run_points
 from islands_kit.protocol.report import make_report
-from islands_kit.protocol.runs import Run, machines
+from islands_kit.protocol.runs import Run, machines, read_result
 from islands_kit.protocol.study import Study, StudyError, load_study
 from islands_kit.protocol.tuning import tuned_pick
 from islands_kit.resources import resource_dir
@@ -117,7 +117,7 @@ def point_entries(study: Study, root: Path) -> list[dict[str, Any]]:
 def point_cost(machine_root: Path) -> tuple[int, float | None]:
     """What a point cost on one machine: its finished runs (every arm's tuning and scoring) and their CPU-hours
     (each run's ``cpu_time_s``; None if a run did not record it)."""
-    results = [json.loads(f.read_text()) for f in sorted(machine_root.glob("*/*/seed*/result.json"))]
+    results = [read_result(f) for f in sorted(machine_root.glob("*/*/seed*/result.json"))]
     cpu = [r.get("cpu_time_s") for r in results]
     if not results or not all(isinstance(c, (int, float)) for c in cpu):
         return len(results), None
