@@ -102,6 +102,22 @@ def test_the_slurm_dry_run_prints_each_submission_and_its_sbatch_parameters(tmp_
     assert not out_dir.exists()  # a dry run writes nothing and submits nothing
 
 
+def test_a_record_is_read_within_its_limit_and_one_unfit_to_use_is_none(tmp_path):
+    """Job, lock, probe and landed records were read whole (``path.read_text()``): a multi-GB file there was read into
+    memory by ``study status``. Each is read within ``MAX_RECORD`` bytes (a landed result within MAX_RESULT_BYTES);
+    past it, torn, UTF-16 or not an object, it is none."""
+    p = tmp_path / JOB
+    p.write_text(json.dumps({"job_id": "7", "pad": "x" * 1000}))
+    assert executor_mod.read_json(p)["job_id"] == "7"
+    with open(p, "ab") as f:
+        f.truncate(executor_mod.MAX_RECORD + 1)  # sparse: the size alone refuses it
+    assert executor_mod.read_json(p) is None
+    for bad in (b'{"job_id": "7"', b"\xff\xfe{\x00}\x00", b"[1]", b"[" * 100_000):
+        p.write_bytes(bad)
+        assert executor_mod.read_json(p) is None, bad[:10]
+    assert executor_mod.read_json(tmp_path / "missing.json") is None
+
+
 def test_status_names_each_runs_state_and_a_failed_ones_log_tail(tmp_path):
     from islands_kit.protocol.status import Jobs, show_status
     from islands_kit.records.locks import _start_time, acquire, release

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from islands_kit.io import pid_alive
+from islands_kit.io import MAX_RESULT_BYTES, pid_alive, read_limited
 from islands_kit.protocol.runner import execute
 from islands_kit.protocol.runs import Run, machine_folder, machine_slug, this_machine
 from islands_kit.protocol.study import StudyError
@@ -108,10 +108,15 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
+MAX_RECORD = 1 << 20  # bytes in a job, lock, probe or landed record: each holds a few hundred
+
+
+def read_json(path: Path, limit: int = MAX_RECORD) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None where there is none to use: missing, over ``limit`` bytes (refused from its
+    size, unread), torn, not UTF-8, or not an object. A record the runner cannot read is one it has not got."""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(read_limited(path, limit, "a record").decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
@@ -337,7 +342,7 @@ def landed_result(run: Run) -> dict[str, Any] | None:
     doc = read_json(run.dir / LANDED)
     if doc is None:
         return None
-    return read_json(Path(str(doc.get("dir", ""))) / "result.json")
+    return read_json(Path(str(doc.get("dir", ""))) / "result.json", MAX_RESULT_BYTES)
 
 
 def _zombie(pid: int) -> bool:

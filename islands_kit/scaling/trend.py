@@ -118,8 +118,8 @@ def point_cost(machine_root: Path) -> tuple[int, float | None]:
     """What a point cost on one machine: its finished runs (every arm's tuning and scoring) and their CPU-hours
     (each run's ``cpu_time_s``; None if a run did not record it)."""
     results = [read_result(f) for f in sorted(machine_root.glob("*/*/seed*/result.json"))]
-    cpu = [r.get("cpu_time_s") for r in results]
-    if not results or not all(isinstance(c, (int, float)) for c in cpu):
+    cpu = [c for r in results if isinstance(c := r.get("cpu_time_s"), (int, float))]
+    if not results or len(cpu) < len(results):
         return len(results), None
     return len(results), round(sum(cpu) / 3600.0, 3)
 
