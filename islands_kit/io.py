@@ -142,6 +142,24 @@ def read_limited(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
+def parse_object(text: str) -> dict[str, Any]:
+    """The JSON object in ``text``; ValueError saying why not (the parser's message, nested too deeply, or another
+    JSON kind)."""
+    try:
+        doc = json.loads(text)  # a JSONDecodeError is a ValueError whose message says where
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def read_object(path: Path, limit: int, what: str) -> dict[str, Any]:
+    """The JSON object in file ``path``, read within ``limit`` bytes (``read_limited``) as UTF-8 (never UTF-16);
+    ValueError saying why not, the size refusal naming the file."""
+    return parse_object(read_limited(path, limit, what).decode("utf-8"))  # UnicodeDecodeError is a ValueError
+
+
 def sha256_hex(data: bytes) -> str:
     """Hex sha256 of ``data`` (the corpus fingerprint recorded in result.json)."""
     return hashlib.sha256(data).hexdigest()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from islands_kit.io import MAX_RESULT_BYTES, pid_alive, read_limited
+from islands_kit.io import MAX_RESULT_BYTES, pid_alive, read_object
 from islands_kit.protocol.runner import execute
 from islands_kit.protocol.runs import Run, machine_folder, machine_slug, this_machine
 from islands_kit.protocol.study import StudyError
@@ -115,10 +115,9 @@ def read_json(path: Path, limit: int = MAX_RECORD) -> dict[str, Any] | None:
     """The JSON object in ``path``, or None where there is none to use: missing, over ``limit`` bytes (refused from its
     size, unread), torn, not UTF-8, or not an object. A record the runner cannot read is one it has not got."""
     try:
-        doc = json.loads(read_limited(path, limit, "a record").decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        return read_object(path, limit, "a record")
+    except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def tail(path: Path | str | None, n: int = 1500) -> str:

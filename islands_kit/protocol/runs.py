@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from islands_kit.io import MAX_RESULT_BYTES, read_limited
+from islands_kit.io import MAX_RESULT_BYTES, parse_object, read_limited, read_object
 from islands_kit.protocol.study import Study, StudyError, Trial
 
 
@@ -104,10 +104,17 @@ class Run:
         p = self.dir / "history.jsonl"
         if not p.is_file():
             return []
+        try:
+            text = read_limited(p, MAX_RESULT_BYTES, f"a run's {p.name}").decode("utf-8")
+        except ValueError as e:  # over the limit, or UnicodeDecodeError
+            raise _refused(p, e) from None
         rows = []
-        for n, line in enumerate(_read_text(p).splitlines(), 1):
+        for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
-                rows.append(_object(p, line, f"line {n}: "))
+                try:
+                    rows.append(parse_object(line))
+                except ValueError as e:
+                    raise _refused(p, e, f"line {n}: ") from None
         return rows
 
     def command(self) -> list[str]:
@@ -123,28 +130,12 @@ def read_result(p: Path) -> dict[str, Any]:
     """A run's result.json at ``p``, read within ``MAX_RESULT_BYTES`` as UTF-8 JSON (never UTF-16); a file too big,
     torn or not an object is refused (StudyError naming the file, the rule and the remedy) rather than read whole or
     half-used."""
-    return _object(p, _read_text(p), "")
-
-
-def _remedy(p: Path) -> str:
-    return f"remove {p.parent} to run it again"
-
-
-def _read_text(p: Path) -> str:
     try:
-        return read_limited(p, MAX_RESULT_BYTES, f"a run's {p.name}").decode("utf-8")
-    except ValueError as e:  # over the limit, or UnicodeDecodeError
-        raise StudyError(f"{p}: not a run's {p.name} ({str(e).removeprefix(f'{p}: ')}); {_remedy(p)}") from None
-
-
-def _object(p: Path, text: str, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(text)
+        return read_object(p, MAX_RESULT_BYTES, f"a run's {p.name}")
     except ValueError as e:
-        raise StudyError(f"{p}: {where}not a run's {p.name} ({e}); {_remedy(p)}") from None
-    except RecursionError:
-        raise StudyError(f"{p}: {where}not a run's {p.name} (nested too deeply); {_remedy(p)}") from None
-    if not isinstance(doc, dict):
-        raise StudyError(f"{p}: {where}not a run's {p.name} (a JSON {type(doc).__name__}, not an object); "
-                         f"{_remedy(p)}")
-    return doc
+        raise _refused(p, e) from None
+
+
+def _refused(p: Path, e: ValueError, where: str = "") -> StudyError:
+    why = str(e).removeprefix(f"{p}: ")  # the size refusal names the file; the message names it once
+    return StudyError(f"{p}: {where}not a run's {p.name} ({why}); remove {p.parent} to run it again")
